@@ -1,0 +1,470 @@
+//! `ClusterSpec`: GPUs, their nodes and the links between them; built-in presets (each
+//! number with its public source) and a TOML format for anything else.
+//!
+//! Only hardware facts live here. How well software uses the hardware (GEMM shape
+//! efficiency, collective algorithms) belongs to the cost model.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, SpecError};
+use crate::train::Dtype;
+
+/// One GPU model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuSpec {
+    pub name: String,
+    /// Dense (no sparsity) tensor-core peak for bf16.
+    pub peak_bf16_flops_per_s: f64,
+    /// Dense tensor-core peak for fp16 (same as bf16 on A100 and later).
+    pub peak_fp16_flops_per_s: f64,
+    /// Dense fp8 tensor-core peak; `None` where the GPU has no fp8 tensor cores.
+    pub peak_fp8_flops_per_s: Option<f64>,
+    /// Largest measured fraction of the peak that a well-shaped GEMM reaches (the
+    /// "maximum achievable matmul FLOP/s", MAMF, over the peak).
+    pub matmul_efficiency: f64,
+    /// Usable device memory.
+    pub memory_bytes: f64,
+    /// Peak HBM bandwidth.
+    pub memory_bandwidth_bytes_per_s: f64,
+    /// Streaming multiprocessors (for GEMM wave quantisation).
+    pub sms: u64,
+}
+
+impl GpuSpec {
+    /// Dense tensor-core peak for `dtype`, or `None` if the GPU cannot run it.
+    pub fn peak_flops_per_s(&self, dtype: Dtype) -> Option<f64> {
+        match dtype {
+            Dtype::Bf16 => Some(self.peak_bf16_flops_per_s),
+            Dtype::Fp16 => Some(self.peak_fp16_flops_per_s),
+            Dtype::Fp8 => self.peak_fp8_flops_per_s,
+        }
+    }
+}
+
+/// A link level: bandwidth per GPU per direction, and the latency of one transfer step.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LinkSpec {
+    /// Unidirectional bandwidth available to one GPU on this link level.
+    pub bandwidth_bytes_per_s: f64,
+    /// Latency of one step of a collective (one hop) on this level.
+    pub latency_s: f64,
+    /// Fraction of `bandwidth_bytes_per_s` that NCCL collectives reach as bus bandwidth.
+    pub collective_efficiency: f64,
+}
+
+impl LinkSpec {
+    /// Bandwidth that collectives achieve.
+    pub fn achieved_bytes_per_s(&self) -> f64 {
+        self.bandwidth_bytes_per_s * self.collective_efficiency
+    }
+}
+
+/// A GPU cluster: identical nodes of `gpus_per_node` GPUs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterSpec {
+    pub name: String,
+    pub gpu: GpuSpec,
+    pub gpus_per_node: u64,
+    /// Node-local GPU interconnect (NVLink/NVSwitch), per GPU.
+    pub intra_node: LinkSpec,
+    /// Network between nodes, per GPU: (NICs per node × NIC bandwidth) / GPUs per node.
+    pub inter_node: LinkSpec,
+    /// NICs per node (for the description; `inter_node` already holds the per-GPU share).
+    pub nics_per_node: u64,
+    /// Memory per GPU that the framework cannot use for the model: CUDA context,
+    /// cuBLAS/NCCL workspaces, allocator fragmentation.
+    pub memory_reserve_bytes: f64,
+}
+
+const GB: f64 = 1e9;
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+const TERA: f64 = 1e12;
+
+/// Reserve for CUDA context, library workspaces and NCCL buffers. Assumption, not a
+/// measurement: PyTorch's CUDA context takes ≈0.5 GiB and NCCL ≈0.5–1 GiB per process with a
+/// few communicators; override with `memory_reserve_gib` in a cluster TOML.
+const DEFAULT_RESERVE_BYTES: f64 = 2.0 * GIB;
+
+/// NVLink/NVSwitch: NCCL all-reduce bus bandwidth on a DGX reaches ≈ 77–80 % of the
+/// unidirectional NVLink bandwidth (nccl-tests all_reduce_perf: ≈ 230 GB/s of 300 on DGX
+/// A100, ≈ 360 GB/s of 450 on DGX H100 without NVLS).
+const NVLINK_COLLECTIVE_EFFICIENCY: f64 = 0.78;
+/// InfiniBand: nccl-tests inter-node bus bandwidth reaches ≈ 90 % of NIC line rate.
+const IB_COLLECTIVE_EFFICIENCY: f64 = 0.9;
+/// Latency of one NCCL ring step inside a node: 8-byte all-reduce on 8 GPUs takes ≈ 15 µs
+/// over 14 ring steps.
+const NVLINK_STEP_LATENCY_S: f64 = 1.0e-6;
+/// Latency of one step across InfiniBand (switch hops + NIC + proxy thread).
+const IB_STEP_LATENCY_S: f64 = 5.0e-6;
+
+fn nvlink(bidirectional_gb_per_s: f64) -> LinkSpec {
+    LinkSpec {
+        bandwidth_bytes_per_s: bidirectional_gb_per_s / 2.0 * GB,
+        latency_s: NVLINK_STEP_LATENCY_S,
+        collective_efficiency: NVLINK_COLLECTIVE_EFFICIENCY,
+    }
+}
+
+fn infiniband(nics: u64, gbit_per_s: f64, gpus_per_node: u64) -> LinkSpec {
+    LinkSpec {
+        bandwidth_bytes_per_s: nics as f64 * gbit_per_s / 8.0 * GB / gpus_per_node as f64,
+        latency_s: IB_STEP_LATENCY_S,
+        collective_efficiency: IB_COLLECTIVE_EFFICIENCY,
+    }
+}
+
+/// A100 SXM4 80 GB. Peaks: NVIDIA A100 datasheet (312 TFLOP/s dense fp16/bf16, 2,039 GB/s,
+/// 80 GB); 108 SMs (A100 whitepaper). MAMF 267.9 TFLOP/s = 85.9 % (S. Bekman,
+/// ml-engineering, "Maximum Achievable Matmul FLOPS comparison table", CUDA 12.1).
+pub fn a100_80g() -> GpuSpec {
+    GpuSpec {
+        name: "A100-SXM4-80GB".into(),
+        peak_bf16_flops_per_s: 312.0 * TERA,
+        peak_fp16_flops_per_s: 312.0 * TERA,
+        peak_fp8_flops_per_s: None,
+        matmul_efficiency: 0.859,
+        memory_bytes: 80.0 * GIB,
+        memory_bandwidth_bytes_per_s: 2039.0 * GB,
+        sms: 108,
+    }
+}
+
+/// H100 SXM5 80 GB. Peaks: NVIDIA H100 datasheet (989.4 TFLOP/s dense bf16, 1,978.9 fp8,
+/// 3.35 TB/s, 80 GB), 132 SMs. MAMF 792.1 TFLOP/s = 80.1 % (Bekman, ml-engineering).
+pub fn h100() -> GpuSpec {
+    GpuSpec {
+        name: "H100-SXM5-80GB".into(),
+        peak_bf16_flops_per_s: 989.4 * TERA,
+        peak_fp16_flops_per_s: 989.4 * TERA,
+        peak_fp8_flops_per_s: Some(1978.9 * TERA),
+        matmul_efficiency: 0.801,
+        memory_bytes: 80.0 * GIB,
+        memory_bandwidth_bytes_per_s: 3350.0 * GB,
+        sms: 132,
+    }
+}
+
+/// H200 SXM 141 GB: H100 compute with HBM3e (NVIDIA H200 datasheet: 141 GB, 4.8 TB/s).
+/// MAMF measured for this project: bf16 8192³ GEMM 780.7 TFLOP/s = 78.9 %
+/// (shared/data/h200_pytorch_calibration.jsonl).
+pub fn h200() -> GpuSpec {
+    GpuSpec {
+        name: "H200-SXM-141GB".into(),
+        matmul_efficiency: 0.789,
+        memory_bytes: 141.0 * GB,
+        memory_bandwidth_bytes_per_s: 4800.0 * GB,
+        ..h100()
+    }
+}
+
+/// B200 (DGX B200). Peaks: NVIDIA DGX B200 datasheet, per GPU, dense (half the quoted
+/// sparse figures): 2.25 PFLOP/s bf16, 4.5 PFLOP/s fp8; 180 GB HBM3e at 8 TB/s; 148 SMs.
+/// No public MAMF measurement was available: assumes H100's measured 80.1 %.
+pub fn b200() -> GpuSpec {
+    GpuSpec {
+        name: "B200-180GB".into(),
+        peak_bf16_flops_per_s: 2250.0 * TERA,
+        peak_fp16_flops_per_s: 2250.0 * TERA,
+        peak_fp8_flops_per_s: Some(4500.0 * TERA),
+        matmul_efficiency: 0.801,
+        memory_bytes: 180.0 * GB,
+        memory_bandwidth_bytes_per_s: 8000.0 * GB,
+        sms: 148,
+    }
+}
+
+/// V100 SXM2 32 GB. NVIDIA V100 datasheet: 125 TFLOP/s fp16 tensor, 900 GB/s, 32 GB; no
+/// bf16 (bf16 requests run at the fp16 rate, as the planner's stand-in), 80 SMs. No public
+/// MAMF measurement was available: assumes H100's measured 80.1 %.
+pub fn v100_32g() -> GpuSpec {
+    GpuSpec {
+        name: "V100-SXM2-32GB".into(),
+        peak_bf16_flops_per_s: 125.0 * TERA,
+        peak_fp16_flops_per_s: 125.0 * TERA,
+        peak_fp8_flops_per_s: None,
+        matmul_efficiency: 0.801,
+        memory_bytes: 32.0 * GIB,
+        memory_bandwidth_bytes_per_s: 900.0 * GB,
+        sms: 80,
+    }
+}
+
+fn dgx(name: &str, gpu: GpuSpec, nvlink_bidir_gb_per_s: f64, nics: u64, nic_gbit: f64) -> ClusterSpec {
+    ClusterSpec {
+        name: name.into(),
+        gpu,
+        gpus_per_node: 8,
+        intra_node: nvlink(nvlink_bidir_gb_per_s),
+        inter_node: infiniband(nics, nic_gbit, 8),
+        nics_per_node: nics,
+        memory_reserve_bytes: DEFAULT_RESERVE_BYTES,
+    }
+}
+
+/// Names of the built-in cluster presets.
+pub const CLUSTER_PRESETS: [&str; 5] = ["dgx-a100-80g", "dgx-h100", "dgx-h200", "dgx-b200", "dgx-v100"];
+
+/// A built-in cluster by name (case-insensitive; `h200`, `a100` … accepted as aliases).
+pub fn cluster_preset(name: &str) -> Result<ClusterSpec> {
+    let key = name.to_ascii_lowercase();
+    let spec = match key.as_str() {
+        // Selene / DGX A100: NVLink3 600 GB/s bidirectional via NVSwitch; 8 × 200 Gb/s HDR
+        // InfiniBand compute NICs (DGX A100 user guide; SC'21 paper §5).
+        "dgx-a100-80g" | "dgx-a100" | "a100" | "selene" => dgx("dgx-a100-80g", a100_80g(), 600.0, 8, 200.0),
+        // DGX H100: NVLink4 900 GB/s bidirectional; 8 × 400 Gb/s ConnectX-7 (DGX H100 datasheet).
+        "dgx-h100" | "h100" => dgx("dgx-h100", h100(), 900.0, 8, 400.0),
+        // DGX H200: same NVLink4 and 8 × 400 Gb/s network as DGX H100 (DGX H200 datasheet).
+        "dgx-h200" | "h200" => dgx("dgx-h200", h200(), 900.0, 8, 400.0),
+        // DGX B200: NVLink5 1.8 TB/s bidirectional; 8 × 400 Gb/s ConnectX-7 (DGX B200 datasheet).
+        "dgx-b200" | "b200" => dgx("dgx-b200", b200(), 1800.0, 8, 400.0),
+        // DGX-1 (V100): NVLink2, 6 links × 50 GB/s bidirectional = 300 GB/s per GPU; 4 × 100 Gb/s
+        // EDR InfiniBand per node (DGX-1 datasheet).
+        "dgx-v100" | "dgx-1" | "v100" => dgx("dgx-v100", v100_32g(), 300.0, 4, 100.0),
+        _ => {
+            return Err(SpecError::new(
+                "--cluster",
+                "cluster",
+                format!("unknown cluster preset `{name}`"),
+                format!("{}, or a path to a cluster TOML file", CLUSTER_PRESETS.join(", ")),
+            ))
+        }
+    };
+    Ok(spec)
+}
+
+/// The cluster TOML format: an optional `base` preset, then any field to override.
+/// Units are in the key names (GB = 1e9 bytes, GiB = 2^30 bytes).
+///
+/// ```toml
+/// name = "my-h100-roce"
+/// base = "dgx-h100"          # optional: start from a preset
+/// gpus_per_node = 8
+/// nics_per_node = 8
+/// nic_gbit_per_s = 200        # per NIC
+/// inter_node_latency_us = 8
+/// [gpu]
+/// name = "H100"
+/// peak_bf16_tflops = 989.4
+/// memory_gib = 80
+/// ```
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClusterToml {
+    name: Option<String>,
+    base: Option<String>,
+    gpus_per_node: Option<i64>,
+    nvlink_bidirectional_gb_per_s: Option<f64>,
+    nvlink_latency_us: Option<f64>,
+    nics_per_node: Option<i64>,
+    nic_gbit_per_s: Option<f64>,
+    inter_node_latency_us: Option<f64>,
+    memory_reserve_gib: Option<f64>,
+    gpu: Option<GpuToml>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GpuToml {
+    name: Option<String>,
+    peak_bf16_tflops: Option<f64>,
+    peak_fp16_tflops: Option<f64>,
+    peak_fp8_tflops: Option<f64>,
+    matmul_efficiency: Option<f64>,
+    memory_gib: Option<f64>,
+    memory_gb: Option<f64>,
+    memory_bandwidth_gb_per_s: Option<f64>,
+    sms: Option<i64>,
+}
+
+const CLUSTER_TOML_KEYS: &str = "name, base, gpus_per_node, nvlink_bidirectional_gb_per_s, \
+nvlink_latency_us, nics_per_node, nic_gbit_per_s, inter_node_latency_us, memory_reserve_gib, \
+[gpu] name, peak_bf16_tflops, peak_fp16_tflops, peak_fp8_tflops, matmul_efficiency, \
+memory_gib, memory_gb, memory_bandwidth_gb_per_s, sms";
+
+fn positive_f(source: &str, field: &str, v: f64) -> Result<f64> {
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(SpecError::new(source, field, format!("must be a positive number, got {v}"), "numbers > 0"))
+    }
+}
+
+/// Parses a cluster TOML document; `source` names it in errors.
+pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
+    let doc: ClusterToml = toml::from_str(text).map_err(|e| {
+        let msg = e.message().replace('\n', " ");
+        let field = msg
+            .split('`')
+            .nth(1)
+            .unwrap_or("(document)")
+            .to_string();
+        SpecError::new(source, field, msg, CLUSTER_TOML_KEYS)
+    })?;
+    let mut c = match &doc.base {
+        Some(b) => cluster_preset(b).map_err(|e| SpecError { source: source.into(), field: "base".into(), ..e })?,
+        None => {
+            let g = doc.gpu.as_ref();
+            let missing = |what: &str| {
+                SpecError::new(
+                    source,
+                    what,
+                    "is required when no `base` preset is given",
+                    format!("a number, or `base = \"{}\"`", CLUSTER_PRESETS.join("\" | \"")),
+                )
+            };
+            let bf16 = g.and_then(|g| g.peak_bf16_tflops).ok_or_else(|| missing("gpu.peak_bf16_tflops"))?;
+            let mem = g
+                .and_then(|g| g.memory_gib.map(|v| v * GIB).or(g.memory_gb.map(|v| v * GB)))
+                .ok_or_else(|| missing("gpu.memory_gib"))?;
+            let bw = g.and_then(|g| g.memory_bandwidth_gb_per_s).ok_or_else(|| missing("gpu.memory_bandwidth_gb_per_s"))?;
+            let gpn = doc.gpus_per_node.ok_or_else(|| missing("gpus_per_node"))?;
+            let nvl = doc.nvlink_bidirectional_gb_per_s.ok_or_else(|| missing("nvlink_bidirectional_gb_per_s"))?;
+            let nics = doc.nics_per_node.ok_or_else(|| missing("nics_per_node"))?;
+            let nic = doc.nic_gbit_per_s.ok_or_else(|| missing("nic_gbit_per_s"))?;
+            let gpn = crate::error::positive(source, "gpus_per_node", gpn)?;
+            let nics = crate::error::positive(source, "nics_per_node", nics)?;
+            ClusterSpec {
+                name: "custom".into(),
+                gpu: GpuSpec {
+                    name: "custom".into(),
+                    peak_bf16_flops_per_s: positive_f(source, "gpu.peak_bf16_tflops", bf16)? * TERA,
+                    peak_fp16_flops_per_s: bf16 * TERA,
+                    peak_fp8_flops_per_s: None,
+                    // H100's measured MAMF fraction (see `h100`) unless given.
+                    matmul_efficiency: 0.801,
+                    memory_bytes: positive_f(source, "gpu.memory_gib", mem)?,
+                    memory_bandwidth_bytes_per_s: positive_f(source, "gpu.memory_bandwidth_gb_per_s", bw)? * GB,
+                    sms: 132,
+                },
+                gpus_per_node: gpn,
+                intra_node: nvlink(positive_f(source, "nvlink_bidirectional_gb_per_s", nvl)?),
+                inter_node: infiniband(nics, positive_f(source, "nic_gbit_per_s", nic)?, gpn),
+                nics_per_node: nics,
+                memory_reserve_bytes: DEFAULT_RESERVE_BYTES,
+            }
+        }
+    };
+    // Overrides on top of the base (or the fields just read, which is harmless).
+    if let Some(n) = doc.name {
+        c.name = n;
+    }
+    if let Some(v) = doc.gpus_per_node {
+        c.gpus_per_node = crate::error::positive(source, "gpus_per_node", v)?;
+    }
+    if let Some(v) = doc.nvlink_bidirectional_gb_per_s {
+        c.intra_node.bandwidth_bytes_per_s = positive_f(source, "nvlink_bidirectional_gb_per_s", v)? / 2.0 * GB;
+    }
+    if let Some(v) = doc.nvlink_latency_us {
+        c.intra_node.latency_s = positive_f(source, "nvlink_latency_us", v)? * 1e-6;
+    }
+    if let Some(v) = doc.nics_per_node {
+        c.nics_per_node = crate::error::positive(source, "nics_per_node", v)?;
+    }
+    let per_nic = match doc.nic_gbit_per_s {
+        Some(v) => positive_f(source, "nic_gbit_per_s", v)? / 8.0 * GB,
+        None => c.inter_node.bandwidth_bytes_per_s * c.gpus_per_node as f64 / c.nics_per_node as f64,
+    };
+    c.inter_node.bandwidth_bytes_per_s = per_nic * c.nics_per_node as f64 / c.gpus_per_node as f64;
+    if let Some(v) = doc.inter_node_latency_us {
+        c.inter_node.latency_s = positive_f(source, "inter_node_latency_us", v)? * 1e-6;
+    }
+    if let Some(v) = doc.memory_reserve_gib {
+        if !(v.is_finite() && v >= 0.0) {
+            return Err(SpecError::new(source, "memory_reserve_gib", format!("must be ≥ 0, got {v}"), "numbers ≥ 0"));
+        }
+        c.memory_reserve_bytes = v * GIB;
+    }
+    if let Some(g) = doc.gpu {
+        if let Some(v) = g.name {
+            c.gpu.name = v;
+        }
+        if let Some(v) = g.peak_bf16_tflops {
+            c.gpu.peak_bf16_flops_per_s = positive_f(source, "gpu.peak_bf16_tflops", v)? * TERA;
+        }
+        if let Some(v) = g.peak_fp16_tflops {
+            c.gpu.peak_fp16_flops_per_s = positive_f(source, "gpu.peak_fp16_tflops", v)? * TERA;
+        }
+        if let Some(v) = g.peak_fp8_tflops {
+            c.gpu.peak_fp8_flops_per_s = Some(positive_f(source, "gpu.peak_fp8_tflops", v)? * TERA);
+        }
+        if let Some(v) = g.matmul_efficiency {
+            if !(v > 0.0 && v <= 1.0) {
+                return Err(SpecError::new(source, "gpu.matmul_efficiency", format!("must be in (0, 1], got {v}"), "0 < x ≤ 1"));
+            }
+            c.gpu.matmul_efficiency = v;
+        }
+        if let Some(v) = g.memory_gib {
+            c.gpu.memory_bytes = positive_f(source, "gpu.memory_gib", v)? * GIB;
+        }
+        if let Some(v) = g.memory_gb {
+            c.gpu.memory_bytes = positive_f(source, "gpu.memory_gb", v)? * GB;
+        }
+        if let Some(v) = g.memory_bandwidth_gb_per_s {
+            c.gpu.memory_bandwidth_bytes_per_s = positive_f(source, "gpu.memory_bandwidth_gb_per_s", v)? * GB;
+        }
+        if let Some(v) = g.sms {
+            c.gpu.sms = crate::error::positive(source, "gpu.sms", v)?;
+        }
+    }
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_resolve_and_aliases_agree() {
+        for name in CLUSTER_PRESETS {
+            let c = cluster_preset(name).unwrap();
+            assert_eq!(c.name, name);
+            assert!(c.inter_node.bandwidth_bytes_per_s < c.intra_node.bandwidth_bytes_per_s);
+        }
+        assert_eq!(cluster_preset("H200").unwrap(), cluster_preset("dgx-h200").unwrap());
+    }
+
+    #[test]
+    fn selene_gives_each_gpu_one_hdr_nic() {
+        let c = cluster_preset("dgx-a100-80g").unwrap();
+        assert_eq!(c.inter_node.bandwidth_bytes_per_s, 25e9);
+        assert_eq!(c.intra_node.bandwidth_bytes_per_s, 300e9);
+    }
+
+    #[test]
+    fn toml_overrides_a_base_preset() {
+        let c = cluster_from_toml(
+            "name = \"roce\"\nbase = \"dgx-h100\"\nnic_gbit_per_s = 200\n[gpu]\nmemory_gib = 94\n",
+            "roce.toml",
+        )
+        .unwrap();
+        assert_eq!(c.name, "roce");
+        assert_eq!(c.inter_node.bandwidth_bytes_per_s, 25e9);
+        assert_eq!(c.gpu.memory_bytes, 94.0 * GIB);
+        assert_eq!(c.gpu.peak_bf16_flops_per_s, h100().peak_bf16_flops_per_s);
+    }
+
+    #[test]
+    fn toml_without_base_needs_the_hardware_numbers() {
+        let err = cluster_from_toml("gpus_per_node = 4\n", "c.toml").unwrap_err();
+        assert_eq!(err.field, "gpu.peak_bf16_tflops");
+        let full = "gpus_per_node = 4\nnvlink_bidirectional_gb_per_s = 400\nnics_per_node = 4\n\
+                    nic_gbit_per_s = 100\n[gpu]\npeak_bf16_tflops = 100\nmemory_gb = 48\nmemory_bandwidth_gb_per_s = 900\n";
+        let c = cluster_from_toml(full, "c.toml").unwrap();
+        assert_eq!(c.gpus_per_node, 4);
+        assert_eq!(c.inter_node.bandwidth_bytes_per_s, 12.5e9);
+    }
+
+    #[test]
+    fn toml_errors_name_file_and_key() {
+        let err = cluster_from_toml("base = \"dgx-h100\"\ngpus_per_nod = 8\n", "x.toml").unwrap_err();
+        let line = err.to_string();
+        assert!(line.starts_with("x.toml: `gpus_per_nod`"), "{line}");
+        assert!(line.contains("gpus_per_node"), "{line}");
+        let err = cluster_from_toml("base = \"dgx-h100\"\ngpus_per_node = 0\n", "x.toml").unwrap_err();
+        assert_eq!(err.field, "gpus_per_node");
+        let err = cluster_from_toml("base = \"tpu\"\n", "x.toml").unwrap_err();
+        assert_eq!(err.field, "base");
+        let err = cluster_from_toml("base = \"dgx-h100\"\n[gpu]\nmemory_gib = -3\n", "x.toml").unwrap_err();
+        assert_eq!(err.field, "gpu.memory_gib");
+    }
+}

@@ -1,0 +1,19 @@
+//! plait's vocabulary: what model is trained (`ModelSpec`), on what hardware
+//! (`ClusterSpec`), with what batch (`TrainSpec`) and how it is split (`ParallelConfig`).
+//!
+//! Parsers here take text, not paths: this crate does no I/O. It knows nothing about time
+//! or memory costs (that is `plait-cost`).
+
+pub mod cluster;
+pub mod error;
+pub mod hf;
+pub mod model;
+pub mod presets;
+pub mod train;
+
+pub use cluster::{cluster_from_toml, cluster_preset, ClusterSpec, GpuSpec, LinkSpec, CLUSTER_PRESETS};
+pub use error::{Result, SpecError};
+pub use hf::model_from_hf_config;
+pub use model::{Activation, Family, Gemm, Layer, LayerKind, ModelSpec, MoeSpec, Norm, Positions, Shard};
+pub use presets::{model_preset, model_preset_names};
+pub use train::{AttentionImpl, Dtype, ParallelConfig, Recompute, Schedule, TrainSpec};

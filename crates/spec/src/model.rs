@@ -1,0 +1,369 @@
+//! `ModelSpec`: a transformer described by its architecture hyper-parameters, with the
+//! derived layer list, parameter counts and per-layer GEMM shapes that the cost model reads.
+//!
+//! This module knows shapes and counts only; it knows nothing of time, memory or hardware.
+
+use serde::{Deserialize, Serialize};
+
+/// Model family: decides the block structure (norm, MLP kind, positions, head).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    /// GPT-2/3 style decoder: learned positions, LayerNorm, GELU 4h MLP, biases.
+    Gpt,
+    /// LLaMA style decoder: RMSNorm, SwiGLU, grouped-query attention, RoPE, untied head.
+    Llama,
+    /// Mixtral style mixture-of-experts decoder (LLaMA block with routed SwiGLU experts).
+    Moe,
+    /// BERT style bidirectional encoder (post-norm, learned positions, token types).
+    Bert,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Norm {
+    LayerNorm,
+    RmsNorm,
+}
+
+/// The MLP non-linearity; `SwiGlu` means a gated MLP with three weight matrices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Activation {
+    Gelu,
+    SwiGlu,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Positions {
+    /// A learned table of `max_positions × hidden` (GPT, BERT).
+    Learned,
+    /// Rotary embeddings: no parameters.
+    Rotary,
+}
+
+/// Routed experts of a mixture-of-experts MLP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoeSpec {
+    /// Experts per MoE layer.
+    pub experts: u64,
+    /// Experts each token is routed to.
+    pub top_k: u64,
+}
+
+/// A transformer model: everything the planner, cost model and runtime need about its shape.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelSpec {
+    pub name: String,
+    pub family: Family,
+    /// Hidden size h.
+    pub hidden: u64,
+    /// Number of transformer blocks l.
+    pub layers: u64,
+    /// Query heads a.
+    pub heads: u64,
+    /// Key/value heads (= heads without grouped-query attention).
+    pub kv_heads: u64,
+    /// Size of one head (usually hidden / heads).
+    pub head_dim: u64,
+    /// MLP inner size (4h for GPT; per expert for MoE).
+    pub ffn_hidden: u64,
+    /// Vocabulary size V (unpadded).
+    pub vocab: u64,
+    /// Rows of the learned position table (0 with rotary positions).
+    pub max_positions: u64,
+    /// Token-type vocabulary (BERT segment embeddings; 0 otherwise).
+    pub type_vocab: u64,
+    pub norm: Norm,
+    pub activation: Activation,
+    pub positions: Positions,
+    /// Bias on the q/k/v projections.
+    pub qkv_bias: bool,
+    /// Bias on the attention output and MLP projections.
+    pub linear_bias: bool,
+    /// Output head shares the input embedding matrix.
+    pub tied_embeddings: bool,
+    /// Causal (decoder) or bidirectional (encoder) attention.
+    pub causal: bool,
+    pub moe: Option<MoeSpec>,
+}
+
+/// What a layer of the model is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LayerKind {
+    /// Token (+ position, + type) embedding lookup.
+    Embedding,
+    /// One transformer block (attention + MLP, with their norms).
+    Block,
+    /// The final norm and the output head with its loss (or BERT's pooler).
+    Head,
+}
+
+/// One entry of the model's layer list, in execution order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Layer {
+    pub name: String,
+    pub kind: LayerKind,
+}
+
+/// A matrix multiplication `[m × k] · [k × n]`, repeated `count` times (same shape).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Gemm {
+    pub name: &'static str,
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub count: u64,
+}
+
+impl Gemm {
+    pub fn flops(&self) -> f64 {
+        2.0 * self.m as f64 * self.n as f64 * self.k as f64 * self.count as f64
+    }
+}
+
+/// How a block's weights are split across GPUs: tensor parallel `tp`, expert parallel `ep`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub tp: u64,
+    pub ep: u64,
+}
+
+impl Shard {
+    pub const NONE: Shard = Shard { tp: 1, ep: 1 };
+}
+
+impl ModelSpec {
+    /// The layers in execution order: embedding, `layers` blocks, head.
+    pub fn layer_list(&self) -> Vec<Layer> {
+        let mut out = Vec::with_capacity(self.layers as usize + 2);
+        out.push(Layer {
+            name: "embedding".into(),
+            kind: LayerKind::Embedding,
+        });
+        for i in 0..self.layers {
+            out.push(Layer {
+                name: format!("block.{i}"),
+                kind: LayerKind::Block,
+            });
+        }
+        out.push(Layer {
+            name: "head".into(),
+            kind: LayerKind::Head,
+        });
+        out
+    }
+
+    /// Width of the query projection output (heads × head_dim).
+    pub fn q_width(&self) -> u64 {
+        self.heads * self.head_dim
+    }
+
+    /// Width of one of the key or value projections (kv_heads × head_dim).
+    pub fn kv_width(&self) -> u64 {
+        self.kv_heads * self.head_dim
+    }
+
+    fn norm_params(&self) -> u64 {
+        match self.norm {
+            Norm::LayerNorm => 2 * self.hidden,
+            Norm::RmsNorm => self.hidden,
+        }
+    }
+
+    /// Weight matrices of one expert's (or the dense) MLP, in units of h × ffn.
+    fn mlp_matrices(&self) -> u64 {
+        match self.activation {
+            Activation::Gelu => 2,
+            Activation::SwiGlu => 3,
+        }
+    }
+
+    fn one_mlp_params(&self) -> u64 {
+        let (h, f) = (self.hidden, self.ffn_hidden);
+        let bias = if self.linear_bias {
+            (self.mlp_matrices() - 1) * f + h
+        } else {
+            0
+        };
+        self.mlp_matrices() * h * f + bias
+    }
+
+    /// Attention parameters of one block (q, k, v, output projection and biases).
+    pub fn attention_params(&self) -> u64 {
+        let h = self.hidden;
+        let qkv = h * (self.q_width() + 2 * self.kv_width());
+        let qkv_bias = if self.qkv_bias {
+            self.q_width() + 2 * self.kv_width()
+        } else {
+            0
+        };
+        let out = self.q_width() * h + if self.linear_bias { h } else { 0 };
+        qkv + qkv_bias + out
+    }
+
+    /// MLP parameters of one block: dense MLP, or all experts plus the router.
+    pub fn mlp_params(&self) -> u64 {
+        match self.moe {
+            None => self.one_mlp_params(),
+            Some(moe) => moe.experts * self.one_mlp_params() + self.hidden * moe.experts,
+        }
+    }
+
+    /// Parameters of the expert weights of one block (0 for dense models).
+    pub fn expert_params(&self) -> u64 {
+        match self.moe {
+            None => 0,
+            Some(moe) => moe.experts * self.one_mlp_params(),
+        }
+    }
+
+    /// Parameters of one transformer block.
+    pub fn block_params(&self) -> u64 {
+        self.attention_params() + self.mlp_params() + 2 * self.norm_params()
+    }
+
+    /// Parameters of the embedding layer (token, position, token-type, BERT's embedding norm).
+    pub fn embedding_params(&self) -> u64 {
+        let h = self.hidden;
+        let pos = match self.positions {
+            Positions::Learned => self.max_positions * h,
+            Positions::Rotary => 0,
+        };
+        let emb_norm = if self.family == Family::Bert {
+            self.norm_params()
+        } else {
+            0
+        };
+        self.vocab * h + pos + self.type_vocab * h + emb_norm
+    }
+
+    /// Parameters of the head: final norm and untied output matrix (decoders), or the
+    /// pooler (BERT, whose post-norm blocks need no final norm).
+    pub fn head_params(&self) -> u64 {
+        let h = self.hidden;
+        if self.family == Family::Bert {
+            return h * h + h;
+        }
+        let out = if self.tied_embeddings {
+            0
+        } else {
+            self.vocab * h
+        };
+        self.norm_params() + out
+    }
+
+    /// Total parameters of the model (as published model sizes count them).
+    pub fn parameter_count(&self) -> u64 {
+        self.embedding_params() + self.layers * self.block_params() + self.head_params()
+    }
+
+    /// Parameters that one token's forward pass touches (differs from the total for MoE).
+    pub fn active_parameter_count(&self) -> u64 {
+        match self.moe {
+            None => self.parameter_count(),
+            Some(moe) => {
+                self.parameter_count()
+                    - self.layers * (moe.experts - moe.top_k) * self.one_mlp_params()
+            }
+        }
+    }
+
+    /// Forward GEMMs of one block on one GPU, for `tokens` tokens (micro-batch × sequence
+    /// on this GPU), with weights split by `shard`. Attention score/value products are not
+    /// GEMMs here: their shape is given by [`ModelSpec::attention_shape`].
+    ///
+    /// For MoE the routed tokens are assumed balanced over experts: each of the
+    /// `experts/ep` local experts sees `tokens·top_k·ep/experts` tokens (tokens arrive from
+    /// the `ep` ranks of the expert group through the all-to-all).
+    pub fn block_gemms(&self, tokens: u64, shard: Shard) -> BlockGemms {
+        let h = self.hidden;
+        let t = shard.tp;
+        let qkv_out = (self.q_width() + 2 * self.kv_width()) / t;
+        let attn = [
+            Gemm {
+                name: "qkv",
+                m: tokens,
+                n: qkv_out,
+                k: h,
+                count: 1,
+            },
+            Gemm {
+                name: "attn_out",
+                m: tokens,
+                n: h,
+                k: self.q_width() / t,
+                count: 1,
+            },
+        ];
+        let f = self.ffn_hidden / t;
+        let (mlp_tokens, experts, router) = match self.moe {
+            None => (tokens, 1, None),
+            Some(moe) => {
+                let local = (moe.experts / shard.ep).max(1);
+                let routed = (tokens * moe.top_k * shard.ep).div_ceil(moe.experts);
+                (
+                    routed,
+                    local,
+                    Some(Gemm {
+                        name: "router",
+                        m: tokens,
+                        n: moe.experts,
+                        k: h,
+                        count: 1,
+                    }),
+                )
+            }
+        };
+        let up_width = match self.activation {
+            Activation::Gelu => f,
+            Activation::SwiGlu => 2 * f,
+        };
+        let mlp = [
+            Gemm {
+                name: "mlp_up",
+                m: mlp_tokens,
+                n: up_width,
+                k: h,
+                count: experts,
+            },
+            Gemm {
+                name: "mlp_down",
+                m: mlp_tokens,
+                n: h,
+                k: f,
+                count: experts,
+            },
+        ];
+        BlockGemms { attn, mlp, router }
+    }
+
+    /// Attention on one GPU: `(heads per GPU, kv heads per GPU, head_dim)`.
+    /// Key/value heads are replicated when tp exceeds their number (as Megatron does).
+    pub fn attention_shape(&self, tp: u64) -> (u64, u64, u64) {
+        (
+            self.heads / tp,
+            (self.kv_heads / tp).max(1),
+            self.head_dim,
+        )
+    }
+}
+
+/// The forward GEMMs of one block on one GPU.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BlockGemms {
+    /// q/k/v projection and attention output projection.
+    pub attn: [Gemm; 2],
+    /// MLP up (gate+up for SwiGLU) and down projections, per expert for MoE.
+    pub mlp: [Gemm; 2],
+    /// MoE router (tokens × experts).
+    pub router: Option<Gemm>,
+}
+
+impl BlockGemms {
+    pub fn iter(&self) -> impl Iterator<Item = &Gemm> {
+        self.attn.iter().chain(self.mlp.iter()).chain(self.router.iter())
+    }
+}

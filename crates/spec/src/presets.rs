@@ -1,0 +1,226 @@
+//! Built-in model presets. Each preset's hyper-parameters come from the paper or the
+//! released `config.json` named beside it; the test module checks the resulting parameter
+//! counts against the published totals.
+
+use crate::error::{Result, SpecError};
+use crate::model::{Activation, Family, ModelSpec, MoeSpec, Norm, Positions};
+
+/// GPT-style decoder with learned positions, LayerNorm, GELU 4h MLP, biases, tied head.
+fn gpt(name: &str, hidden: u64, layers: u64, heads: u64, vocab: u64, seq: u64) -> ModelSpec {
+    ModelSpec {
+        name: name.into(),
+        family: Family::Gpt,
+        hidden,
+        layers,
+        heads,
+        kv_heads: heads,
+        head_dim: hidden / heads,
+        ffn_hidden: 4 * hidden,
+        vocab,
+        max_positions: seq,
+        type_vocab: 0,
+        norm: Norm::LayerNorm,
+        activation: Activation::Gelu,
+        positions: Positions::Learned,
+        qkv_bias: true,
+        linear_bias: true,
+        tied_embeddings: true,
+        causal: true,
+        moe: None,
+    }
+}
+
+/// LLaMA-style decoder: RMSNorm, SwiGLU, GQA, RoPE, no biases, untied head.
+#[allow(clippy::too_many_arguments)]
+fn llama(
+    name: &str,
+    hidden: u64,
+    layers: u64,
+    heads: u64,
+    kv_heads: u64,
+    ffn: u64,
+    vocab: u64,
+    moe: Option<MoeSpec>,
+) -> ModelSpec {
+    ModelSpec {
+        name: name.into(),
+        family: if moe.is_some() {
+            Family::Moe
+        } else {
+            Family::Llama
+        },
+        hidden,
+        layers,
+        heads,
+        kv_heads,
+        head_dim: hidden / heads,
+        ffn_hidden: ffn,
+        vocab,
+        max_positions: 0,
+        type_vocab: 0,
+        norm: Norm::RmsNorm,
+        activation: Activation::SwiGlu,
+        positions: Positions::Rotary,
+        qkv_bias: false,
+        linear_bias: false,
+        tied_embeddings: false,
+        causal: true,
+        moe,
+    }
+}
+
+/// The SC'21 Table 1 GPT sizes (Narayanan et al. 2021): (name, heads, hidden, layers).
+/// Vocabulary 51,200 and sequence 2,048 as in the paper.
+pub const SC21_GPT: [(&str, u64, u64, u64); 10] = [
+    ("gpt-1.7b", 24, 2304, 24),
+    ("gpt-3.6b", 32, 3072, 30),
+    ("gpt-7.5b", 32, 4096, 36),
+    ("gpt-18.4b", 48, 6144, 40),
+    ("gpt-39.1b", 64, 8192, 48),
+    ("gpt-76.1b", 80, 10240, 60),
+    ("gpt-145.6b", 96, 12288, 80),
+    ("gpt-310.1b", 128, 16384, 96),
+    ("gpt-529.6b", 128, 20480, 105),
+    ("gpt-1t", 160, 25600, 128),
+];
+
+/// Names of every built-in model preset.
+pub fn model_preset_names() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = SC21_GPT.iter().map(|r| r.0).collect();
+    names.extend([
+        "gpt3-175b",
+        "llama2-7b",
+        "llama2-13b",
+        "llama2-70b",
+        "llama3-8b",
+        "llama3-70b",
+        "llama3-405b",
+        "mixtral-8x7b",
+        "bert-large",
+    ]);
+    names
+}
+
+/// A built-in model by name (case-insensitive).
+pub fn model_preset(name: &str) -> Result<ModelSpec> {
+    let key = name.to_ascii_lowercase();
+    if let Some(&(n, heads, hidden, layers)) = SC21_GPT.iter().find(|r| r.0 == key) {
+        return Ok(gpt(n, hidden, layers, heads, 51200, 2048));
+    }
+    let spec = match key.as_str() {
+        // Brown et al. 2020, Table 2.1; GPT-2 BPE vocabulary of 50,257.
+        "gpt3-175b" => gpt("gpt3-175b", 12288, 96, 96, 50257, 2048),
+        // Touvron et al. 2023 (Llama 2), Table 1 and the released config.json files.
+        "llama2-7b" => llama("llama2-7b", 4096, 32, 32, 32, 11008, 32000, None),
+        "llama2-13b" => llama("llama2-13b", 5120, 40, 40, 40, 13824, 32000, None),
+        "llama2-70b" => llama("llama2-70b", 8192, 80, 64, 8, 28672, 32000, None),
+        // Llama 3 herd paper (Dubey et al. 2024), Table 3, and the released config.json files.
+        "llama3-8b" => llama("llama3-8b", 4096, 32, 32, 8, 14336, 128256, None),
+        "llama3-70b" => llama("llama3-70b", 8192, 80, 64, 8, 28672, 128256, None),
+        "llama3-405b" => llama("llama3-405b", 16384, 126, 128, 8, 53248, 128256, None),
+        // Jiang et al. 2024 (Mixtral of Experts), Table 1: 8 experts, top-2.
+        "mixtral-8x7b" => llama(
+            "mixtral-8x7b",
+            4096,
+            32,
+            32,
+            8,
+            14336,
+            32000,
+            Some(MoeSpec {
+                experts: 8,
+                top_k: 2,
+            }),
+        ),
+        // Devlin et al. 2019: BERT-large, 24 layers, h 1024, 16 heads, WordPiece 30,522.
+        "bert-large" => ModelSpec {
+            name: "bert-large".into(),
+            family: Family::Bert,
+            type_vocab: 2,
+            causal: false,
+            ..gpt("bert-large", 1024, 24, 16, 30522, 512)
+        },
+        _ => {
+            return Err(SpecError::new(
+                "--model",
+                "model",
+                format!("unknown model preset `{name}`"),
+                format!(
+                    "{}, or a path to a Hugging Face config.json",
+                    model_preset_names().join(", ")
+                ),
+            ))
+        }
+    };
+    Ok(spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Published totals, with their sources. SC'21 sizes are printed to one decimal in
+    /// billions, so those are checked by rounding rather than by 1 %.
+    fn check(name: &str, published: f64) {
+        let got = model_preset(name).unwrap().parameter_count() as f64;
+        let rel = (got - published).abs() / published;
+        assert!(
+            rel <= 0.01,
+            "{name}: {got} parameters vs published {published} ({:.2} % off)",
+            rel * 100.0
+        );
+    }
+
+    #[test]
+    fn parameter_counts_match_published_totals() {
+        check("gpt3-175b", 175e9); // Brown et al. 2020
+        check("llama2-7b", 6_738_415_616.0); // HF model card / safetensors index
+        check("llama2-13b", 13_015_864_320.0);
+        check("llama2-70b", 68_976_648_192.0);
+        check("llama3-8b", 8_030_261_248.0);
+        check("llama3-70b", 70_553_706_496.0);
+        check("llama3-405b", 405_853_388_800.0);
+        check("mixtral-8x7b", 46_702_792_704.0); // "47B total, 13B active"
+        // BertModel (with pooler) as released; the paper's "340M" is a rounded figure.
+        check("bert-large", 335_141_888.0);
+    }
+
+    #[test]
+    fn sc21_sizes_round_to_the_published_figure() {
+        let published = [
+            1.7, 3.6, 7.5, 18.4, 39.1, 76.1, 145.6, 310.1, 529.6, 1008.0,
+        ];
+        for ((name, ..), want) in SC21_GPT.iter().zip(published) {
+            let got_b = model_preset(name).unwrap().parameter_count() as f64 / 1e9;
+            assert!(
+                (got_b - want).abs() <= 0.05 + 0.01 * want,
+                "{name}: {got_b:.3} B vs published {want} B"
+            );
+            assert_eq!(format!("{got_b:.1}"), format!("{want:.1}"), "{name}");
+        }
+    }
+
+    #[test]
+    fn mixtral_active_parameters() {
+        let m = model_preset("mixtral-8x7b").unwrap();
+        let active = m.active_parameter_count() as f64;
+        // Jiang et al. 2024: 12.9 B active parameters per token.
+        assert!((active - 12.9e9).abs() / 12.9e9 < 0.01, "{active}");
+    }
+
+    #[test]
+    fn every_listed_preset_resolves() {
+        for name in model_preset_names() {
+            let m = model_preset(name).unwrap();
+            assert_eq!(m.name, name);
+            assert_eq!(m.hidden % m.heads, 0, "{name}");
+        }
+    }
+
+    #[test]
+    fn unknown_preset_is_a_one_line_error_listing_presets() {
+        let err = model_preset("gpt5").unwrap_err().to_string();
+        assert!(!err.contains('\n'));
+        assert!(err.contains("gpt5") && err.contains("llama3-70b"), "{err}");
+    }
+}

@@ -1,0 +1,370 @@
+//! What to train and how to split it: the batch (`TrainSpec`) and one parallel
+//! configuration (`ParallelConfig`), with the checks that a configuration is well-formed
+//! for a given model and GPU count.
+//!
+//! Well-formed is not the same as feasible: a configuration that does not fit in memory is
+//! well-formed here and rejected with a reason by the cost model.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, SpecError};
+use crate::model::ModelSpec;
+
+macro_rules! keyword_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $var:ident => $kw:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum $name { $($(#[$vm])* #[serde(rename = $kw)] $var),+ }
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$var),+];
+            pub fn keyword(self) -> &'static str { match self { $($name::$var => $kw),+ } }
+            pub fn allowed() -> String { [$($kw),+].join("|") }
+        }
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { f.write_str(self.keyword()) }
+        }
+        impl FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> std::result::Result<Self, String> {
+                match s.to_ascii_lowercase().as_str() {
+                    $($kw => Ok($name::$var),)+
+                    _ => Err(format!("`{s}` is not one of {}", $name::allowed())),
+                }
+            }
+        }
+    };
+}
+
+keyword_enum!(
+    /// Numeric format of weights and GEMM inputs (mixed precision with fp32 master weights).
+    Dtype { Bf16 => "bf16", Fp16 => "fp16", Fp8 => "fp8" }
+);
+keyword_enum!(
+    /// Activation recomputation: none, selective (attention core only, Korthikanti et al.),
+    /// or full (only each layer's input is kept).
+    Recompute { None => "none", Selective => "selective", Full => "full" }
+);
+keyword_enum!(
+    /// Pipeline schedule.
+    Schedule {
+        Gpipe => "gpipe",
+        OneFOneB => "1f1b",
+        Interleaved => "interleaved",
+        ZbH1 => "zb-h1",
+        /// Merak's shifted critical path 1F1B.
+        Scp => "scp",
+    }
+);
+keyword_enum!(
+    /// How attention is computed: a fused flash-attention kernel, or the unfused
+    /// matmul–softmax–dropout–matmul chain of older Megatron-LM (SC'21, Korthikanti et al.).
+    AttentionImpl { Flash => "flash", Unfused => "unfused" }
+);
+
+impl Dtype {
+    /// Bytes of one element of weights/activations in this format as stored between layers
+    /// (fp8 training keeps bf16 activations and weights, casting for the GEMMs).
+    pub fn activation_bytes(self) -> f64 {
+        match self {
+            Dtype::Bf16 | Dtype::Fp16 => 2.0,
+            Dtype::Fp8 => 2.0,
+        }
+    }
+}
+
+/// The batch and the software behaviour of the training run (not the parallel split).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainSpec {
+    /// Global batch in sequences.
+    pub gbs: u64,
+    /// Sequence length in tokens.
+    pub seq: u64,
+    pub dtype: Dtype,
+    pub attention: AttentionImpl,
+    /// Dropout layers present (they add masks to memory and memory-bound kernels to time).
+    pub dropout: bool,
+    /// Data-parallel gradient reduction overlapped with the backward pass (Megatron-core
+    /// `--overlap-grad-reduce`); off reproduces older Megatron-LM, which reduced after the
+    /// last backward.
+    pub overlap_grad_reduce: bool,
+}
+
+impl TrainSpec {
+    /// A modern default: bf16, flash attention, no dropout, overlapped gradient reduction.
+    pub fn new(gbs: u64, seq: u64) -> Self {
+        Self {
+            gbs,
+            seq,
+            dtype: Dtype::Bf16,
+            attention: AttentionImpl::Flash,
+            dropout: false,
+            overlap_grad_reduce: true,
+        }
+    }
+}
+
+/// One parallel configuration: degrees, micro-batch, ZeRO, sequence parallel, recompute and
+/// schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ParallelConfig {
+    pub dp: u64,
+    pub tp: u64,
+    pub pp: u64,
+    /// Virtual pipeline chunks per pipeline rank (interleaved schedule); 1 otherwise.
+    pub vp: u64,
+    pub cp: u64,
+    /// Expert parallel degree (MoE), carved out of the data-parallel ranks.
+    pub ep: u64,
+    /// Micro-batch size in sequences.
+    pub mbs: u64,
+    /// ZeRO stage 0–3 over the data-parallel group.
+    pub zero: u8,
+    /// Megatron sequence parallelism inside the tensor-parallel group.
+    pub sp: bool,
+    pub recompute: Recompute,
+    pub schedule: Schedule,
+}
+
+impl Default for ParallelConfig {
+    fn default() -> Self {
+        Self {
+            dp: 1,
+            tp: 1,
+            pp: 1,
+            vp: 1,
+            cp: 1,
+            ep: 1,
+            mbs: 1,
+            zero: 0,
+            sp: false,
+            recompute: Recompute::None,
+            schedule: Schedule::OneFOneB,
+        }
+    }
+}
+
+impl ParallelConfig {
+    /// GPUs this configuration occupies.
+    pub fn gpus(&self) -> u64 {
+        self.dp * self.tp * self.pp * self.cp
+    }
+
+    /// Micro-batches per pipeline per iteration.
+    pub fn microbatches(&self, train: &TrainSpec) -> u64 {
+        train.gbs / (self.mbs * self.dp)
+    }
+
+    /// Checks that the configuration is well-formed for `model`, `train` and `gpus` GPUs.
+    /// Errors name the flag and the values that would be accepted.
+    pub fn validate(&self, model: &ModelSpec, train: &TrainSpec, gpus: u64) -> Result<()> {
+        let err = |field: &str, problem: String, allowed: String| {
+            Err(SpecError::new(format!("--{field}"), field, problem, allowed))
+        };
+        for (field, v) in [
+            ("dp", self.dp),
+            ("tp", self.tp),
+            ("pp", self.pp),
+            ("vp", self.vp),
+            ("cp", self.cp),
+            ("ep", self.ep),
+            ("mbs", self.mbs),
+            ("gbs", train.gbs),
+            ("seq", train.seq),
+        ] {
+            if v == 0 {
+                return err(field, "must be ≥ 1, got 0".into(), "integers ≥ 1".into());
+            }
+        }
+        if self.zero > 3 {
+            return err("zero", format!("ZeRO stage {} does not exist", self.zero), "0|1|2|3".into());
+        }
+        if self.gpus() != gpus {
+            return err(
+                "dp",
+                format!(
+                    "dp×tp×pp×cp = {}×{}×{}×{} = {} but --gpus is {gpus}",
+                    self.dp,
+                    self.tp,
+                    self.pp,
+                    self.cp,
+                    self.gpus()
+                ),
+                format!("degrees whose product is {gpus}"),
+            );
+        }
+        if model.heads % self.tp != 0 {
+            return err(
+                "tp",
+                format!("{} attention heads of {} do not split over tp = {}", model.heads, model.name, self.tp),
+                format!("divisors of {}", model.heads),
+            );
+        }
+        if model.kv_heads % self.tp != 0 && self.tp % model.kv_heads != 0 {
+            return err(
+                "tp",
+                format!("{} key/value heads do not split over (or replicate onto) tp = {}", model.kv_heads, self.tp),
+                format!("divisors or multiples of {}", model.kv_heads),
+            );
+        }
+        if model.ffn_hidden % self.tp != 0 {
+            return err(
+                "tp",
+                format!("MLP width {} does not split over tp = {}", model.ffn_hidden, self.tp),
+                format!("divisors of {}", model.ffn_hidden),
+            );
+        }
+        if self.pp * self.vp > model.layers {
+            return err(
+                "pp",
+                format!(
+                    "pp×vp = {} pipeline chunks but {} has only {} layers",
+                    self.pp * self.vp,
+                    model.name,
+                    model.layers
+                ),
+                format!("pp×vp ≤ {}", model.layers),
+            );
+        }
+        if self.vp > 1 && self.schedule != Schedule::Interleaved {
+            return err(
+                "vp",
+                format!("vp = {} needs --schedule interleaved (got {})", self.vp, self.schedule),
+                "vp = 1, or --schedule interleaved".into(),
+            );
+        }
+        if self.schedule == Schedule::Interleaved && self.pp == 1 {
+            return err("schedule", "interleaved needs pp ≥ 2".into(), Schedule::allowed());
+        }
+        if train.seq % self.cp != 0 {
+            return err(
+                "cp",
+                format!("sequence {} does not split over cp = {}", train.seq, self.cp),
+                format!("divisors of {}", train.seq),
+            );
+        }
+        if self.tp > 1 && self.sp && train.seq % (self.tp * self.cp) != 0 {
+            return err(
+                "sp",
+                format!("sequence {} does not split over tp×cp = {}", train.seq, self.tp * self.cp),
+                "sequence lengths divisible by tp×cp".into(),
+            );
+        }
+        match model.moe {
+            Some(moe) => {
+                if moe.experts % self.ep != 0 {
+                    return err(
+                        "ep",
+                        format!("{} experts do not split over ep = {}", moe.experts, self.ep),
+                        format!("divisors of {}", moe.experts),
+                    );
+                }
+                if (self.dp * self.cp) % self.ep != 0 {
+                    return err(
+                        "ep",
+                        format!("ep = {} must divide dp×cp = {}", self.ep, self.dp * self.cp),
+                        format!("divisors of {}", self.dp * self.cp),
+                    );
+                }
+            }
+            None if self.ep > 1 => {
+                return err("ep", format!("{} has no experts", model.name), "1".into());
+            }
+            None => {}
+        }
+        if train.gbs % (self.mbs * self.dp) != 0 {
+            return err(
+                "gbs",
+                format!(
+                    "global batch {} is not a multiple of mbs×dp = {}×{}",
+                    train.gbs, self.mbs, self.dp
+                ),
+                format!("multiples of {}", self.mbs * self.dp),
+            );
+        }
+        let m = self.microbatches(train);
+        if self.schedule == Schedule::Interleaved && m % self.pp != 0 {
+            return err(
+                "schedule",
+                format!(
+                    "interleaved needs the micro-batch count (gbs/(mbs·dp) = {m}) to be a multiple of pp = {}",
+                    self.pp
+                ),
+                "a batch with a multiple of pp micro-batches, or --schedule 1f1b".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for ParallelConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "dp{} tp{} pp{}",
+            self.dp, self.tp, self.pp
+        )?;
+        if self.vp > 1 {
+            write!(f, " vp{}", self.vp)?;
+        }
+        if self.cp > 1 {
+            write!(f, " cp{}", self.cp)?;
+        }
+        if self.ep > 1 {
+            write!(f, " ep{}", self.ep)?;
+        }
+        write!(f, " mbs{}", self.mbs)?;
+        if self.zero > 0 {
+            write!(f, " zero{}", self.zero)?;
+        }
+        if self.sp {
+            write!(f, " sp")?;
+        }
+        if self.recompute != Recompute::None {
+            write!(f, " recompute={}", self.recompute)?;
+        }
+        write!(f, " {}", self.schedule)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::presets::model_preset;
+
+    fn check_err(cfg: ParallelConfig, train: TrainSpec, gpus: u64, field: &str) {
+        let m = model_preset("gpt3-175b").unwrap();
+        let e = cfg.validate(&m, &train, gpus).unwrap_err();
+        assert_eq!(e.field, field, "{e}");
+        assert!(!e.allowed.is_empty(), "{e}");
+        assert!(!e.to_string().contains('\n'));
+    }
+
+    #[test]
+    fn malformed_configurations_name_their_field() {
+        let ok = ParallelConfig { dp: 8, tp: 8, pp: 8, mbs: 1, ..Default::default() };
+        let t = TrainSpec::new(512, 2048);
+        ok.validate(&model_preset("gpt3-175b").unwrap(), &t, 512).unwrap();
+        check_err(ParallelConfig { tp: 7, dp: 1, pp: 1, ..ok }, t.clone(), 7, "tp");
+        check_err(ParallelConfig { pp: 128, dp: 1, tp: 1, ..ok }, t.clone(), 128, "pp");
+        check_err(ok, t.clone(), 64, "dp");
+        check_err(ParallelConfig { mbs: 0, ..ok }, t.clone(), 512, "mbs");
+        check_err(ParallelConfig { zero: 4, ..ok }, t.clone(), 512, "zero");
+        check_err(ParallelConfig { vp: 2, ..ok }, t.clone(), 512, "vp");
+        check_err(ParallelConfig { mbs: 3, ..ok }, t.clone(), 512, "gbs");
+        check_err(ParallelConfig { ep: 2, ..ok }, t.clone(), 512, "ep");
+        check_err(ParallelConfig { vp: 2, schedule: Schedule::Interleaved, ..ok }, TrainSpec::new(8 * 12, 2048), 512, "schedule");
+        check_err(ParallelConfig { cp: 3, dp: 1, tp: 1, pp: 1, ..ok }, TrainSpec::new(8, 2048), 3, "cp");
+    }
+
+    #[test]
+    fn keywords_round_trip_and_reject_unknown() {
+        for s in Schedule::ALL {
+            assert_eq!(s.keyword().parse::<Schedule>().unwrap(), *s);
+        }
+        let e = "pipedream".parse::<Schedule>().unwrap_err();
+        assert!(e.contains("gpipe|1f1b|interleaved|zb-h1|scp"), "{e}");
+    }
+}
