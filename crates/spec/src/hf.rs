@@ -1,9 +1,663 @@
-//! Hugging Face `config.json` → `ModelSpec`.
+//! Hugging Face `config.json` → [`ModelSpec`], with one-line errors naming the bad key.
+//! Takes the file's text; does no I/O.
+
+use std::path::Path;
+
+use serde_json::{Map, Value};
 
 use crate::error::{Result, SpecError};
-use crate::model::ModelSpec;
+use crate::model::{Activation, Family, ModelSpec, MoeSpec, Norm, Positions};
+
+/// The `model_type`s this parser understands.
+pub const HF_MODEL_TYPES: [&str; 7] = [
+    "gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2", "bert",
+];
+
+/// Largest accepted dimension (hidden size, heads, vocabulary, …).
+const MAX_DIM: u64 = 1_000_000_000;
+/// Largest accepted number of transformer blocks (the layer list is materialised).
+const MAX_LAYERS: u64 = 100_000;
+/// Largest accepted total parameter count: keeps every count `ModelSpec` derives in `u64`.
+const MAX_PARAMS: u128 = 1_000_000_000_000_000;
+
+/// Every key some family reads: such keys are never offered as typo candidates.
+const READ_KEYS: &[&str] = &[
+    "_name_or_path",
+    "model_type",
+    "n_embd",
+    "n_layer",
+    "n_head",
+    "n_positions",
+    "n_ctx",
+    "n_inner",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "vocab_size",
+    "tie_word_embeddings",
+    "attention_bias",
+    "mlp_bias",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "add_cross_attention",
+];
 
 /// Parses a Hugging Face `config.json`; `source` (the file name) is used in errors.
-pub fn model_from_hf_config(_text: &str, source: &str) -> Result<ModelSpec> {
-    Err(SpecError::new(source, "model_type", "not implemented yet", ""))
+///
+/// Reads the keys transformers reads for each of [`HF_MODEL_TYPES`]. Size keys are required;
+/// the others, when absent or `null`, take transformers' defaults. Where `ModelSpec` cannot
+/// say exactly what transformers builds:
+/// - `llama`: `attention_bias` sets the q/k/v biases and `mlp_bias` the MLP and attention
+///   output biases (transformers ties the `o_proj` bias to `attention_bias`);
+/// - `gpt_neox`: `attention_bias` sets the q/k/v biases only (the attention output bias
+///   always counts); partial rotary (`rotary_pct`) and the parallel residual carry no
+///   parameters and are not represented.
+///
+/// Dimensions above 10^9, more than 10^5 layers, or more than 10^15 parameters in all are
+/// rejected, so that every count `ModelSpec` derives fits in `u64`.
+pub fn model_from_hf_config(text: &str, source: &str) -> Result<ModelSpec> {
+    let doc: Value = serde_json::from_str(text).map_err(|e| {
+        SpecError::new(
+            source,
+            "(json)",
+            format!("invalid JSON: {e}"),
+            "a JSON object, as in a Hugging Face config.json",
+        )
+    })?;
+    let Value::Object(map) = &doc else {
+        return Err(SpecError::new(
+            source,
+            "(json)",
+            format!(
+                "expected a JSON object at the top level, found {}",
+                show(&doc)
+            ),
+            "a JSON object, as in a Hugging Face config.json",
+        ));
+    };
+    let cfg = Config { source, map };
+    let model_type = match map.get("model_type") {
+        Some(Value::String(s)) => s.as_str(),
+        Some(v) => {
+            return Err(cfg.err(
+                "model_type",
+                format!("must be a string, got {}", show(v)),
+                HF_MODEL_TYPES.join(", "),
+            ))
+        }
+        None => {
+            return Err(cfg.err(
+                "model_type",
+                cfg.missing_problem("model_type"),
+                HF_MODEL_TYPES.join(", "),
+            ))
+        }
+    };
+    let spec = match model_type {
+        "gpt2" => cfg.gpt2()?,
+        "gpt_neox" => cfg.gpt_neox()?,
+        "llama" | "mistral" | "mixtral" | "qwen2" => cfg.llama(model_type)?,
+        "bert" => cfg.bert()?,
+        other => {
+            return Err(cfg.err(
+                "model_type",
+                format!("unsupported model_type `{}`", quote(other)),
+                HF_MODEL_TYPES.join(", "),
+            ))
+        }
+    };
+    let name = model_name(map, source, model_type);
+    Ok(ModelSpec { name, ..spec })
+}
+
+/// The parsed document and its source, with typed accessors that fail naming the key.
+struct Config<'a> {
+    source: &'a str,
+    map: &'a Map<String, Value>,
+}
+
+impl Config<'_> {
+    fn err(
+        &self,
+        field: &str,
+        problem: impl Into<String>,
+        allowed: impl Into<String>,
+    ) -> SpecError {
+        SpecError::new(self.source, field, problem, allowed)
+    }
+
+    /// The value of `key`; an explicit `null` counts as absent.
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.map.get(key).filter(|v| !v.is_null())
+    }
+
+    /// "missing", with the closest unknown key within edit distance 2 when there is one.
+    fn missing_problem(&self, key: &str) -> String {
+        let hint = self
+            .map
+            .keys()
+            .filter(|k| !READ_KEYS.contains(&k.as_str()))
+            .filter_map(|k| edit_distance_at_most(k, key, 2).map(|d| (d, k)))
+            .min_by_key(|&(d, _)| d);
+        match hint {
+            Some((_, k)) => format!("missing (found `{}` — a typo?)", quote(k)),
+            None => "missing".to_string(),
+        }
+    }
+
+    /// A required integer in `1..=max`.
+    fn int(&self, key: &str, max: u64) -> Result<u64> {
+        match self.get(key) {
+            Some(v) => self.check_int(key, v, max),
+            None => Err(self.err(key, self.missing_problem(key), int_allowed(max))),
+        }
+    }
+
+    /// An optional integer in `1..=max` (absent or `null` → `None`).
+    fn opt_int(&self, key: &str, max: u64) -> Result<Option<u64>> {
+        self.get(key)
+            .map(|v| self.check_int(key, v, max))
+            .transpose()
+    }
+
+    fn check_int(&self, key: &str, v: &Value, max: u64) -> Result<u64> {
+        let problem = match v {
+            Value::Number(n) => match (n.as_u64(), n.as_i64()) {
+                (Some(0), _) => "must be a positive integer, got 0".to_string(),
+                (Some(u), _) if u > max => format!("is too large: {u}"),
+                (Some(u), _) => return Ok(u),
+                (None, Some(i)) => format!("must be a positive integer, got {i}"),
+                (None, None) => format!("must be an integer, got {n}"),
+            },
+            other => format!("must be a positive integer, got {}", show(other)),
+        };
+        Err(self.err(key, problem, int_allowed(max)))
+    }
+
+    /// An optional boolean with its default.
+    fn flag(&self, key: &str, default: bool) -> Result<bool> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(v) => Err(self.err(
+                key,
+                format!("must be a boolean, got {}", show(v)),
+                "true, false",
+            )),
+        }
+    }
+
+    /// Cross-attention blocks (encoder–decoder use) have no place in `ModelSpec`.
+    fn no_cross_attention(&self) -> Result<()> {
+        if self.flag("add_cross_attention", false)? {
+            return Err(self.err(
+                "add_cross_attention",
+                "cross-attention layers are not supported",
+                "false",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `head_dim` for `heads` heads: `explicit`, or `hidden / heads`, which must divide.
+    /// `reads_head_dim`: whether the family accepts a `head_dim` key (for the hint).
+    fn head_dim(
+        &self,
+        (heads_key, heads): (&str, u64),
+        (hidden_key, hidden): (&str, u64),
+        explicit: Option<u64>,
+        reads_head_dim: bool,
+    ) -> Result<u64> {
+        if let Some(d) = explicit {
+            return Ok(d);
+        }
+        let d = hidden / heads;
+        if d * heads != hidden {
+            let or = if reads_head_dim {
+                ", or an explicit head_dim"
+            } else {
+                ""
+            };
+            return Err(self.err(
+                heads_key,
+                format!("{heads} heads do not divide {hidden_key} = {hidden}"),
+                format!("a divisor of {hidden_key} ({hidden}){or}"),
+            ));
+        }
+        Ok(d)
+    }
+
+    /// Rejects a model whose parameter count leaves the range `ModelSpec` can count in,
+    /// naming the largest of the dimensions read.
+    fn check_size(&self, spec: &ModelSpec, dims: &[(&str, u64)]) -> Result<()> {
+        let total = parameter_count_u128(spec);
+        if total <= MAX_PARAMS {
+            return Ok(());
+        }
+        let key = dims
+            .iter()
+            .rev() // the first of equal maxima
+            .max_by_key(|&&(_, v)| v)
+            .map_or("model_type", |&(k, _)| k);
+        Err(self.err(
+            key,
+            format!("gives a model of {:.2e} parameters, too many", total as f64),
+            "dimensions giving at most 10^15 parameters",
+        ))
+    }
+
+    fn gpt2(&self) -> Result<ModelSpec> {
+        self.no_cross_attention()?;
+        let hidden = self.int("n_embd", MAX_DIM)?;
+        let layers = self.int("n_layer", MAX_LAYERS)?;
+        let heads = self.int("n_head", MAX_DIM)?;
+        let positions = match self.get("n_positions") {
+            Some(_) => self.int("n_positions", MAX_DIM)?,
+            None => match self.get("n_ctx") {
+                Some(_) => self.int("n_ctx", MAX_DIM)?,
+                None => {
+                    return Err(self.err(
+                        "n_positions",
+                        self.missing_problem("n_positions"),
+                        format!("{} (or `n_ctx`)", int_allowed(MAX_DIM)),
+                    ))
+                }
+            },
+        };
+        let vocab = self.int("vocab_size", MAX_DIM)?;
+        let inner = self.opt_int("n_inner", MAX_DIM)?;
+        let ffn = inner.unwrap_or(4 * hidden);
+        let tied = self.flag("tie_word_embeddings", true)?;
+        let head_dim = self.head_dim(("n_head", heads), ("n_embd", hidden), None, false)?;
+        let spec = ModelSpec {
+            name: String::new(),
+            family: Family::Gpt,
+            hidden,
+            layers,
+            heads,
+            kv_heads: heads,
+            head_dim,
+            ffn_hidden: ffn,
+            vocab,
+            max_positions: positions,
+            type_vocab: 0,
+            norm: Norm::LayerNorm,
+            activation: Activation::Gelu,
+            positions: Positions::Learned,
+            qkv_bias: true,
+            linear_bias: true,
+            tied_embeddings: tied,
+            causal: true,
+            moe: None,
+        };
+        self.check_size(
+            &spec,
+            &[
+                ("n_embd", hidden),
+                ("n_layer", layers),
+                ("vocab_size", vocab),
+                ("n_inner", inner.unwrap_or(0)),
+                ("n_positions", positions),
+            ],
+        )?;
+        Ok(spec)
+    }
+
+    fn gpt_neox(&self) -> Result<ModelSpec> {
+        let hidden = self.int("hidden_size", MAX_DIM)?;
+        let layers = self.int("num_hidden_layers", MAX_LAYERS)?;
+        let heads = self.int("num_attention_heads", MAX_DIM)?;
+        let ffn = self.int("intermediate_size", MAX_DIM)?;
+        // Read for validation; rotary positions have no table.
+        self.int("max_position_embeddings", MAX_DIM)?;
+        let vocab = self.int("vocab_size", MAX_DIM)?;
+        let tied = self.flag("tie_word_embeddings", false)?;
+        let attention_bias = self.flag("attention_bias", true)?;
+        let head_dim = self.head_dim(
+            ("num_attention_heads", heads),
+            ("hidden_size", hidden),
+            None,
+            false,
+        )?;
+        let spec = ModelSpec {
+            name: String::new(),
+            family: Family::Gpt,
+            hidden,
+            layers,
+            heads,
+            kv_heads: heads,
+            head_dim,
+            ffn_hidden: ffn,
+            vocab,
+            max_positions: 0,
+            type_vocab: 0,
+            norm: Norm::LayerNorm,
+            activation: Activation::Gelu,
+            positions: Positions::Rotary,
+            qkv_bias: attention_bias,
+            linear_bias: true,
+            tied_embeddings: tied,
+            causal: true,
+            moe: None,
+        };
+        self.check_size(
+            &spec,
+            &[
+                ("hidden_size", hidden),
+                ("num_hidden_layers", layers),
+                ("intermediate_size", ffn),
+                ("vocab_size", vocab),
+            ],
+        )?;
+        Ok(spec)
+    }
+
+    /// `llama`, `mistral`, `qwen2` (dense) and `mixtral` (MoE).
+    fn llama(&self, model_type: &str) -> Result<ModelSpec> {
+        let hidden = self.int("hidden_size", MAX_DIM)?;
+        let layers = self.int("num_hidden_layers", MAX_LAYERS)?;
+        let heads = self.int("num_attention_heads", MAX_DIM)?;
+        let kv_heads = self
+            .opt_int("num_key_value_heads", MAX_DIM)?
+            .unwrap_or(heads);
+        let ffn = self.int("intermediate_size", MAX_DIM)?;
+        let vocab = self.int("vocab_size", MAX_DIM)?;
+        let explicit_head_dim = self.opt_int("head_dim", MAX_DIM)?;
+        let tied = self.flag("tie_word_embeddings", false)?;
+        let (qkv_bias, linear_bias) = match model_type {
+            "llama" => (
+                self.flag("attention_bias", false)?,
+                self.flag("mlp_bias", false)?,
+            ),
+            "qwen2" => (true, false),
+            _ => (false, false),
+        };
+        let moe = if model_type == "mixtral" {
+            let experts = self.int("num_local_experts", MAX_DIM)?;
+            let top_k = self.int("num_experts_per_tok", MAX_DIM)?;
+            if top_k > experts {
+                return Err(self.err(
+                    "num_experts_per_tok",
+                    format!("{top_k} exceeds num_local_experts = {experts}"),
+                    format!("an integer from 1 to num_local_experts ({experts})"),
+                ));
+            }
+            Some(MoeSpec { experts, top_k })
+        } else {
+            None
+        };
+        let head_dim = self.head_dim(
+            ("num_attention_heads", heads),
+            ("hidden_size", hidden),
+            explicit_head_dim,
+            true,
+        )?;
+        if heads % kv_heads > 0 {
+            return Err(self.err(
+                "num_key_value_heads",
+                format!("{kv_heads} does not divide num_attention_heads = {heads}"),
+                format!("a divisor of num_attention_heads ({heads})"),
+            ));
+        }
+        let spec = ModelSpec {
+            name: String::new(),
+            family: if moe.is_some() {
+                Family::Moe
+            } else {
+                Family::Llama
+            },
+            hidden,
+            layers,
+            heads,
+            kv_heads,
+            head_dim,
+            ffn_hidden: ffn,
+            vocab,
+            max_positions: 0,
+            type_vocab: 0,
+            norm: Norm::RmsNorm,
+            activation: Activation::SwiGlu,
+            positions: Positions::Rotary,
+            qkv_bias,
+            linear_bias,
+            tied_embeddings: tied,
+            causal: true,
+            moe,
+        };
+        self.check_size(
+            &spec,
+            &[
+                ("hidden_size", hidden),
+                ("num_hidden_layers", layers),
+                ("num_attention_heads", heads),
+                ("head_dim", head_dim),
+                ("intermediate_size", ffn),
+                ("vocab_size", vocab),
+                ("num_local_experts", moe.map_or(0, |m| m.experts)),
+            ],
+        )?;
+        Ok(spec)
+    }
+
+    fn bert(&self) -> Result<ModelSpec> {
+        self.no_cross_attention()?;
+        let hidden = self.int("hidden_size", MAX_DIM)?;
+        let layers = self.int("num_hidden_layers", MAX_LAYERS)?;
+        let heads = self.int("num_attention_heads", MAX_DIM)?;
+        let ffn = self.int("intermediate_size", MAX_DIM)?;
+        let positions = self.int("max_position_embeddings", MAX_DIM)?;
+        let type_vocab = self.int("type_vocab_size", MAX_DIM)?;
+        let vocab = self.int("vocab_size", MAX_DIM)?;
+        let head_dim = self.head_dim(
+            ("num_attention_heads", heads),
+            ("hidden_size", hidden),
+            None,
+            false,
+        )?;
+        let spec = ModelSpec {
+            name: String::new(),
+            family: Family::Bert,
+            hidden,
+            layers,
+            heads,
+            kv_heads: heads,
+            head_dim,
+            ffn_hidden: ffn,
+            vocab,
+            max_positions: positions,
+            type_vocab,
+            norm: Norm::LayerNorm,
+            activation: Activation::Gelu,
+            positions: Positions::Learned,
+            qkv_bias: true,
+            linear_bias: true,
+            tied_embeddings: true,
+            causal: false,
+            moe: None,
+        };
+        self.check_size(
+            &spec,
+            &[
+                ("hidden_size", hidden),
+                ("num_hidden_layers", layers),
+                ("intermediate_size", ffn),
+                ("max_position_embeddings", positions),
+                ("type_vocab_size", type_vocab),
+                ("vocab_size", vocab),
+            ],
+        )?;
+        Ok(spec)
+    }
+}
+
+fn int_allowed(max: u64) -> String {
+    format!("a positive integer ≤ {max}")
+}
+
+/// The model's name: `_name_or_path`, else the directory holding a `config.json` or the
+/// file's stem, else the model type.
+fn model_name(map: &Map<String, Value>, source: &str, model_type: &str) -> String {
+    if let Some(Value::String(s)) = map.get("_name_or_path") {
+        if !s.trim().is_empty() {
+            return s.trim().to_string();
+        }
+    }
+    let path = Path::new(source);
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+    let name = if stem == "config" {
+        path.parent()
+            .and_then(|p| p.file_name())
+            .and_then(|s| s.to_str())
+            .unwrap_or("")
+    } else {
+        stem
+    };
+    if name.is_empty() {
+        model_type.to_string()
+    } else {
+        name.to_string()
+    }
+}
+
+/// A JSON value for an error message: short, on one line.
+fn show(v: &Value) -> String {
+    match v {
+        Value::Null => "null".to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => format!("the string \"{}\"", quote(s)),
+        Value::Array(_) => "an array".to_string(),
+        Value::Object(_) => "an object".to_string(),
+    }
+}
+
+/// `s` with control characters escaped, cut to 40 characters.
+fn quote(s: &str) -> String {
+    const MAX: usize = 40;
+    let mut out: String = s.chars().take(MAX).flat_map(char::escape_debug).collect();
+    if s.chars().nth(MAX).is_some() {
+        out.push('…');
+    }
+    out
+}
+
+/// Levenshtein distance between `a` and `b` if it is at most `max` (in characters).
+fn edit_distance_at_most(a: &str, b: &str, max: usize) -> Option<usize> {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    if a.len().abs_diff(b.len()) > max {
+        return None;
+    }
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for (i, ca) in a.iter().enumerate() {
+        cur[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    let d = prev[b.len()];
+    (d <= max).then_some(d)
+}
+
+/// `ModelSpec::parameter_count` in `u128`, which cannot overflow for dimensions ≤ 10^9
+/// and layers ≤ 10^5 (the largest product is below 10^33).
+fn parameter_count_u128(s: &ModelSpec) -> u128 {
+    let w = |x: u64| u128::from(x);
+    let (h, f, v) = (w(s.hidden), w(s.ffn_hidden), w(s.vocab));
+    let q = w(s.heads) * w(s.head_dim);
+    let kv = w(s.kv_heads) * w(s.head_dim);
+    let norm = match s.norm {
+        Norm::LayerNorm => 2 * h,
+        Norm::RmsNorm => h,
+    };
+    let mats = match s.activation {
+        Activation::Gelu => 2,
+        Activation::SwiGlu => 3,
+    };
+    let attn = h * (q + 2 * kv)
+        + if s.qkv_bias { q + 2 * kv } else { 0 }
+        + q * h
+        + if s.linear_bias { h } else { 0 };
+    let one_mlp = mats * h * f + if s.linear_bias { (mats - 1) * f + h } else { 0 };
+    let mlp = match s.moe {
+        None => one_mlp,
+        Some(m) => w(m.experts) * (one_mlp + h),
+    };
+    let block = attn + mlp + 2 * norm;
+    let pos = match s.positions {
+        Positions::Learned => w(s.max_positions),
+        Positions::Rotary => 0,
+    };
+    let bert = s.family == Family::Bert;
+    let embedding = (v + pos + w(s.type_vocab)) * h + if bert { norm } else { 0 };
+    let head = if bert {
+        h * h + h
+    } else {
+        norm + if s.tied_embeddings { 0 } else { v * h }
+    };
+    embedding + w(s.layers) * block + head
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn edit_distance() {
+        assert_eq!(
+            edit_distance_at_most("num_hidden_layer", "num_hidden_layers", 2),
+            Some(1)
+        );
+        assert_eq!(edit_distance_at_most("n_heads", "n_head", 2), Some(1));
+        assert_eq!(edit_distance_at_most("hiden_szie", "hidden_size", 2), None);
+        assert_eq!(
+            edit_distance_at_most("hidden_szie", "hidden_size", 2),
+            Some(2)
+        );
+        assert_eq!(edit_distance_at_most("", "abc", 2), None);
+        assert_eq!(edit_distance_at_most("abc", "abc", 2), Some(0));
+    }
+
+    #[test]
+    fn u128_count_agrees_with_model_spec() {
+        for name in crate::presets::model_preset_names() {
+            let m = crate::presets::model_preset(name).unwrap();
+            assert_eq!(
+                parameter_count_u128(&m),
+                u128::from(m.parameter_count()),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn name_falls_back_to_directory_stem_or_model_type() {
+        let empty = Map::new();
+        assert_eq!(
+            model_name(&empty, "models/llama-7b/config.json", "llama"),
+            "llama-7b"
+        );
+        assert_eq!(model_name(&empty, "gpt2-xl.json", "gpt2"), "gpt2-xl");
+        assert_eq!(model_name(&empty, "config.json", "bert"), "bert");
+        assert_eq!(model_name(&empty, "", "bert"), "bert");
+        let mut named = Map::new();
+        named.insert("_name_or_path".into(), Value::from("org/model"));
+        assert_eq!(model_name(&named, "config.json", "llama"), "org/model");
+        named.insert("_name_or_path".into(), Value::from("  "));
+        assert_eq!(model_name(&named, "x/config.json", "llama"), "x");
+    }
+
+    #[test]
+    fn quote_escapes_and_truncates() {
+        assert_eq!(quote("a\nb"), "a\\nb");
+        assert_eq!(quote(&"x".repeat(50)), format!("{}…", "x".repeat(40)));
+    }
 }

@@ -1,0 +1,372 @@
+//! `model_from_hf_config` on released `config.json` files (parameter counts against the
+//! published totals) and on broken ones (one-line errors naming the key).
+
+use plait_spec::{model_from_hf_config, Family, ModelSpec, Positions, SpecError};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+const GPT2: &str = include_str!("fixtures/hf/gpt2.json");
+const LLAMA2_7B: &str = include_str!("fixtures/hf/llama-2-7b-hf.json");
+const MISTRAL_7B: &str = include_str!("fixtures/hf/mistral-7b-v0.1.json");
+const MIXTRAL_8X7B: &str = include_str!("fixtures/hf/mixtral-8x7b-v0.1.json");
+const QWEN2_7B: &str = include_str!("fixtures/hf/qwen2-7b.json");
+const BERT_LARGE: &str = include_str!("fixtures/hf/bert-large-uncased.json");
+const PYTHIA_160M: &str = include_str!("fixtures/hf/pythia-160m.json");
+
+const FIXTURES: [&str; 7] = [
+    GPT2,
+    LLAMA2_7B,
+    MISTRAL_7B,
+    MIXTRAL_8X7B,
+    QWEN2_7B,
+    BERT_LARGE,
+    PYTHIA_160M,
+];
+
+fn parse(text: &str, source: &str) -> ModelSpec {
+    model_from_hf_config(text, source).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The error for `text`, checked to be one line naming `field` and the source.
+fn error(text: &str, field: &str) -> SpecError {
+    let err = model_from_hf_config(text, "cfg.json").expect_err("should be rejected");
+    let line = err.to_string();
+    assert!(!line.contains('\n'), "{line:?}");
+    assert_eq!(err.field, field, "{line}");
+    assert_eq!(err.source, "cfg.json");
+    assert!(line.contains(&format!("`{field}`")), "{line}");
+    err
+}
+
+/// `fixture` with `key` set to `value` (`Value::Null` here means: removed).
+fn with(fixture: &str, key: &str, value: Value) -> String {
+    let mut doc: Value = serde_json::from_str(fixture).unwrap();
+    let map = doc.as_object_mut().unwrap();
+    if value.is_null() {
+        map.remove(key);
+    } else {
+        map.insert(key.to_string(), value);
+    }
+    doc.to_string()
+}
+
+/// `fixture` with the key `from` renamed to `to`.
+fn renamed(fixture: &str, from: &str, to: &str) -> String {
+    let mut doc: Value = serde_json::from_str(fixture).unwrap();
+    let map = doc.as_object_mut().unwrap();
+    let v = map.remove(from).unwrap();
+    map.insert(to.to_string(), v);
+    doc.to_string()
+}
+
+#[test]
+fn gpt2_124m() {
+    let m = parse(GPT2, "tests/fixtures/hf/gpt2.json");
+    assert_eq!(m.name, "gpt2");
+    assert_eq!(m.family, Family::Gpt);
+    assert_eq!((m.hidden, m.layers, m.heads, m.head_dim), (768, 12, 12, 64));
+    assert_eq!((m.ffn_hidden, m.max_positions), (3072, 1024));
+    assert!(m.tied_embeddings && m.causal);
+    assert_eq!(m.parameter_count(), 124_439_808);
+}
+
+#[test]
+fn gpt2_n_inner_and_n_ctx() {
+    let text = with(GPT2, "n_inner", json!(1000));
+    assert_eq!(parse(&text, "x.json").ffn_hidden, 1000);
+    let text = with(GPT2, "n_inner", json!(null));
+    assert_eq!(parse(&text, "x.json").ffn_hidden, 3072);
+    let text = with(&with(GPT2, "n_positions", json!(null)), "n_ctx", json!(512));
+    assert_eq!(parse(&text, "x.json").max_positions, 512);
+}
+
+#[test]
+fn llama2_7b() {
+    let m = parse(LLAMA2_7B, "config.json");
+    assert_eq!(m.name, "meta-llama/Llama-2-7b-hf");
+    assert_eq!(m.family, Family::Llama);
+    assert_eq!(m.kv_heads, 32);
+    assert_eq!(m.parameter_count(), 6_738_415_616);
+    assert_eq!(
+        m,
+        ModelSpec {
+            name: m.name.clone(),
+            ..plait_spec::model_preset("llama2-7b").unwrap()
+        }
+    );
+}
+
+#[test]
+fn mistral_7b() {
+    let m = parse(MISTRAL_7B, "mistralai/Mistral-7B-v0.1/config.json");
+    assert_eq!(m.name, "Mistral-7B-v0.1");
+    assert_eq!(m.family, Family::Llama);
+    assert_eq!((m.heads, m.kv_heads, m.head_dim), (32, 8, 128));
+    assert_eq!(m.parameter_count(), 7_241_732_096);
+}
+
+#[test]
+fn mixtral_8x7b() {
+    let m = parse(MIXTRAL_8X7B, "mixtral.json");
+    assert_eq!(m.family, Family::Moe);
+    let moe = m.moe.unwrap();
+    assert_eq!((moe.experts, moe.top_k), (8, 2));
+    assert_eq!(m.parameter_count(), 46_702_792_704);
+}
+
+#[test]
+fn qwen2_7b() {
+    let m = parse(QWEN2_7B, "qwen2.json");
+    assert_eq!(m.family, Family::Llama);
+    assert!(m.qkv_bias && !m.linear_bias && !m.tied_embeddings);
+    assert_eq!((m.heads, m.kv_heads, m.head_dim), (28, 4, 128));
+    assert_eq!(m.parameter_count(), 7_615_616_512);
+}
+
+#[test]
+fn bert_large_uncased() {
+    let m = parse(BERT_LARGE, "bert.json");
+    assert_eq!(m.family, Family::Bert);
+    assert!(!m.causal);
+    assert_eq!((m.type_vocab, m.max_positions), (2, 512));
+    assert_eq!(m.parameter_count(), 335_141_888);
+}
+
+#[test]
+fn pythia_160m() {
+    let m = parse(PYTHIA_160M, "pythia.json");
+    assert_eq!(m.family, Family::Gpt);
+    assert_eq!(m.positions, Positions::Rotary);
+    assert_eq!(m.max_positions, 0);
+    assert!(!m.tied_embeddings && m.qkv_bias && m.linear_bias);
+    assert_eq!(m.parameter_count(), 162_322_944);
+}
+
+#[test]
+fn explicit_head_dim_and_defaults() {
+    // Mistral-NeMo style: q width (32 × 128) differs from hidden 5120.
+    let text = with(
+        &with(MISTRAL_7B, "hidden_size", json!(5120)),
+        "head_dim",
+        json!(128),
+    );
+    let m = parse(&text, "nemo.json");
+    assert_eq!((m.hidden, m.head_dim, m.q_width()), (5120, 128, 4096));
+    // Without num_key_value_heads there is no grouped-query attention.
+    let m = parse(
+        &with(MISTRAL_7B, "num_key_value_heads", json!(null)),
+        "x.json",
+    );
+    assert_eq!(m.kv_heads, 32);
+    let m = parse(
+        &with(LLAMA2_7B, "tie_word_embeddings", json!(null)),
+        "x.json",
+    );
+    assert!(!m.tied_embeddings);
+    let m = parse(&with(LLAMA2_7B, "attention_bias", json!(true)), "x.json");
+    assert!(m.qkv_bias && !m.linear_bias);
+}
+
+#[test]
+fn missing_key_is_named() {
+    let err = error(
+        &with(LLAMA2_7B, "intermediate_size", json!(null)),
+        "intermediate_size",
+    );
+    assert_eq!(err.problem, "missing");
+    assert_eq!(err.allowed, "a positive integer ≤ 1000000000");
+    error(&with(GPT2, "n_embd", json!(null)), "n_embd");
+    error(
+        &with(BERT_LARGE, "type_vocab_size", json!(null)),
+        "type_vocab_size",
+    );
+    error(
+        &with(MIXTRAL_8X7B, "num_local_experts", json!(null)),
+        "num_local_experts",
+    );
+    let both = with(
+        &with(GPT2, "n_positions", json!(null)),
+        "n_ctx",
+        json!(null),
+    );
+    error(&both, "n_positions");
+}
+
+#[test]
+fn misspelled_key_is_reported_missing_with_a_hint() {
+    let text = renamed(LLAMA2_7B, "num_hidden_layers", "num_hidden_layer");
+    let err = error(&text, "num_hidden_layers");
+    assert_eq!(err.problem, "missing (found `num_hidden_layer` — a typo?)");
+    let err = error(&renamed(GPT2, "n_head", "n_heads"), "n_head");
+    assert!(err.problem.contains("`n_heads`"), "{err}");
+    // Too far from any required key: no hint.
+    let err = error(
+        &renamed(BERT_LARGE, "vocab_size", "vocabulary"),
+        "vocab_size",
+    );
+    assert_eq!(err.problem, "missing");
+}
+
+#[test]
+fn wrong_types_name_the_key() {
+    for (value, needle) in [
+        (json!("4096"), "string"),
+        (json!(4096.5), "integer"),
+        (json!(4096.0), "integer"),
+        (json!(-4096), "-4096"),
+        (json!(0), "0"),
+        (json!(true), "true"),
+        (json!([4096]), "array"),
+        (json!({"v": 1}), "object"),
+        (json!(1e30), "integer"),
+        (json!(4_000_000_000u64), "too large"),
+    ] {
+        let err = error(
+            &with(LLAMA2_7B, "hidden_size", value.clone()),
+            "hidden_size",
+        );
+        assert!(err.problem.contains(needle), "{value}: {err}");
+    }
+    error(&with(GPT2, "n_layer", json!(-1)), "n_layer");
+    error(&with(GPT2, "n_inner", json!("big")), "n_inner");
+    error(
+        &with(QWEN2_7B, "tie_word_embeddings", json!("no")),
+        "tie_word_embeddings",
+    );
+    error(
+        &with(PYTHIA_160M, "attention_bias", json!(1)),
+        "attention_bias",
+    );
+    error(
+        &with(MIXTRAL_8X7B, "num_experts_per_tok", json!(9)),
+        "num_experts_per_tok",
+    );
+    error(
+        &with(LLAMA2_7B, "num_hidden_layers", json!(1_000_000)),
+        "num_hidden_layers",
+    );
+    error(&with(LLAMA2_7B, "model_type", json!(7)), "model_type");
+}
+
+#[test]
+fn string_values_stay_on_one_line() {
+    let err = error(&with(GPT2, "n_embd", json!("7\n68")), "n_embd");
+    assert!(err.problem.contains("7\\n68"), "{err}");
+    let err = error(&renamed(GPT2, "n_layer", "n_layer\n"), "n_layer");
+    assert!(err.problem.contains("n_layer\\n"), "{err}");
+    error(&with(GPT2, "model_type", json!("gpt2\nx")), "model_type");
+}
+
+#[test]
+fn heads_must_divide() {
+    let err = error(
+        &with(LLAMA2_7B, "num_attention_heads", json!(30)),
+        "num_attention_heads",
+    );
+    assert!(err.problem.contains("4096"), "{err}");
+    error(&with(GPT2, "n_head", json!(7)), "n_head");
+    error(
+        &with(BERT_LARGE, "num_attention_heads", json!(1000)),
+        "num_attention_heads",
+    );
+    let err = error(
+        &with(MISTRAL_7B, "num_key_value_heads", json!(6)),
+        "num_key_value_heads",
+    );
+    assert!(err.allowed.contains("32"), "{err}");
+    error(
+        &with(MISTRAL_7B, "num_key_value_heads", json!(64)),
+        "num_key_value_heads",
+    );
+}
+
+#[test]
+fn unsupported_model_type_lists_the_supported_ones() {
+    let err = error(&with(GPT2, "model_type", json!("t5")), "model_type");
+    assert!(err.problem.contains("t5"), "{err}");
+    for t in [
+        "gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2", "bert",
+    ] {
+        assert!(err.allowed.contains(t), "{err}");
+    }
+    let err = error(&with(GPT2, "model_type", json!(null)), "model_type");
+    assert!(err.problem.starts_with("missing"), "{err}");
+}
+
+#[test]
+fn invalid_json_reports_line_and_column() {
+    let err = error(
+        "{\n  \"model_type\": \"gpt2\",\n  \"n_embd\": 768,,\n}",
+        "(json)",
+    );
+    assert!(err.problem.contains("line 3"), "{err}");
+    let err = error("", "(json)");
+    assert!(err.problem.contains("EOF"), "{err}");
+    error("   ", "(json)");
+    error("[1, 2]", "(json)");
+    error("null", "(json)");
+    error("{\"model_type\": \"gpt2\"} trailing", "(json)");
+    error(&"[".repeat(10_000), "(json)");
+}
+
+#[test]
+fn oversized_models_are_rejected_not_overflowed() {
+    let huge = |t: &str, keys: &[&str]| {
+        let mut text = t.to_string();
+        for k in keys {
+            text = with(&text, k, json!(1_000_000_000));
+        }
+        text
+    };
+    let text = huge(
+        LLAMA2_7B,
+        &["hidden_size", "intermediate_size", "vocab_size"],
+    );
+    error(&text, "hidden_size");
+    let text = huge(MIXTRAL_8X7B, &["num_local_experts", "num_experts_per_tok"]);
+    error(&text, "num_local_experts");
+    let text = huge(GPT2, &["n_embd", "n_head"]);
+    error(&text, "n_embd");
+}
+
+fn any_json() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        (0u64..100_000).prop_map(Value::from),
+        any::<f64>().prop_map(|f| json!(f)),
+        ".{0,12}".prop_map(Value::from),
+        Just(json!([])),
+        Just(json!({})),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_text_never_panics(text in "\\PC{0,64}") {
+        let _ = model_from_hf_config(&text, "fuzz.json");
+    }
+
+    #[test]
+    fn corrupted_configs_never_panic(
+        fixture in 0..FIXTURES.len(),
+        edits in prop::collection::vec((0usize..40, any_json()), 1..4),
+    ) {
+        let mut doc: Value = serde_json::from_str(FIXTURES[fixture]).unwrap();
+        let keys: Vec<String> = doc.as_object().unwrap().keys().cloned().collect();
+        for (i, v) in edits {
+            let key = keys[i % keys.len()].clone();
+            doc.as_object_mut().unwrap().insert(key, v);
+        }
+        match model_from_hf_config(&doc.to_string(), "fuzz.json") {
+            Ok(m) => {
+                let total = m.parameter_count();
+                prop_assert!(m.active_parameter_count() <= total);
+                prop_assert_eq!(m.layer_list().len() as u64, m.layers + 2);
+            }
+            Err(e) => prop_assert!(!e.to_string().contains('\n')),
+        }
+    }
+}
