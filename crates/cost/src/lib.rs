@@ -1,1 +1,26 @@
-pub fn x(){}
+//! plait's cost model: how long one training iteration takes and how much memory each GPU
+//! needs, for a model, a cluster, a batch and one parallel configuration.
+//!
+//! Pure and deterministic: no I/O, no global state, no randomness. Profiles arrive as text
+//! and are parsed here; reading files is the caller's job.
+//!
+//! * [`device`] — one GPU: GEMM, memory-bound and attention kernel times.
+//! * [`comm`] — group placement and alpha–beta collective times.
+//! * [`layer`] — one layer, one micro-batch: time by kernel, memory by saved tensor.
+//! * [`pipeline`] — closed-form pipeline bubble and in-flight micro-batches per schedule.
+//! * [`estimate`] — the whole iteration: breakdown, throughput, worst-stage memory.
+//! * [`profile`] — calibration profiles (measured GEMMs, bandwidth, layers).
+
+pub mod comm;
+pub mod device;
+pub mod estimate;
+pub mod layer;
+pub mod pipeline;
+pub mod profile;
+
+pub use device::DeviceModel;
+pub use estimate::{
+    device_for, estimate, first_stage_layers, model_flops, Breakdown, Estimate, LayerReport,
+    MemoryBreakdown, StageEstimate,
+};
+pub use profile::{Profile, ProfileError};

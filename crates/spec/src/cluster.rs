@@ -22,6 +22,10 @@ pub struct GpuSpec {
     /// Largest measured fraction of the peak that a well-shaped GEMM reaches (the
     /// "maximum achievable matmul FLOP/s", MAMF, over the peak).
     pub matmul_efficiency: f64,
+    /// Tensor-core clock held under sustained full load (power cap) over the boost clock
+    /// that peaks and short GEMM benchmarks run at. Training steps run seconds of
+    /// back-to-back GEMMs, so they see the sustained clock.
+    pub sustained_clock_ratio: f64,
     /// Usable device memory.
     pub memory_bytes: f64,
     /// Peak HBM bandwidth.
@@ -123,6 +127,9 @@ pub fn a100_80g() -> GpuSpec {
         peak_fp16_flops_per_s: 312.0 * TERA,
         peak_fp8_flops_per_s: None,
         matmul_efficiency: 0.859,
+        // NVIDIA rates A100 HPL runs at 1,305 MHz, the clock sustainable at the power limit,
+        // against the 1,410 MHz boost of the 312 TFLOP/s peak (G. Lockwood, "Peak FLOPS").
+        sustained_clock_ratio: 1305.0 / 1410.0,
         memory_bytes: 80.0 * GIB,
         memory_bandwidth_bytes_per_s: 2039.0 * GB,
         sms: 108,
@@ -138,11 +145,17 @@ pub fn h100() -> GpuSpec {
         peak_fp16_flops_per_s: 989.4 * TERA,
         peak_fp8_flops_per_s: Some(1978.9 * TERA),
         matmul_efficiency: 0.801,
+        sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
         memory_bytes: 80.0 * GIB,
         memory_bandwidth_bytes_per_s: 3350.0 * GB,
         sms: 132,
     }
 }
+
+/// Sustained over burst tensor throughput on Hopper, measured on the H200 of
+/// shared/data/h200_pytorch_calibration.jsonl: the median rate of the GEMMs that run ≥ 2 ms
+/// (670–791 TFLOP/s, median 680) over the 1.4 ms 8192³ GEMM (781 TFLOP/s).
+const HOPPER_SUSTAINED_CLOCK_RATIO: f64 = 680.0 / 780.7;
 
 /// H200 SXM 141 GB: H100 compute with HBM3e (NVIDIA H200 datasheet: 141 GB, 4.8 TB/s).
 /// MAMF measured for this project: bf16 8192³ GEMM 780.7 TFLOP/s = 78.9 %
@@ -167,6 +180,8 @@ pub fn b200() -> GpuSpec {
         peak_fp16_flops_per_s: 2250.0 * TERA,
         peak_fp8_flops_per_s: Some(4500.0 * TERA),
         matmul_efficiency: 0.801,
+        // No public measurement: assumes Hopper's.
+        sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
         memory_bytes: 180.0 * GB,
         memory_bandwidth_bytes_per_s: 8000.0 * GB,
         sms: 148,
@@ -183,13 +198,21 @@ pub fn v100_32g() -> GpuSpec {
         peak_fp16_flops_per_s: 125.0 * TERA,
         peak_fp8_flops_per_s: None,
         matmul_efficiency: 0.801,
+        // No public measurement: assumes Hopper's.
+        sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
         memory_bytes: 32.0 * GIB,
         memory_bandwidth_bytes_per_s: 900.0 * GB,
         sms: 80,
     }
 }
 
-fn dgx(name: &str, gpu: GpuSpec, nvlink_bidir_gb_per_s: f64, nics: u64, nic_gbit: f64) -> ClusterSpec {
+fn dgx(
+    name: &str,
+    gpu: GpuSpec,
+    nvlink_bidir_gb_per_s: f64,
+    nics: u64,
+    nic_gbit: f64,
+) -> ClusterSpec {
     ClusterSpec {
         name: name.into(),
         gpu,
@@ -202,7 +225,13 @@ fn dgx(name: &str, gpu: GpuSpec, nvlink_bidir_gb_per_s: f64, nics: u64, nic_gbit
 }
 
 /// Names of the built-in cluster presets.
-pub const CLUSTER_PRESETS: [&str; 5] = ["dgx-a100-80g", "dgx-h100", "dgx-h200", "dgx-b200", "dgx-v100"];
+pub const CLUSTER_PRESETS: [&str; 5] = [
+    "dgx-a100-80g",
+    "dgx-h100",
+    "dgx-h200",
+    "dgx-b200",
+    "dgx-v100",
+];
 
 /// A built-in cluster by name (case-insensitive; `h200`, `a100` … accepted as aliases).
 pub fn cluster_preset(name: &str) -> Result<ClusterSpec> {
@@ -210,7 +239,9 @@ pub fn cluster_preset(name: &str) -> Result<ClusterSpec> {
     let spec = match key.as_str() {
         // Selene / DGX A100: NVLink3 600 GB/s bidirectional via NVSwitch; 8 × 200 Gb/s HDR
         // InfiniBand compute NICs (DGX A100 user guide; SC'21 paper §5).
-        "dgx-a100-80g" | "dgx-a100" | "a100" | "selene" => dgx("dgx-a100-80g", a100_80g(), 600.0, 8, 200.0),
+        "dgx-a100-80g" | "dgx-a100" | "a100" | "selene" => {
+            dgx("dgx-a100-80g", a100_80g(), 600.0, 8, 200.0)
+        }
         // DGX H100: NVLink4 900 GB/s bidirectional; 8 × 400 Gb/s ConnectX-7 (DGX H100 datasheet).
         "dgx-h100" | "h100" => dgx("dgx-h100", h100(), 900.0, 8, 400.0),
         // DGX H200: same NVLink4 and 8 × 400 Gb/s network as DGX H100 (DGX H200 datasheet).
@@ -225,7 +256,10 @@ pub fn cluster_preset(name: &str) -> Result<ClusterSpec> {
                 "--cluster",
                 "cluster",
                 format!("unknown cluster preset `{name}`"),
-                format!("{}, or a path to a cluster TOML file", CLUSTER_PRESETS.join(", ")),
+                format!(
+                    "{}, or a path to a cluster TOML file",
+                    CLUSTER_PRESETS.join(", ")
+                ),
             ))
         }
     };
@@ -270,6 +304,7 @@ struct GpuToml {
     peak_fp16_tflops: Option<f64>,
     peak_fp8_tflops: Option<f64>,
     matmul_efficiency: Option<f64>,
+    sustained_clock_ratio: Option<f64>,
     memory_gib: Option<f64>,
     memory_gb: Option<f64>,
     memory_bandwidth_gb_per_s: Option<f64>,
@@ -279,13 +314,18 @@ struct GpuToml {
 const CLUSTER_TOML_KEYS: &str = "name, base, gpus_per_node, nvlink_bidirectional_gb_per_s, \
 nvlink_latency_us, nics_per_node, nic_gbit_per_s, inter_node_latency_us, memory_reserve_gib, \
 [gpu] name, peak_bf16_tflops, peak_fp16_tflops, peak_fp8_tflops, matmul_efficiency, \
-memory_gib, memory_gb, memory_bandwidth_gb_per_s, sms";
+sustained_clock_ratio, memory_gib, memory_gb, memory_bandwidth_gb_per_s, sms";
 
 fn positive_f(source: &str, field: &str, v: f64) -> Result<f64> {
     if v.is_finite() && v > 0.0 {
         Ok(v)
     } else {
-        Err(SpecError::new(source, field, format!("must be a positive number, got {v}"), "numbers > 0"))
+        Err(SpecError::new(
+            source,
+            field,
+            format!("must be a positive number, got {v}"),
+            "numbers > 0",
+        ))
     }
 }
 
@@ -293,15 +333,15 @@ fn positive_f(source: &str, field: &str, v: f64) -> Result<f64> {
 pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
     let doc: ClusterToml = toml::from_str(text).map_err(|e| {
         let msg = e.message().replace('\n', " ");
-        let field = msg
-            .split('`')
-            .nth(1)
-            .unwrap_or("(document)")
-            .to_string();
+        let field = msg.split('`').nth(1).unwrap_or("(document)").to_string();
         SpecError::new(source, field, msg, CLUSTER_TOML_KEYS)
     })?;
     let mut c = match &doc.base {
-        Some(b) => cluster_preset(b).map_err(|e| SpecError { source: source.into(), field: "base".into(), ..e })?,
+        Some(b) => cluster_preset(b).map_err(|e| SpecError {
+            source: source.into(),
+            field: "base".into(),
+            ..e
+        })?,
         None => {
             let g = doc.gpu.as_ref();
             let missing = |what: &str| {
@@ -309,18 +349,33 @@ pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
                     source,
                     what,
                     "is required when no `base` preset is given",
-                    format!("a number, or `base = \"{}\"`", CLUSTER_PRESETS.join("\" | \"")),
+                    format!(
+                        "a number, or `base = \"{}\"`",
+                        CLUSTER_PRESETS.join("\" | \"")
+                    ),
                 )
             };
-            let bf16 = g.and_then(|g| g.peak_bf16_tflops).ok_or_else(|| missing("gpu.peak_bf16_tflops"))?;
+            let bf16 = g
+                .and_then(|g| g.peak_bf16_tflops)
+                .ok_or_else(|| missing("gpu.peak_bf16_tflops"))?;
             let mem = g
-                .and_then(|g| g.memory_gib.map(|v| v * GIB).or(g.memory_gb.map(|v| v * GB)))
+                .and_then(|g| {
+                    g.memory_gib
+                        .map(|v| v * GIB)
+                        .or(g.memory_gb.map(|v| v * GB))
+                })
                 .ok_or_else(|| missing("gpu.memory_gib"))?;
-            let bw = g.and_then(|g| g.memory_bandwidth_gb_per_s).ok_or_else(|| missing("gpu.memory_bandwidth_gb_per_s"))?;
+            let bw = g
+                .and_then(|g| g.memory_bandwidth_gb_per_s)
+                .ok_or_else(|| missing("gpu.memory_bandwidth_gb_per_s"))?;
             let gpn = doc.gpus_per_node.ok_or_else(|| missing("gpus_per_node"))?;
-            let nvl = doc.nvlink_bidirectional_gb_per_s.ok_or_else(|| missing("nvlink_bidirectional_gb_per_s"))?;
+            let nvl = doc
+                .nvlink_bidirectional_gb_per_s
+                .ok_or_else(|| missing("nvlink_bidirectional_gb_per_s"))?;
             let nics = doc.nics_per_node.ok_or_else(|| missing("nics_per_node"))?;
-            let nic = doc.nic_gbit_per_s.ok_or_else(|| missing("nic_gbit_per_s"))?;
+            let nic = doc
+                .nic_gbit_per_s
+                .ok_or_else(|| missing("nic_gbit_per_s"))?;
             let gpn = crate::error::positive(source, "gpus_per_node", gpn)?;
             let nics = crate::error::positive(source, "nics_per_node", nics)?;
             ClusterSpec {
@@ -332,8 +387,13 @@ pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
                     peak_fp8_flops_per_s: None,
                     // H100's measured MAMF fraction (see `h100`) unless given.
                     matmul_efficiency: 0.801,
+                    sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
                     memory_bytes: positive_f(source, "gpu.memory_gib", mem)?,
-                    memory_bandwidth_bytes_per_s: positive_f(source, "gpu.memory_bandwidth_gb_per_s", bw)? * GB,
+                    memory_bandwidth_bytes_per_s: positive_f(
+                        source,
+                        "gpu.memory_bandwidth_gb_per_s",
+                        bw,
+                    )? * GB,
                     sms: 132,
                 },
                 gpus_per_node: gpn,
@@ -352,7 +412,8 @@ pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
         c.gpus_per_node = crate::error::positive(source, "gpus_per_node", v)?;
     }
     if let Some(v) = doc.nvlink_bidirectional_gb_per_s {
-        c.intra_node.bandwidth_bytes_per_s = positive_f(source, "nvlink_bidirectional_gb_per_s", v)? / 2.0 * GB;
+        c.intra_node.bandwidth_bytes_per_s =
+            positive_f(source, "nvlink_bidirectional_gb_per_s", v)? / 2.0 * GB;
     }
     if let Some(v) = doc.nvlink_latency_us {
         c.intra_node.latency_s = positive_f(source, "nvlink_latency_us", v)? * 1e-6;
@@ -362,7 +423,9 @@ pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
     }
     let per_nic = match doc.nic_gbit_per_s {
         Some(v) => positive_f(source, "nic_gbit_per_s", v)? / 8.0 * GB,
-        None => c.inter_node.bandwidth_bytes_per_s * c.gpus_per_node as f64 / c.nics_per_node as f64,
+        None => {
+            c.inter_node.bandwidth_bytes_per_s * c.gpus_per_node as f64 / c.nics_per_node as f64
+        }
     };
     c.inter_node.bandwidth_bytes_per_s = per_nic * c.nics_per_node as f64 / c.gpus_per_node as f64;
     if let Some(v) = doc.inter_node_latency_us {
@@ -370,7 +433,12 @@ pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
     }
     if let Some(v) = doc.memory_reserve_gib {
         if !(v.is_finite() && v >= 0.0) {
-            return Err(SpecError::new(source, "memory_reserve_gib", format!("must be ≥ 0, got {v}"), "numbers ≥ 0"));
+            return Err(SpecError::new(
+                source,
+                "memory_reserve_gib",
+                format!("must be ≥ 0, got {v}"),
+                "numbers ≥ 0",
+            ));
         }
         c.memory_reserve_bytes = v * GIB;
     }
@@ -389,9 +457,25 @@ pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
         }
         if let Some(v) = g.matmul_efficiency {
             if !(v > 0.0 && v <= 1.0) {
-                return Err(SpecError::new(source, "gpu.matmul_efficiency", format!("must be in (0, 1], got {v}"), "0 < x ≤ 1"));
+                return Err(SpecError::new(
+                    source,
+                    "gpu.matmul_efficiency",
+                    format!("must be in (0, 1], got {v}"),
+                    "0 < x ≤ 1",
+                ));
             }
             c.gpu.matmul_efficiency = v;
+        }
+        if let Some(v) = g.sustained_clock_ratio {
+            if !(v > 0.0 && v <= 1.0) {
+                return Err(SpecError::new(
+                    source,
+                    "gpu.sustained_clock_ratio",
+                    format!("must be in (0, 1], got {v}"),
+                    "0 < x ≤ 1",
+                ));
+            }
+            c.gpu.sustained_clock_ratio = v;
         }
         if let Some(v) = g.memory_gib {
             c.gpu.memory_bytes = positive_f(source, "gpu.memory_gib", v)? * GIB;
@@ -400,7 +484,8 @@ pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
             c.gpu.memory_bytes = positive_f(source, "gpu.memory_gb", v)? * GB;
         }
         if let Some(v) = g.memory_bandwidth_gb_per_s {
-            c.gpu.memory_bandwidth_bytes_per_s = positive_f(source, "gpu.memory_bandwidth_gb_per_s", v)? * GB;
+            c.gpu.memory_bandwidth_bytes_per_s =
+                positive_f(source, "gpu.memory_bandwidth_gb_per_s", v)? * GB;
         }
         if let Some(v) = g.sms {
             c.gpu.sms = crate::error::positive(source, "gpu.sms", v)?;
@@ -420,7 +505,10 @@ mod tests {
             assert_eq!(c.name, name);
             assert!(c.inter_node.bandwidth_bytes_per_s < c.intra_node.bandwidth_bytes_per_s);
         }
-        assert_eq!(cluster_preset("H200").unwrap(), cluster_preset("dgx-h200").unwrap());
+        assert_eq!(
+            cluster_preset("H200").unwrap(),
+            cluster_preset("dgx-h200").unwrap()
+        );
     }
 
     #[test]
@@ -456,15 +544,18 @@ mod tests {
 
     #[test]
     fn toml_errors_name_file_and_key() {
-        let err = cluster_from_toml("base = \"dgx-h100\"\ngpus_per_nod = 8\n", "x.toml").unwrap_err();
+        let err =
+            cluster_from_toml("base = \"dgx-h100\"\ngpus_per_nod = 8\n", "x.toml").unwrap_err();
         let line = err.to_string();
         assert!(line.starts_with("x.toml: `gpus_per_nod`"), "{line}");
         assert!(line.contains("gpus_per_node"), "{line}");
-        let err = cluster_from_toml("base = \"dgx-h100\"\ngpus_per_node = 0\n", "x.toml").unwrap_err();
+        let err =
+            cluster_from_toml("base = \"dgx-h100\"\ngpus_per_node = 0\n", "x.toml").unwrap_err();
         assert_eq!(err.field, "gpus_per_node");
         let err = cluster_from_toml("base = \"tpu\"\n", "x.toml").unwrap_err();
         assert_eq!(err.field, "base");
-        let err = cluster_from_toml("base = \"dgx-h100\"\n[gpu]\nmemory_gib = -3\n", "x.toml").unwrap_err();
+        let err = cluster_from_toml("base = \"dgx-h100\"\n[gpu]\nmemory_gib = -3\n", "x.toml")
+            .unwrap_err();
         assert_eq!(err.field, "gpu.memory_gib");
     }
 }

@@ -11,9 +11,13 @@ pub mod model;
 pub mod presets;
 pub mod train;
 
-pub use cluster::{cluster_from_toml, cluster_preset, ClusterSpec, GpuSpec, LinkSpec, CLUSTER_PRESETS};
+pub use cluster::{
+    cluster_from_toml, cluster_preset, ClusterSpec, GpuSpec, LinkSpec, CLUSTER_PRESETS,
+};
 pub use error::{Result, SpecError};
 pub use hf::model_from_hf_config;
-pub use model::{Activation, Family, Gemm, Layer, LayerKind, ModelSpec, MoeSpec, Norm, Positions, Shard};
+pub use model::{
+    Activation, Family, Gemm, Layer, LayerKind, ModelSpec, MoeSpec, Norm, Positions, Shard,
+};
 pub use presets::{model_preset, model_preset_names};
 pub use train::{AttentionImpl, Dtype, ParallelConfig, Recompute, Schedule, TrainSpec};

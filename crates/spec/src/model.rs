@@ -343,11 +343,7 @@ impl ModelSpec {
     /// Attention on one GPU: `(heads per GPU, kv heads per GPU, head_dim)`.
     /// Key/value heads are replicated when tp exceeds their number (as Megatron does).
     pub fn attention_shape(&self, tp: u64) -> (u64, u64, u64) {
-        (
-            self.heads / tp,
-            (self.kv_heads / tp).max(1),
-            self.head_dim,
-        )
+        (self.heads / tp, (self.kv_heads / tp).max(1), self.head_dim)
     }
 }
 
@@ -364,6 +360,9 @@ pub struct BlockGemms {
 
 impl BlockGemms {
     pub fn iter(&self) -> impl Iterator<Item = &Gemm> {
-        self.attn.iter().chain(self.mlp.iter()).chain(self.router.iter())
+        self.attn
+            .iter()
+            .chain(self.mlp.iter())
+            .chain(self.router.iter())
     }
 }

@@ -181,15 +181,13 @@ mod tests {
         check("llama3-70b", 70_553_706_496.0);
         check("llama3-405b", 405_853_388_800.0);
         check("mixtral-8x7b", 46_702_792_704.0); // "47B total, 13B active"
-        // BertModel (with pooler) as released; the paper's "340M" is a rounded figure.
+                                                 // BertModel (with pooler) as released; the paper's "340M" is a rounded figure.
         check("bert-large", 335_141_888.0);
     }
 
     #[test]
     fn sc21_sizes_round_to_the_published_figure() {
-        let published = [
-            1.7, 3.6, 7.5, 18.4, 39.1, 76.1, 145.6, 310.1, 529.6, 1008.0,
-        ];
+        let published = [1.7, 3.6, 7.5, 18.4, 39.1, 76.1, 145.6, 310.1, 529.6, 1008.0];
         for ((name, ..), want) in SC21_GPT.iter().zip(published) {
             let got_b = model_preset(name).unwrap().parameter_count() as f64 / 1e9;
             assert!(

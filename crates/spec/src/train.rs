@@ -161,7 +161,12 @@ impl ParallelConfig {
     /// Errors name the flag and the values that would be accepted.
     pub fn validate(&self, model: &ModelSpec, train: &TrainSpec, gpus: u64) -> Result<()> {
         let err = |field: &str, problem: String, allowed: String| {
-            Err(SpecError::new(format!("--{field}"), field, problem, allowed))
+            Err(SpecError::new(
+                format!("--{field}"),
+                field,
+                problem,
+                allowed,
+            ))
         };
         for (field, v) in [
             ("dp", self.dp),
@@ -179,7 +184,11 @@ impl ParallelConfig {
             }
         }
         if self.zero > 3 {
-            return err("zero", format!("ZeRO stage {} does not exist", self.zero), "0|1|2|3".into());
+            return err(
+                "zero",
+                format!("ZeRO stage {} does not exist", self.zero),
+                "0|1|2|3".into(),
+            );
         }
         if self.gpus() != gpus {
             return err(
@@ -198,21 +207,30 @@ impl ParallelConfig {
         if model.heads % self.tp != 0 {
             return err(
                 "tp",
-                format!("{} attention heads of {} do not split over tp = {}", model.heads, model.name, self.tp),
+                format!(
+                    "{} attention heads of {} do not split over tp = {}",
+                    model.heads, model.name, self.tp
+                ),
                 format!("divisors of {}", model.heads),
             );
         }
         if model.kv_heads % self.tp != 0 && self.tp % model.kv_heads != 0 {
             return err(
                 "tp",
-                format!("{} key/value heads do not split over (or replicate onto) tp = {}", model.kv_heads, self.tp),
+                format!(
+                    "{} key/value heads do not split over (or replicate onto) tp = {}",
+                    model.kv_heads, self.tp
+                ),
                 format!("divisors or multiples of {}", model.kv_heads),
             );
         }
         if model.ffn_hidden % self.tp != 0 {
             return err(
                 "tp",
-                format!("MLP width {} does not split over tp = {}", model.ffn_hidden, self.tp),
+                format!(
+                    "MLP width {} does not split over tp = {}",
+                    model.ffn_hidden, self.tp
+                ),
                 format!("divisors of {}", model.ffn_hidden),
             );
         }
@@ -231,24 +249,38 @@ impl ParallelConfig {
         if self.vp > 1 && self.schedule != Schedule::Interleaved {
             return err(
                 "vp",
-                format!("vp = {} needs --schedule interleaved (got {})", self.vp, self.schedule),
+                format!(
+                    "vp = {} needs --schedule interleaved (got {})",
+                    self.vp, self.schedule
+                ),
                 "vp = 1, or --schedule interleaved".into(),
             );
         }
         if self.schedule == Schedule::Interleaved && self.pp == 1 {
-            return err("schedule", "interleaved needs pp ≥ 2".into(), Schedule::allowed());
+            return err(
+                "schedule",
+                "interleaved needs pp ≥ 2".into(),
+                Schedule::allowed(),
+            );
         }
         if train.seq % self.cp != 0 {
             return err(
                 "cp",
-                format!("sequence {} does not split over cp = {}", train.seq, self.cp),
+                format!(
+                    "sequence {} does not split over cp = {}",
+                    train.seq, self.cp
+                ),
                 format!("divisors of {}", train.seq),
             );
         }
         if self.tp > 1 && self.sp && train.seq % (self.tp * self.cp) != 0 {
             return err(
                 "sp",
-                format!("sequence {} does not split over tp×cp = {}", train.seq, self.tp * self.cp),
+                format!(
+                    "sequence {} does not split over tp×cp = {}",
+                    train.seq,
+                    self.tp * self.cp
+                ),
                 "sequence lengths divisible by tp×cp".into(),
             );
         }
@@ -301,11 +333,7 @@ impl ParallelConfig {
 
 impl fmt::Display for ParallelConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "dp{} tp{} pp{}",
-            self.dp, self.tp, self.pp
-        )?;
+        write!(f, "dp{} tp{} pp{}", self.dp, self.tp, self.pp)?;
         if self.vp > 1 {
             write!(f, " vp{}", self.vp)?;
         }
@@ -344,19 +372,66 @@ mod tests {
 
     #[test]
     fn malformed_configurations_name_their_field() {
-        let ok = ParallelConfig { dp: 8, tp: 8, pp: 8, mbs: 1, ..Default::default() };
+        let ok = ParallelConfig {
+            dp: 8,
+            tp: 8,
+            pp: 8,
+            mbs: 1,
+            ..Default::default()
+        };
         let t = TrainSpec::new(512, 2048);
-        ok.validate(&model_preset("gpt3-175b").unwrap(), &t, 512).unwrap();
-        check_err(ParallelConfig { tp: 7, dp: 1, pp: 1, ..ok }, t.clone(), 7, "tp");
-        check_err(ParallelConfig { pp: 128, dp: 1, tp: 1, ..ok }, t.clone(), 128, "pp");
+        ok.validate(&model_preset("gpt3-175b").unwrap(), &t, 512)
+            .unwrap();
+        check_err(
+            ParallelConfig {
+                tp: 7,
+                dp: 1,
+                pp: 1,
+                ..ok
+            },
+            t.clone(),
+            7,
+            "tp",
+        );
+        check_err(
+            ParallelConfig {
+                pp: 128,
+                dp: 1,
+                tp: 1,
+                ..ok
+            },
+            t.clone(),
+            128,
+            "pp",
+        );
         check_err(ok, t.clone(), 64, "dp");
         check_err(ParallelConfig { mbs: 0, ..ok }, t.clone(), 512, "mbs");
         check_err(ParallelConfig { zero: 4, ..ok }, t.clone(), 512, "zero");
         check_err(ParallelConfig { vp: 2, ..ok }, t.clone(), 512, "vp");
         check_err(ParallelConfig { mbs: 3, ..ok }, t.clone(), 512, "gbs");
         check_err(ParallelConfig { ep: 2, ..ok }, t.clone(), 512, "ep");
-        check_err(ParallelConfig { vp: 2, schedule: Schedule::Interleaved, ..ok }, TrainSpec::new(8 * 12, 2048), 512, "schedule");
-        check_err(ParallelConfig { cp: 3, dp: 1, tp: 1, pp: 1, ..ok }, TrainSpec::new(8, 2048), 3, "cp");
+        check_err(
+            ParallelConfig {
+                vp: 2,
+                schedule: Schedule::Interleaved,
+                ..ok
+            },
+            TrainSpec::new(8 * 12, 2048),
+            512,
+            "schedule",
+        );
+        check_err(
+            ParallelConfig {
+                cp: 3,
+                dp: 1,
+                tp: 1,
+                pp: 1,
+                ..ok
+            },
+            TrainSpec::new(8, 2048),
+            3,
+            "cp",
+        );
     }
 
     #[test]

@@ -1,0 +1,167 @@
+//! Communication: where each parallel group's ranks sit (inside a node or across nodes) and
+//! alpha–beta times of the collectives NCCL runs over them.
+//!
+//! Rank order follows Megatron-LM: tensor parallel fastest, then context parallel, then
+//! data parallel (expert parallel groups are consecutive data-parallel ranks), then
+//! pipeline stages.
+
+use plait_spec::{ClusterSpec, ParallelConfig};
+
+/// A communicator: its size and the link it effectively runs over.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Group {
+    pub size: u64,
+    /// Bus bandwidth of ring collectives over this group.
+    pub ring_bytes_per_s: f64,
+    /// Bandwidth each rank has towards ranks of other nodes (all-to-all, p2p).
+    pub point_bytes_per_s: f64,
+    /// Latency of one step.
+    pub step_latency_s: f64,
+    pub spans_nodes: bool,
+}
+
+impl Group {
+    /// A group of one rank: every collective is free.
+    pub fn place_single() -> Group {
+        Group {
+            size: 1,
+            ring_bytes_per_s: f64::INFINITY,
+            point_bytes_per_s: f64::INFINITY,
+            step_latency_s: 0.0,
+            spans_nodes: false,
+        }
+    }
+
+    /// Places a group of `size` ranks spaced `stride` ranks apart.
+    pub fn place(cluster: &ClusterSpec, size: u64, stride: u64) -> Group {
+        let g = cluster.gpus_per_node;
+        let intra = cluster.intra_node.achieved_bytes_per_s();
+        if size <= 1 {
+            return Group::place_single();
+        }
+        if size * stride <= g {
+            return Group {
+                size,
+                ring_bytes_per_s: intra,
+                point_bytes_per_s: intra,
+                step_latency_s: cluster.intra_node.latency_s,
+                spans_nodes: false,
+            };
+        }
+        // Members of this group inside one node; a ring through them uses that many NICs
+        // (NCCL runs one channel per NIC), shared with the node's other groups.
+        let local = (g / stride.min(g)).clamp(1, size);
+        let per_gpu_nic = cluster.inter_node.achieved_bytes_per_s();
+        let ring = (per_gpu_nic * local as f64).min(if local > 1 { intra } else { f64::INFINITY });
+        Group {
+            size,
+            ring_bytes_per_s: ring,
+            point_bytes_per_s: per_gpu_nic,
+            step_latency_s: cluster.inter_node.latency_s,
+            spans_nodes: true,
+        }
+    }
+
+    fn steps(&self) -> f64 {
+        (self.size - 1) as f64
+    }
+
+    fn fraction(&self) -> f64 {
+        (self.size - 1) as f64 / self.size as f64
+    }
+
+    /// Ring all-reduce of a `bytes` buffer.
+    pub fn all_reduce_s(&self, bytes: f64) -> f64 {
+        if self.size <= 1 {
+            return 0.0;
+        }
+        2.0 * self.steps() * self.step_latency_s
+            + 2.0 * self.fraction() * bytes / self.ring_bytes_per_s
+    }
+
+    /// Ring reduce-scatter (or all-gather) whose full buffer is `bytes`.
+    pub fn reduce_scatter_s(&self, bytes: f64) -> f64 {
+        if self.size <= 1 {
+            return 0.0;
+        }
+        self.steps() * self.step_latency_s + self.fraction() * bytes / self.ring_bytes_per_s
+    }
+
+    /// All-gather whose gathered buffer is `bytes` (same cost as reduce-scatter).
+    pub fn all_gather_s(&self, bytes: f64) -> f64 {
+        self.reduce_scatter_s(bytes)
+    }
+
+    /// All-to-all where each rank holds `bytes` and keeps 1/size of them.
+    pub fn all_to_all_s(&self, bytes: f64) -> f64 {
+        if self.size <= 1 {
+            return 0.0;
+        }
+        self.steps() * self.step_latency_s + self.fraction() * bytes / self.point_bytes_per_s
+    }
+
+    /// One point-to-point transfer of `bytes` to a neighbour in this group.
+    pub fn p2p_s(&self, bytes: f64) -> f64 {
+        if self.size <= 1 {
+            return 0.0;
+        }
+        self.step_latency_s + bytes / self.point_bytes_per_s
+    }
+}
+
+/// The groups of one configuration on one cluster.
+#[derive(Debug, Clone, Copy)]
+pub struct Groups {
+    pub tp: Group,
+    pub cp: Group,
+    /// Data parallel (with context parallel folded in: gradients reduce over dp × cp).
+    pub dp: Group,
+    pub ep: Group,
+    /// Neighbouring pipeline stages.
+    pub pp: Group,
+}
+
+impl Groups {
+    pub fn new(cluster: &ClusterSpec, c: &ParallelConfig) -> Groups {
+        Groups {
+            tp: Group::place(cluster, c.tp, 1),
+            cp: Group::place(cluster, c.cp, c.tp),
+            // dp × cp ranks of one model replica shard: their stride is tp.
+            dp: Group::place(cluster, c.dp * c.cp, c.tp),
+            ep: Group::place(cluster, c.ep, c.tp * c.cp),
+            pp: Group::place(cluster, c.pp.min(2), c.tp * c.cp * c.dp),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plait_spec::cluster_preset;
+
+    #[test]
+    fn placement_picks_the_link() {
+        let c = cluster_preset("dgx-a100-80g").unwrap();
+        let tp = Group::place(&c, 8, 1);
+        assert!(!tp.spans_nodes);
+        assert_eq!(tp.ring_bytes_per_s, 300e9 * 0.78);
+        // dp across nodes with tp = 8: one rank per node, one NIC each.
+        let dp = Group::place(&c, 32, 8);
+        assert!(dp.spans_nodes);
+        assert_eq!(dp.ring_bytes_per_s, 25e9 * 0.9);
+        // dp across nodes with tp = 1: eight ranks per node drive eight NICs.
+        let dp = Group::place(&c, 32, 1);
+        assert_eq!(dp.ring_bytes_per_s, 200e9 * 0.9);
+    }
+
+    #[test]
+    fn collectives_follow_alpha_beta() {
+        let c = cluster_preset("dgx-h100").unwrap();
+        let g = Group::place(&c, 8, 1);
+        let bytes = 1e9;
+        let ar = g.all_reduce_s(bytes);
+        assert!((ar - 2.0 * g.reduce_scatter_s(bytes)).abs() < 1e-12);
+        assert!((ar - (14e-6 + 1.75e9 / (450e9 * 0.78))).abs() < 1e-9);
+        assert_eq!(Group::place(&c, 1, 1).all_reduce_s(bytes), 0.0);
+    }
+}

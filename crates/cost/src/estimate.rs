@@ -1,0 +1,582 @@
+//! `estimate`: one configuration → iteration time with its breakdown, throughput and
+//! per-GPU memory of the worst pipeline stage. Pure and deterministic.
+
+use serde::Serialize;
+
+use plait_spec::{
+    ClusterSpec, Dtype, Family, LayerKind, ModelSpec, ParallelConfig, SpecError, TrainSpec,
+};
+
+use crate::comm::{Group, Groups};
+use crate::device::DeviceModel;
+use crate::layer::{block_cost, embedding_cost, head_cost, padded_vocab, LayerCost, Workload};
+use crate::pipeline::{inflight_microbatches, pipeline_time, StageTime};
+
+/// Bytes per parameter of mixed-precision Adam: 2 (16-bit weights) + 2 (16-bit gradients) +
+/// 12 (fp32 master weights, momentum, variance) — Rajbhandari et al. 2020 (ZeRO), §3.1.
+const WEIGHT_BYTES: f64 = 2.0;
+const GRADIENT_BYTES: f64 = 2.0;
+const OPTIMIZER_BYTES: f64 = 12.0;
+/// HBM traffic of one fused Adam step per parameter: read fp32 gradient, master, m, v
+/// (16), write master, m, v (12), write the 16-bit weight (2), plus the gradient-norm read
+/// for clipping (4).
+const OPTIMIZER_STEP_BYTES_PER_PARAM: f64 = 34.0;
+/// Megatron-LM's data-parallel gradient bucket: 40 M parameters (DDP `bucket_size`).
+const GRAD_BUCKET_PARAMS: f64 = 40e6;
+
+/// Seconds per iteration, by component, on the pipeline's slowest stage. They add up to
+/// `iteration_time_s`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Breakdown {
+    pub compute_s: f64,
+    pub recompute_s: f64,
+    pub tp_comm_s: f64,
+    pub cp_comm_s: f64,
+    pub ep_comm_s: f64,
+    pub pp_comm_s: f64,
+    pub pipeline_bubble_s: f64,
+    pub dp_comm_exposed_s: f64,
+    pub optimizer_s: f64,
+}
+
+impl Breakdown {
+    pub fn total_s(&self) -> f64 {
+        self.compute_s
+            + self.recompute_s
+            + self.tp_comm_s
+            + self.cp_comm_s
+            + self.ep_comm_s
+            + self.pp_comm_s
+            + self.pipeline_bubble_s
+            + self.dp_comm_exposed_s
+            + self.optimizer_s
+    }
+
+    /// Components with their names, in display order.
+    pub fn components(&self) -> [(&'static str, f64); 9] {
+        [
+            ("compute", self.compute_s),
+            ("recompute", self.recompute_s),
+            ("tp comm", self.tp_comm_s),
+            ("cp comm", self.cp_comm_s),
+            ("ep comm", self.ep_comm_s),
+            ("pp p2p", self.pp_comm_s),
+            ("pipeline bubble", self.pipeline_bubble_s),
+            ("dp comm (exposed)", self.dp_comm_exposed_s),
+            ("optimizer", self.optimizer_s),
+        ]
+    }
+}
+
+/// Bytes per GPU on one pipeline stage at its peak.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct MemoryBreakdown {
+    pub weights_bytes: f64,
+    pub gradients_bytes: f64,
+    pub optimizer_bytes: f64,
+    /// Saved activations of all in-flight micro-batches.
+    pub activations_bytes: f64,
+    pub inflight_microbatches: f64,
+    /// Live only during a layer's backward (rematerialised activations, gradients, logits,
+    /// ZeRO-3 gathered weights).
+    pub transient_bytes: f64,
+    /// CUDA context, workspaces, communicator buffers.
+    pub reserve_bytes: f64,
+}
+
+impl MemoryBreakdown {
+    pub fn total_bytes(&self) -> f64 {
+        self.weights_bytes
+            + self.gradients_bytes
+            + self.optimizer_bytes
+            + self.activations_bytes
+            + self.transient_bytes
+            + self.reserve_bytes
+    }
+}
+
+/// One pipeline rank.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StageEstimate {
+    /// Transformer blocks on this rank (over all its chunks).
+    pub blocks: u64,
+    pub forward_s: f64,
+    pub backward_s: f64,
+    pub p2p_s: f64,
+    pub memory: MemoryBreakdown,
+    pub peak_memory_bytes: f64,
+}
+
+/// The answer for one configuration.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Estimate {
+    pub config: ParallelConfig,
+    pub microbatches: u64,
+    pub iteration_time_s: f64,
+    pub tokens_per_s: f64,
+    /// Model FLOP/s per GPU in TFLOP/s (no recompute counted).
+    pub tflops_per_gpu: f64,
+    pub mfu: f64,
+    pub model_flops_per_iteration: f64,
+    /// Peak memory of the worst stage.
+    pub peak_memory_bytes: f64,
+    pub memory_capacity_bytes: f64,
+    pub fits: bool,
+    /// Why it does not fit (None when it fits).
+    pub reason: Option<String>,
+    pub worst_stage: usize,
+    pub breakdown: Breakdown,
+    /// Memory of the worst stage.
+    pub memory: MemoryBreakdown,
+    pub stages: Vec<StageEstimate>,
+}
+
+/// Per-layer figures of the first pipeline stage, per micro-batch and per GPU.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LayerReport {
+    pub name: String,
+    pub forward_compute_s: f64,
+    pub backward_compute_s: f64,
+    pub recompute_s: f64,
+    pub activation_bytes: f64,
+}
+
+/// Costs of the three kinds of layer under one configuration, computed once.
+#[derive(Debug, Clone, Copy)]
+pub struct LayerCosts {
+    pub embedding: LayerCost,
+    pub block: LayerCost,
+    pub head: LayerCost,
+}
+
+/// Computes the three layer costs, applying the profile's whole-layer measurements when one
+/// matches the block (same family, hidden, heads, sequence and tp).
+pub fn layer_costs(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> LayerCosts {
+    let mut block = block_cost(m, d, g, w);
+    if let Some((ff, fb)) = layer_sample_factors(m, d, w) {
+        block.forward.compute_s *= ff;
+        block.recompute.compute_s *= ff;
+        block.backward.compute_s *= fb;
+        block.weight_grad_s *= fb;
+    }
+    LayerCosts {
+        embedding: embedding_cost(m, d, g, w),
+        block,
+        head: head_cost(m, d, g, w),
+    }
+}
+
+/// Measured / modelled ratios of the nearest matching profile layer (by micro-batch size).
+fn layer_sample_factors(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> Option<(f64, f64)> {
+    let family = match m.family {
+        Family::Gpt => "gpt",
+        Family::Llama => "llama",
+        _ => return None,
+    };
+    let sample = d
+        .layer_samples
+        .iter()
+        .filter(|s| {
+            s.family == family
+                && s.hidden == m.hidden
+                && s.heads == m.heads
+                && s.tp == w.tp
+                && s.seq as f64 == w.seq_local
+        })
+        .min_by(|a, b| {
+            let da = (a.mbs as f64 / w.mbs).ln().abs();
+            let db = (b.mbs as f64 / w.mbs).ln().abs();
+            da.total_cmp(&db)
+        })?;
+    let measured_shape = Workload {
+        mbs: sample.mbs as f64,
+        seq: sample.seq as f64,
+        seq_local: sample.seq as f64,
+        sp: false,
+        recompute: plait_spec::Recompute::None,
+        attention: plait_spec::AttentionImpl::Flash,
+        dropout: false,
+        ..*w
+    };
+    let none = Groups {
+        tp: Group::place_single(),
+        cp: Group::place_single(),
+        dp: Group::place_single(),
+        ep: Group::place_single(),
+        pp: Group::place_single(),
+    };
+    let modelled = block_cost(m, d, &none, &measured_shape);
+    Some((
+        sample.forward_s / modelled.forward.compute_s,
+        sample.backward_s / modelled.backward.compute_s,
+    ))
+}
+
+/// Number of transformer blocks on each pipeline rank (over its `vp` chunks): an even
+/// split, the remainder going to the first chunks.
+pub fn blocks_per_stage(layers: u64, pp: u64, vp: u64) -> impl Iterator<Item = u64> {
+    let chunks = pp * vp;
+    let base = layers / chunks;
+    let extra = layers % chunks;
+    (0..pp).map(move |k| (0..vp).map(|c| base + u64::from(c * pp + k < extra)).sum())
+}
+
+/// Model FLOPs of one iteration (forward + backward = 3 × forward, no recompute), counting
+/// attention over the full sequence as the published MFU figures do.
+pub fn model_flops(m: &ModelSpec, t: &TrainSpec) -> f64 {
+    let tokens = (t.gbs * t.seq) as f64;
+    let h = m.hidden as f64;
+    let attn_weights = h * (m.q_width() + 2 * m.kv_width()) as f64 + m.q_width() as f64 * h;
+    let mlp_mats = match m.activation {
+        plait_spec::Activation::Gelu => 2.0,
+        plait_spec::Activation::SwiGlu => 3.0,
+    };
+    let (active_experts, router) = match m.moe {
+        Some(moe) => (moe.top_k as f64, h * moe.experts as f64),
+        None => (1.0, 0.0),
+    };
+    let mlp_weights = active_experts * mlp_mats * h * m.ffn_hidden as f64 + router;
+    let per_layer = 2.0 * tokens * (attn_weights + mlp_weights)
+        + 4.0 * tokens * t.seq as f64 * m.q_width() as f64;
+    let head = 2.0 * tokens * h * m.vocab as f64;
+    3.0 * (m.layers as f64 * per_layer + head)
+}
+
+/// Estimates one configuration. Errors only for malformed input (degrees that do not
+/// divide, a dtype the GPU lacks); a configuration that does not fit is an answer with
+/// `fits = false` and a reason.
+pub fn estimate(
+    m: &ModelSpec,
+    cluster: &ClusterSpec,
+    t: &TrainSpec,
+    c: &ParallelConfig,
+    d: &DeviceModel,
+) -> Result<Estimate, SpecError> {
+    c.validate(m, t, c.gpus())?;
+    let g = Groups::new(cluster, c);
+    let w = Workload::new(c, t);
+    let costs = layer_costs(m, d, &g, &w);
+    Ok(assemble(m, cluster, t, c, d, &g, &w, &costs))
+}
+
+/// The device model for a cluster's GPU in `dtype`, or an error naming `--dtype`.
+pub fn device_for(cluster: &ClusterSpec, dtype: Dtype) -> Result<DeviceModel, SpecError> {
+    DeviceModel::new(&cluster.gpu, dtype).ok_or_else(|| {
+        SpecError::new(
+            "--dtype",
+            "dtype",
+            format!("{} has no {} tensor cores", cluster.gpu.name, dtype),
+            "bf16|fp16 on this GPU",
+        )
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn assemble(
+    m: &ModelSpec,
+    cluster: &ClusterSpec,
+    t: &TrainSpec,
+    c: &ParallelConfig,
+    d: &DeviceModel,
+    g: &Groups,
+    w: &Workload,
+    costs: &LayerCosts,
+) -> Estimate {
+    let p = c.pp as usize;
+    let mb = c.microbatches(t);
+    let h = m.hidden as f64;
+    let e = w.e;
+    let LayerCosts {
+        embedding,
+        block,
+        head,
+    } = costs;
+
+    // Pipeline p2p per micro-batch: activations forward and gradients backward across each
+    // of the rank's chunk boundaries. Without sp, Megatron's scatter/gather sends 1/tp of the
+    // tensor per GPU and re-gathers it over NVLink.
+    let p2p_one = if p > 1 {
+        let full = w.mbs * w.seq_local * h * e;
+        let shard = full / c.tp as f64;
+        let regather = if w.sp || c.tp == 1 {
+            0.0
+        } else {
+            g.tp.all_gather_s(full)
+        };
+        g.pp.p2p_s(shard) + regather
+    } else {
+        0.0
+    };
+    let p2p_per_mb = 2.0 * c.vp as f64 * p2p_one;
+
+    // Dense parameters are reduced over dp × cp; expert parameters over the dp × cp / ep
+    // replicas of each expert.
+    let dense_dp = (c.dp * c.cp) as f64;
+    let expert_dp = (c.dp * c.cp / c.ep) as f64;
+    let expert_group = Group::place(cluster, c.dp * c.cp / c.ep, c.tp * c.cp * c.ep);
+    let grad_reduce_bytes = match t.dtype {
+        // Megatron-LM reduces fp32 gradients with bf16 (accumulate_allreduce_grads_in_fp32
+        // is forced on) and 16-bit gradients with fp16.
+        Dtype::Fp16 => 2.0,
+        Dtype::Bf16 | Dtype::Fp8 => 4.0,
+    };
+
+    let mut stage_times = Vec::with_capacity(p);
+    let mut stages = Vec::with_capacity(p);
+    let mut worst_dp_exposed: f64 = 0.0;
+    let mut worst_optimizer: f64 = 0.0;
+    let mut zero3_per_mb_worst: f64 = 0.0;
+    for (k, n_blocks) in blocks_per_stage(m.layers, c.pp, c.vp).enumerate() {
+        let nb = n_blocks as f64;
+        let first = k == 0;
+        let last = k == p - 1;
+        let mut layers = [
+            (block, nb),
+            (embedding, if first { 1.0 } else { 0.0 }),
+            (head, if last { 1.0 } else { 0.0 }),
+        ];
+        let mut fwd = 0.0;
+        let mut bwd = 0.0;
+        let mut wgrad = 0.0;
+        let mut act = 0.0;
+        let mut transient: f64 = 0.0;
+        let mut params = 0.0;
+        let mut expert_params = 0.0;
+        for (lc, n) in layers.iter_mut() {
+            if *n == 0.0 {
+                continue;
+            }
+            fwd += lc.forward.total_s() * *n;
+            bwd += (lc.backward.total_s() + lc.recompute.total_s()) * *n;
+            wgrad += lc.weight_grad_s * *n;
+            act += lc.activation_bytes * *n;
+            transient = transient.max(lc.transient_bytes);
+            params += lc.params * *n;
+            expert_params += lc.expert_params * *n;
+        }
+        // A tied output matrix on another stage than the embedding needs its own copy.
+        if last && p > 1 && m.tied_embeddings {
+            params += (padded_vocab(m.vocab, c.tp) / c.tp) as f64 * h;
+        }
+        let st = StageTime {
+            forward_s: fwd,
+            backward_s: bwd,
+            weight_grad_s: wgrad,
+            p2p_s: p2p_per_mb,
+        };
+
+        // Weights, gradients and optimizer states under ZeRO.
+        let zero_split =
+            |bytes: f64, sharded: bool, d: f64| if sharded { bytes / d } else { bytes };
+        let per_group = |params: f64, d: f64| {
+            (
+                params * zero_split(WEIGHT_BYTES, c.zero >= 3, d),
+                params * zero_split(GRADIENT_BYTES, c.zero >= 2, d),
+                params * zero_split(OPTIMIZER_BYTES, c.zero >= 1, d),
+            )
+        };
+        let (wd, gd, od) = per_group(params, dense_dp);
+        let (we, ge, oe) = per_group(expert_params, expert_dp);
+        let inflight = inflight_microbatches(c.schedule, k as u64, c.pp, mb, c.vp);
+        // ZeRO-3 gathers each layer's full weights before use (prefetching the next one).
+        let zero3_buffer = if c.zero >= 3 {
+            2.0 * (block.params + block.expert_params) * WEIGHT_BYTES
+        } else {
+            0.0
+        };
+        let memory = MemoryBreakdown {
+            weights_bytes: wd + we,
+            gradients_bytes: gd + ge,
+            optimizer_bytes: od + oe,
+            activations_bytes: act * inflight,
+            inflight_microbatches: inflight,
+            transient_bytes: transient + zero3_buffer,
+            reserve_bytes: cluster.memory_reserve_bytes,
+        };
+
+        // Data-parallel traffic of this stage's parameters.
+        let dp_bytes_reduce = |params: f64| params * grad_reduce_bytes;
+        let reduce = |grp: &Group, params: f64| match c.zero {
+            0 => grp.all_reduce_s(dp_bytes_reduce(params)),
+            _ => {
+                grp.reduce_scatter_s(dp_bytes_reduce(params))
+                    + grp.all_gather_s(params * WEIGHT_BYTES)
+            }
+        };
+        let dp_total = if c.zero >= 3 {
+            0.0
+        } else {
+            reduce(&g.dp, params) + reduce(&expert_group, expert_params)
+        };
+        let exposed = if t.overlap_grad_reduce {
+            // Buckets reduce while the last micro-batch's backward runs; the last bucket
+            // cannot hide. The parameter all-gather of ZeRO-1/2 overlaps the next forward
+            // the same way, so one window of backward + forward is available.
+            let last_bucket =
+                dp_total * (GRAD_BUCKET_PARAMS / (params + expert_params).max(1.0)).min(1.0);
+            (dp_total - (bwd + if c.zero >= 1 { fwd } else { 0.0 })).max(last_bucket)
+        } else {
+            dp_total
+        };
+        // Later stages finish their pipeline work earlier (1F1B drains from the last stage
+        // back to the first), which hides their reduction behind the others' backward.
+        let slack = if c.schedule == plait_spec::Schedule::Gpipe {
+            0.0
+        } else {
+            k as f64 * bwd
+        };
+        worst_dp_exposed = worst_dp_exposed.max(exposed - slack);
+        if c.zero >= 3 {
+            // Per micro-batch: gather weights for forward and backward, reduce-scatter the
+            // gradients; prefetching overlaps them with compute.
+            let comm = 2.0 * g.dp.all_gather_s(params * WEIGHT_BYTES)
+                + g.dp.reduce_scatter_s(params * grad_reduce_bytes)
+                + 2.0 * expert_group.all_gather_s(expert_params * WEIGHT_BYTES)
+                + expert_group.reduce_scatter_s(expert_params * grad_reduce_bytes);
+            zero3_per_mb_worst = zero3_per_mb_worst.max((comm - (fwd + bwd)).max(0.0));
+        }
+        let opt_params = params / if c.zero >= 1 { dense_dp } else { 1.0 }
+            + expert_params / if c.zero >= 1 { expert_dp } else { 1.0 };
+        worst_optimizer =
+            worst_optimizer.max(d.memory_s(opt_params * OPTIMIZER_STEP_BYTES_PER_PARAM));
+
+        stage_times.push(st);
+        stages.push(StageEstimate {
+            blocks: n_blocks,
+            forward_s: fwd,
+            backward_s: bwd,
+            p2p_s: p2p_per_mb,
+            peak_memory_bytes: memory.total_bytes(),
+            memory,
+        });
+    }
+
+    let (pipe_s, bubble_s) = pipeline_time(c.schedule, &stage_times, mb, c.vp);
+    let slowest = (0..p)
+        .max_by(|&a, &b| {
+            stage_times[a]
+                .total_s()
+                .total_cmp(&stage_times[b].total_s())
+        })
+        .unwrap_or(0);
+    let mbf = mb as f64;
+    let k = slowest;
+    let (n_emb, n_head) = (f64::from(u8::from(k == 0)), f64::from(u8::from(k == p - 1)));
+    let nb = stages[k].blocks as f64;
+    let sum = |f: &dyn Fn(&LayerCost) -> f64| {
+        mbf * (nb * f(block) + n_emb * f(embedding) + n_head * f(head))
+    };
+    let mut breakdown = Breakdown {
+        compute_s: sum(&|l| l.forward.compute_s + l.backward.compute_s),
+        recompute_s: sum(&|l| l.recompute.compute_s),
+        tp_comm_s: sum(&|l| l.forward.tp_comm_s + l.backward.tp_comm_s + l.recompute.tp_comm_s),
+        cp_comm_s: sum(&|l| l.forward.cp_comm_s + l.backward.cp_comm_s + l.recompute.cp_comm_s),
+        ep_comm_s: sum(&|l| l.forward.ep_comm_s + l.backward.ep_comm_s + l.recompute.ep_comm_s),
+        pp_comm_s: mbf * p2p_per_mb,
+        pipeline_bubble_s: bubble_s,
+        dp_comm_exposed_s: worst_dp_exposed.max(0.0) + mbf * zero3_per_mb_worst,
+        optimizer_s: worst_optimizer,
+    };
+    // Guard against rounding: the components must add up to the pipeline time.
+    breakdown.pipeline_bubble_s += pipe_s
+        - (breakdown.compute_s
+            + breakdown.recompute_s
+            + breakdown.tp_comm_s
+            + breakdown.cp_comm_s
+            + breakdown.ep_comm_s
+            + breakdown.pp_comm_s
+            + breakdown.pipeline_bubble_s);
+    let iteration_time_s = breakdown.total_s();
+
+    let worst_stage = (0..p)
+        .max_by(|&a, &b| {
+            stages[a]
+                .peak_memory_bytes
+                .total_cmp(&stages[b].peak_memory_bytes)
+        })
+        .unwrap_or(0);
+    let memory = stages[worst_stage].memory;
+    let peak = memory.total_bytes();
+    let capacity = cluster.gpu.memory_bytes;
+    let fits = peak <= capacity;
+    let reason = (!fits).then(|| {
+        format!(
+            "stage {worst_stage} needs {:.1} GiB per GPU but the {} has {:.1} GiB \
+             (activations {:.1} GiB for {:.1} micro-batches in flight, weights+gradients+optimizer {:.1} GiB)",
+            peak / GIB,
+            cluster.gpu.name,
+            capacity / GIB,
+            memory.activations_bytes / GIB,
+            memory.inflight_microbatches,
+            (memory.weights_bytes + memory.gradients_bytes + memory.optimizer_bytes) / GIB,
+        )
+    });
+    let flops = model_flops(m, t);
+    let gpus = c.gpus() as f64;
+    Estimate {
+        config: *c,
+        microbatches: mb,
+        iteration_time_s,
+        tokens_per_s: (t.gbs * t.seq) as f64 / iteration_time_s,
+        tflops_per_gpu: flops / iteration_time_s / gpus / 1e12,
+        mfu: flops / iteration_time_s / gpus / d.peak_flops_per_s,
+        model_flops_per_iteration: flops,
+        peak_memory_bytes: peak,
+        memory_capacity_bytes: capacity,
+        fits,
+        reason,
+        worst_stage,
+        breakdown,
+        memory,
+        stages,
+    }
+}
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// Per-layer figures of pipeline rank 0 (all its chunks), per micro-batch and per GPU.
+pub fn first_stage_layers(
+    m: &ModelSpec,
+    cluster: &ClusterSpec,
+    t: &TrainSpec,
+    c: &ParallelConfig,
+    d: &DeviceModel,
+) -> Vec<LayerReport> {
+    let g = Groups::new(cluster, c);
+    let w = Workload::new(c, t);
+    let costs = layer_costs(m, d, &g, &w);
+    let blocks_on_rank0 = blocks_per_stage(m.layers, c.pp, c.vp).next().unwrap_or(0);
+    // Chunk j of rank 0 holds global chunk j·pp; list its blocks in execution order.
+    let chunks = c.pp * c.vp;
+    let base = m.layers / chunks;
+    let extra = m.layers % chunks;
+    let start_of = |chunk: u64| chunk * base + chunk.min(extra);
+    let mut names = Vec::with_capacity(blocks_on_rank0 as usize + 2);
+    for layer in m.layer_list() {
+        match layer.kind {
+            LayerKind::Embedding => names.push((layer.name, &costs.embedding)),
+            LayerKind::Head if c.pp == 1 => names.push((layer.name, &costs.head)),
+            LayerKind::Head => {}
+            LayerKind::Block => {}
+        }
+    }
+    let mut out: Vec<LayerReport> = Vec::new();
+    let report = |name: String, l: &LayerCost| LayerReport {
+        name,
+        forward_compute_s: l.forward.compute_s,
+        backward_compute_s: l.backward.compute_s,
+        recompute_s: l.recompute.compute_s,
+        activation_bytes: l.activation_bytes,
+    };
+    out.push(report(names[0].0.clone(), names[0].1));
+    for j in 0..c.vp {
+        let chunk = j * c.pp;
+        for b in start_of(chunk)..start_of(chunk + 1) {
+            out.push(report(format!("block.{b}"), &costs.block));
+        }
+    }
+    if let Some((name, l)) = names.get(1) {
+        out.push(report(name.clone(), l));
+    }
+    out
+}

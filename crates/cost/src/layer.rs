@@ -1,0 +1,533 @@
+//! Time and memory of one layer (embedding, transformer block, head) for one micro-batch on
+//! one GPU: kernel by kernel for compute, collective by collective for communication, and
+//! saved tensor by saved tensor for activation memory (Korthikanti et al. 2022, §4).
+//!
+//! Knows layers and kernels; knows nothing of pipelines, schedules or optimizers.
+
+use plait_spec::{
+    Activation, AttentionImpl, Gemm, ModelSpec, ParallelConfig, Positions, Recompute, Shard,
+    TrainSpec,
+};
+
+use crate::comm::Groups;
+use crate::device::{DeviceModel, KERNEL_DISPATCH_S};
+
+/// Bytes per parameter of fp32 main-gradient accumulation (read-modify-write of 4 + 4 bytes
+/// in the weight-gradient GEMM epilogue; Megatron-LM `gradient_accumulation_fusion`).
+const GRAD_ACCUMULATE_BYTES_PER_PARAM: f64 = 8.0;
+/// Bytes per element of the fp32 copies the vocab-parallel cross-entropy keeps
+/// (Megatron-LM upcasts logits and saves the fp32 softmax for the backward).
+const FP32: f64 = 4.0;
+
+/// Time of one pass split into compute and the communication left exposed.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Phase {
+    pub compute_s: f64,
+    pub tp_comm_s: f64,
+    pub cp_comm_s: f64,
+    pub ep_comm_s: f64,
+}
+
+impl Phase {
+    pub fn total_s(&self) -> f64 {
+        self.compute_s + self.comm_s()
+    }
+    pub fn comm_s(&self) -> f64 {
+        self.tp_comm_s + self.cp_comm_s + self.ep_comm_s
+    }
+    pub fn add(&mut self, o: &Phase, times: f64) {
+        self.compute_s += o.compute_s * times;
+        self.tp_comm_s += o.tp_comm_s * times;
+        self.cp_comm_s += o.cp_comm_s * times;
+        self.ep_comm_s += o.ep_comm_s * times;
+    }
+}
+
+/// One layer, one micro-batch, one GPU.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct LayerCost {
+    pub forward: Phase,
+    /// Backward without any recomputation.
+    pub backward: Phase,
+    /// The forward work redone before the backward under the recompute policy.
+    pub recompute: Phase,
+    /// Bytes kept from forward to backward under the recompute policy.
+    pub activation_bytes: f64,
+    /// Extra bytes live only while this layer's backward runs (rematerialised
+    /// activations, activation gradients).
+    pub transient_bytes: f64,
+    /// The weight-gradient part of the backward compute (zero-bubble schedules defer it).
+    pub weight_grad_s: f64,
+    /// Parameters held on this GPU (dense part, sharded by tp).
+    pub params: f64,
+    /// Expert parameters held on this GPU (sharded by ep × tp), reduced over a smaller group.
+    pub expert_params: f64,
+}
+
+/// Everything about one micro-batch's shape on one GPU.
+#[derive(Debug, Clone, Copy)]
+pub struct Workload {
+    pub mbs: f64,
+    /// Full sequence.
+    pub seq: f64,
+    /// Sequence on this GPU (seq / cp).
+    pub seq_local: f64,
+    pub tp: u64,
+    pub ep: u64,
+    pub sp: bool,
+    pub recompute: Recompute,
+    pub attention: AttentionImpl,
+    pub dropout: bool,
+    /// Bytes per activation element.
+    pub e: f64,
+}
+
+impl Workload {
+    pub fn new(c: &ParallelConfig, t: &TrainSpec) -> Workload {
+        Workload {
+            mbs: c.mbs as f64,
+            seq: t.seq as f64,
+            seq_local: (t.seq / c.cp) as f64,
+            tp: c.tp,
+            ep: c.ep,
+            sp: c.sp && c.tp > 1,
+            recompute: c.recompute,
+            attention: t.attention,
+            dropout: t.dropout,
+            e: t.dtype.activation_bytes(),
+        }
+    }
+
+    /// Tokens on this GPU.
+    fn tokens(&self) -> f64 {
+        self.mbs * self.seq_local
+    }
+
+    /// Elements of a hidden-sized tensor outside the tensor-parallel region (norms,
+    /// residuals, dropout): replicated over tp, or split by sequence parallelism.
+    fn replicated(&self, hidden: f64) -> f64 {
+        let full = self.tokens() * hidden;
+        if self.sp {
+            full / self.tp as f64
+        } else {
+            full
+        }
+    }
+}
+
+/// Vocabulary padded as Megatron-LM pads it: to a multiple of 128 × tp.
+pub fn padded_vocab(vocab: u64, tp: u64) -> u64 {
+    let unit = 128 * tp;
+    vocab.div_ceil(unit) * unit
+}
+
+/// Accumulates kernels of one pass: GPU time and kernel count (for the host-issue floor).
+#[derive(Default)]
+struct Kernels {
+    gpu_s: f64,
+    count: f64,
+}
+
+impl Kernels {
+    fn gemm(&mut self, d: &DeviceModel, g: &Gemm) {
+        self.gpu_s += d.gemm_s(g.m, g.n, g.k, g.count);
+        self.count += g.count as f64;
+    }
+    fn gemm_shape(&mut self, d: &DeviceModel, m: f64, n: f64, k: f64, count: f64) {
+        self.gpu_s += d.gemm_s(m as u64, n as u64, k as u64, count as u64);
+        self.count += 1.0;
+    }
+    /// A memory-bound kernel moving `bytes` (read + write).
+    fn stream(&mut self, d: &DeviceModel, bytes: f64) {
+        self.gpu_s += d.memory_s(bytes);
+        self.count += 1.0;
+    }
+    fn fixed(&mut self, seconds: f64, kernels: f64) {
+        self.gpu_s += seconds;
+        self.count += kernels;
+    }
+    /// A stream of kernels takes the longer of its device time and its host issue time.
+    fn time_s(&self) -> f64 {
+        self.gpu_s.max(self.count * KERNEL_DISPATCH_S)
+    }
+}
+
+/// Backward GEMMs of a forward GEMM `[m×k]·[k×n]`: input gradient and weight gradient.
+fn backward_gemms(g: &Gemm) -> (Gemm, Gemm) {
+    (
+        Gemm {
+            name: "dgrad",
+            m: g.m,
+            n: g.k,
+            k: g.n,
+            count: g.count,
+        },
+        Gemm {
+            name: "wgrad",
+            m: g.k,
+            n: g.n,
+            k: g.m,
+            count: g.count,
+        },
+    )
+}
+
+/// Attention core on one GPU: forward/backward kernels and the bytes it saves beyond its
+/// inputs (which selective recomputation drops).
+struct AttentionCore {
+    forward: Kernels,
+    backward: Kernels,
+    /// Saved inside the core (softmax output, dropout mask and output; flash: the
+    /// log-sum-exp).
+    internal_bytes: f64,
+}
+
+fn attention_core(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> AttentionCore {
+    let (heads, _kv, dim) = m.attention_shape(w.tp);
+    let (heads, dim) = (heads as f64, dim as f64);
+    // Score elements per GPU: local queries × all keys.
+    let scores = w.mbs * heads * w.seq_local * w.seq;
+    let mut forward = Kernels::default();
+    let mut backward = Kernels::default();
+    let internal_bytes;
+    match w.attention {
+        AttentionImpl::Flash => {
+            let causal = if m.causal { 0.5 } else { 1.0 };
+            let flops = 4.0 * scores * dim * causal;
+            forward.fixed(d.flash_forward_s(flops), 1.0);
+            backward.fixed(d.flash_backward_s(2.5 * flops), 2.0);
+            internal_bytes = w.mbs * heads * w.seq_local * FP32;
+        }
+        AttentionImpl::Unfused => {
+            let batch = w.mbs * heads;
+            let (sq, sk) = (w.seq_local, w.seq);
+            // Q·Kᵀ, fused scale-mask-softmax, dropout, P·V (Megatron-LM before flash attention).
+            forward.gemm_shape(d, sq, sk, dim, batch);
+            forward.stream(d, scores * 2.0 * w.e);
+            if w.dropout {
+                forward.stream(d, scores * (2.0 * w.e + 1.0));
+            }
+            forward.gemm_shape(d, sq, dim, sk, batch);
+            // Backward: dP = dO·Vᵀ, dV = Pᵀ·dO, softmax and dropout backward, dQ = dS·K, dK = dSᵀ·Q.
+            backward.gemm_shape(d, sq, sk, dim, batch);
+            backward.gemm_shape(d, sk, dim, sq, batch);
+            if w.dropout {
+                backward.stream(d, scores * (2.0 * w.e + 1.0));
+            }
+            backward.stream(d, scores * 3.0 * w.e);
+            backward.gemm_shape(d, sq, dim, sk, batch);
+            backward.gemm_shape(d, sk, dim, sq, batch);
+            internal_bytes = scores
+                * if w.dropout {
+                    2.0 * w.e + 1.0 + w.e
+                } else {
+                    w.e
+                };
+        }
+    }
+    AttentionCore {
+        forward,
+        backward,
+        internal_bytes,
+    }
+}
+
+/// One transformer block.
+pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> LayerCost {
+    let e = w.e;
+    let t = w.tp as f64;
+    let h = m.hidden as f64;
+    let tokens = w.tokens();
+    let rep = w.replicated(h);
+    let full_hidden_bytes = tokens * h * e;
+    let gemms = m.block_gemms(tokens as u64, Shard { tp: w.tp, ep: w.ep });
+    let q_local = (m.q_width() / w.tp) as f64;
+    let kv_local = (m.attention_shape(w.tp).1 * m.head_dim) as f64;
+    let f_local = (m.ffn_hidden / w.tp) as f64;
+    let dropout_mask = if w.dropout { rep } else { 0.0 };
+    let (topk, experts_local) = match m.moe {
+        Some(moe) => (moe.top_k as f64, (moe.experts / w.ep) as f64),
+        None => (1.0, 1.0),
+    };
+
+    let mut fwd = Kernels::default();
+    let mut bwd = Kernels::default();
+    let mut fwd_phase = Phase::default();
+    let mut bwd_phase = Phase::default();
+
+    // --- attention half ---
+    fwd.stream(d, 2.0 * rep * e); // norm 1
+    bwd.stream(d, 3.0 * rep * e);
+    let [qkv, attn_out] = gemms.attn;
+    fwd.gemm(d, &qkv);
+    if m.positions == Positions::Rotary {
+        let rope = 2.0 * (q_local + kv_local) * tokens * e;
+        fwd.stream(d, rope);
+        bwd.stream(d, rope);
+    }
+    let core = attention_core(m, d, w);
+    fwd.gpu_s += core.forward.gpu_s;
+    fwd.count += core.forward.count;
+    bwd.gpu_s += core.backward.gpu_s;
+    bwd.count += core.backward.count;
+    fwd.gemm(d, &attn_out);
+    fwd.stream(d, 3.0 * rep * e + dropout_mask); // bias-dropout-add
+    bwd.stream(d, 3.0 * rep * e + dropout_mask);
+
+    // --- MLP half ---
+    fwd.stream(d, 2.0 * rep * e); // norm 2
+    bwd.stream(d, 3.0 * rep * e);
+    let [up, down] = gemms.mlp;
+    let routed_tokens = tokens * topk;
+    if let Some(router) = gemms.router {
+        fwd.gemm(d, &router);
+        // Permute tokens to experts and back: read + write of routed hidden states, twice.
+        let permute = 2.0 * 2.0 * routed_tokens * h * e;
+        fwd.stream(d, permute);
+        bwd.stream(d, permute);
+        let (rd, rw) = backward_gemms(&router);
+        bwd.gemm(d, &rd);
+        bwd.gemm(d, &rw);
+    }
+    fwd.gemm(d, &up);
+    let (act_fwd, act_bwd) = match m.activation {
+        Activation::Gelu => (2.0, 3.0),
+        Activation::SwiGlu => (3.0, 5.0),
+    };
+    fwd.stream(d, act_fwd * routed_tokens * f_local * e);
+    bwd.stream(d, act_bwd * routed_tokens * f_local * e);
+    fwd.gemm(d, &down);
+    fwd.stream(d, 3.0 * rep * e + dropout_mask);
+    bwd.stream(d, 3.0 * rep * e + dropout_mask);
+
+    // Backward GEMMs, with Megatron's overlap of each column-parallel input-gradient
+    // collective behind the weight-gradient GEMM.
+    let mut column_parallel_exposed = 0.0;
+    let mut weight_grad_s = 0.0;
+    for (i, gm) in [qkv, attn_out, up, down].iter().enumerate() {
+        let (dg, wg) = backward_gemms(gm);
+        let dg_s = d.gemm_s(dg.m, dg.n, dg.k, dg.count);
+        let wg_s = d.gemm_s(wg.m, wg.n, wg.k, wg.count);
+        bwd.gpu_s += dg_s + wg_s;
+        bwd.count += 2.0 * dg.count as f64;
+        weight_grad_s += wg_s;
+        let column_parallel = i % 2 == 0;
+        if column_parallel && w.tp > 1 {
+            if w.sp {
+                // Re-gather the sequence-parallel input for the weight gradient (overlapped
+                // with dgrad), reduce-scatter the input gradient (overlapped with wgrad).
+                column_parallel_exposed += (g.tp.all_gather_s(full_hidden_bytes) - dg_s).max(0.0)
+                    + (g.tp.reduce_scatter_s(full_hidden_bytes) - wg_s).max(0.0);
+            } else {
+                column_parallel_exposed += (g.tp.all_reduce_s(full_hidden_bytes) - wg_s).max(0.0);
+            }
+        }
+    }
+    let params = (m.attention_params() + m.mlp_params() - m.expert_params()) as f64 / t;
+    let expert_params = m.expert_params() as f64 / (t * w.ep as f64);
+    let accumulate_s = d.memory_s(GRAD_ACCUMULATE_BYTES_PER_PARAM * (params + expert_params));
+    bwd.fixed(accumulate_s, 0.0);
+    weight_grad_s += accumulate_s;
+
+    // --- communication ---
+    if w.tp > 1 {
+        // Forward: two all-reduces, or all-gather + reduce-scatter pairs with sp.
+        fwd_phase.tp_comm_s = if w.sp {
+            2.0 * (g.tp.all_gather_s(full_hidden_bytes) + g.tp.reduce_scatter_s(full_hidden_bytes))
+        } else {
+            2.0 * g.tp.all_reduce_s(full_hidden_bytes)
+        };
+        // Backward of the row-parallel outputs: identity without sp, all-gather with sp.
+        let row_parallel = if w.sp {
+            2.0 * g.tp.all_gather_s(full_hidden_bytes)
+        } else {
+            0.0
+        };
+        bwd_phase.tp_comm_s = row_parallel + column_parallel_exposed;
+    }
+    if g.cp.size > 1 {
+        // Ring attention: cp − 1 exchanges of the local K and V, overlapped with the
+        // attention of the chunk already present; backward also returns dK, dV.
+        let kv_bytes = 2.0 * w.mbs * w.seq_local * kv_local * e;
+        let steps = (g.cp.size - 1) as f64;
+        let per_step_f = core.forward.gpu_s / g.cp.size as f64;
+        let per_step_b = core.backward.gpu_s / g.cp.size as f64;
+        fwd_phase.cp_comm_s = steps * (g.cp.p2p_s(kv_bytes) - per_step_f).max(0.0);
+        bwd_phase.cp_comm_s = steps * (g.cp.p2p_s(2.0 * kv_bytes) - per_step_b).max(0.0);
+    }
+    if m.moe.is_some() && g.ep.size > 1 {
+        // Token dispatch and combine all-to-alls, forward and backward.
+        let bytes = routed_tokens * h * e;
+        fwd_phase.ep_comm_s = 2.0 * g.ep.all_to_all_s(bytes);
+        bwd_phase.ep_comm_s = 2.0 * g.ep.all_to_all_s(bytes);
+    }
+    fwd_phase.compute_s = fwd.time_s();
+    bwd_phase.compute_s = bwd.time_s();
+
+    // --- activation memory (per micro-batch) ---
+    let attention_saved = match w.attention {
+        // q, k, v inputs of the kernel and its output (also the projection input).
+        AttentionImpl::Flash => (q_local + 2.0 * kv_local) * tokens * e + q_local * tokens * e,
+        // q, k for Q·Kᵀ, v for P·V, and the context (projection input).
+        AttentionImpl::Unfused => (q_local + 2.0 * kv_local) * tokens * e + q_local * tokens * e,
+    };
+    let mlp_saved = match m.activation {
+        // fc1 output (GELU input) and GELU output (fc2 input).
+        Activation::Gelu => 2.0 * routed_tokens * f_local * e,
+        // gate and up outputs, and their product (down input).
+        Activation::SwiGlu => 3.0 * routed_tokens * f_local * e,
+    };
+    let moe_saved = match m.moe {
+        // Router logits (fp32) and the permuted expert inputs and outputs.
+        Some(moe) => tokens * moe.experts as f64 * FP32 + 2.0 * routed_tokens * h * e,
+        None => 0.0,
+    };
+    // Norm inputs (2), QKV and fc1 inputs (2, sharded with sp), dropout masks.
+    let outside = 4.0 * rep * e + 2.0 * dropout_mask;
+    let all_saved = outside + attention_saved + core.internal_bytes + mlp_saved + moe_saved;
+    // Largest activation-gradient pair alive in the MLP backward (one expert at a time).
+    let gradient_pair = 2.0 * routed_tokens * f_local * e / experts_local;
+    let (activation_bytes, recompute_phase, rematerialised) = match w.recompute {
+        Recompute::None => (all_saved, Phase::default(), 0.0),
+        Recompute::Selective => (
+            all_saved - core.internal_bytes,
+            Phase {
+                compute_s: core.forward.time_s(),
+                ..Phase::default()
+            },
+            core.internal_bytes,
+        ),
+        // Only the block input is kept; the whole forward (with its communication) reruns.
+        Recompute::Full => (rep * e, fwd_phase, all_saved - rep * e),
+    };
+    LayerCost {
+        forward: fwd_phase,
+        backward: bwd_phase,
+        recompute: recompute_phase,
+        activation_bytes,
+        transient_bytes: rematerialised + gradient_pair,
+        weight_grad_s,
+        params,
+        expert_params,
+    }
+}
+
+/// The embedding layer (token + position + type lookups; vocab-parallel over tp).
+pub fn embedding_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> LayerCost {
+    let h = m.hidden as f64;
+    let tokens = w.tokens();
+    let rep = w.replicated(h);
+    let e = w.e;
+    let mut fwd = Kernels::default();
+    let mut bwd = Kernels::default();
+    // Gather rows, add positions (and types), write the hidden states.
+    fwd.stream(d, 3.0 * tokens * h * e);
+    // Scatter-add the output gradient into the fp32 embedding gradient.
+    bwd.stream(d, tokens * h * (e + 2.0 * FP32));
+    let v = padded_vocab(m.vocab, w.tp) as f64;
+    let pos = if m.positions == Positions::Learned {
+        m.max_positions as f64
+    } else {
+        0.0
+    };
+    let full = tokens * h * e;
+    let tp_fwd = if w.sp {
+        g.tp.reduce_scatter_s(full)
+    } else {
+        g.tp.all_reduce_s(full)
+    };
+    let tp_bwd = if w.sp { g.tp.all_gather_s(full) } else { 0.0 };
+    LayerCost {
+        forward: Phase {
+            compute_s: fwd.time_s(),
+            tp_comm_s: tp_fwd,
+            ..Phase::default()
+        },
+        backward: Phase {
+            compute_s: bwd.time_s(),
+            tp_comm_s: tp_bwd,
+            ..Phase::default()
+        },
+        recompute: Phase::default(),
+        activation_bytes: if w.dropout { rep } else { 0.0 },
+        transient_bytes: 0.0,
+        weight_grad_s: 0.0,
+        params: v * h / w.tp as f64 + (pos + m.type_vocab as f64) * h,
+        expert_params: 0.0,
+    }
+}
+
+/// The head: final norm, output projection (vocab-parallel) and cross-entropy loss. With
+/// `tied` the output matrix is the embedding's and its parameters are counted there
+/// (unless the head sits on another pipeline stage, where the caller adds a copy).
+pub fn head_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> LayerCost {
+    let h = m.hidden as f64;
+    let tokens = w.tokens();
+    let rep = w.replicated(h);
+    let e = w.e;
+    let v_local = (padded_vocab(m.vocab, w.tp) / w.tp) as f64;
+    let mut fwd = Kernels::default();
+    let mut bwd = Kernels::default();
+    fwd.stream(d, 2.0 * rep * e);
+    bwd.stream(d, 3.0 * rep * e);
+    let proj = Gemm {
+        name: "lm_head",
+        m: tokens as u64,
+        n: v_local as u64,
+        k: m.hidden,
+        count: 1,
+    };
+    fwd.gemm(d, &proj);
+    let (dg, wg) = backward_gemms(&proj);
+    let dg_s = d.gemm_s(dg.m, dg.n, dg.k, 1);
+    let wg_s = d.gemm_s(wg.m, wg.n, wg.k, 1);
+    bwd.fixed(dg_s + wg_s, 2.0);
+    // Cross-entropy: read logits, write and re-read fp32 exponentials; backward reads the
+    // fp32 softmax and writes the logit gradient.
+    let logits = tokens * v_local;
+    fwd.stream(d, logits * (e + 2.0 * FP32));
+    bwd.stream(d, logits * (FP32 + e));
+    // Final norm (or BERT's pooler) plus, when untied, this GPU's slice of the output matrix;
+    // a tied output matrix is the embedding's.
+    let own_matrix = if m.tied_embeddings {
+        0.0
+    } else {
+        m.vocab as f64 * h
+    };
+    let params =
+        m.head_params() as f64 - own_matrix + if m.tied_embeddings { 0.0 } else { v_local * h };
+    bwd.stream(d, GRAD_ACCUMULATE_BYTES_PER_PARAM * params);
+    let full = tokens * h * e;
+    let (tp_fwd, tp_bwd) = if w.tp > 1 {
+        // Input gathered with sp; the loss's max/sum all-reduces are a few bytes per token.
+        let gather = if w.sp { g.tp.all_gather_s(full) } else { 0.0 };
+        let loss = 3.0 * g.tp.all_reduce_s(tokens * FP32);
+        let input_grad = if w.sp {
+            g.tp.reduce_scatter_s(full)
+        } else {
+            g.tp.all_reduce_s(full)
+        };
+        (gather + loss, (input_grad - wg_s).max(0.0))
+    } else {
+        (0.0, 0.0)
+    };
+    LayerCost {
+        forward: Phase {
+            compute_s: fwd.time_s(),
+            tp_comm_s: tp_fwd,
+            ..Phase::default()
+        },
+        backward: Phase {
+            compute_s: bwd.time_s(),
+            tp_comm_s: tp_bwd,
+            ..Phase::default()
+        },
+        recompute: Phase::default(),
+        // Norm input, projection input and the fp32 softmax of the loss.
+        activation_bytes: 2.0 * rep * e + logits * FP32,
+        transient_bytes: logits * e,
+        weight_grad_s: wg_s,
+        params,
+        expert_params: 0.0,
+    }
+}
