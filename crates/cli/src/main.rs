@@ -1,1 +1,40 @@
-fn main() {}
+//! The `plait` binary: parses flags, reads files, calls the library crates and prints.
+//! No modelling happens here.
+
+mod estimate_cmd;
+mod inputs;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// plait: plan, estimate and run the parallel training of large transformers.
+#[derive(Debug, Parser)]
+#[command(name = "plait", version, about, allow_negative_numbers = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Time, throughput and per-GPU memory of one parallel configuration.
+    Estimate(estimate_cmd::EstimateArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Estimate(args) => estimate_cmd::run(args),
+    };
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}

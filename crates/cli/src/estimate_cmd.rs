@@ -1,0 +1,132 @@
+//! `plait estimate`: one configuration's time, throughput and memory, as a table or JSON.
+
+use anyhow::Result;
+use clap::Args;
+use comfy_table::{presets::UTF8_BORDERS_ONLY, Cell, CellAlignment, Table};
+use serde::Serialize;
+
+use plait_cost::{estimate, first_stage_layers, Estimate, LayerReport};
+
+use crate::inputs::{ConfigArgs, WorkloadArgs};
+
+#[derive(Debug, Args)]
+pub struct EstimateArgs {
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The JSON document of `plait estimate --json` (stable field names: see design.md).
+#[derive(Serialize)]
+struct EstimateJson<'a> {
+    model: &'a str,
+    cluster: &'a str,
+    gpu: &'a str,
+    gpus: u64,
+    profile: Option<&'a str>,
+    #[serde(flatten)]
+    estimate: &'a Estimate,
+    layers: Vec<LayerReport>,
+}
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+pub fn run(args: &EstimateArgs) -> Result<String> {
+    let r = args.workload.resolve()?;
+    let config = args.config.resolve(args.workload.gpus()?)?;
+    if let Some(g) = args.workload.gpus()? {
+        config.validate(&r.model, &r.train, g)?;
+    }
+    let e = estimate(&r.model, &r.cluster, &r.train, &config, &r.device)?;
+    if args.json {
+        let doc = EstimateJson {
+            model: &r.model.name,
+            cluster: &r.cluster.name,
+            gpu: &r.cluster.gpu.name,
+            gpus: config.gpus(),
+            profile: r.profile_name.as_deref(),
+            estimate: &e,
+            layers: first_stage_layers(&r.model, &r.cluster, &r.train, &config, &r.device),
+        };
+        return Ok(serde_json::to_string_pretty(&doc)? + "\n");
+    }
+    Ok(render(&r, &e))
+}
+
+fn seconds(s: f64) -> String {
+    if s >= 1.0 {
+        format!("{s:.3} s")
+    } else {
+        format!("{:.2} ms", s * 1e3)
+    }
+}
+
+fn render(r: &crate::inputs::Resolved, e: &Estimate) -> String {
+    let c = &e.config;
+    let mut out = format!(
+        "plait estimate: {} on {} × {} ({})\nconfig: {c}\nbatch: {} sequences × {} tokens, {} micro-batches of {} per pipeline, {}{}\n\n",
+        r.model.name,
+        c.gpus(),
+        r.cluster.gpu.name,
+        r.cluster.name,
+        r.train.gbs,
+        r.train.seq,
+        e.microbatches,
+        c.mbs,
+        r.train.dtype,
+        r.profile_name.as_ref().map(|p| format!(", profile: {p}")).unwrap_or_default(),
+    );
+
+    let mut time = Table::new();
+    time.load_preset(UTF8_BORDERS_ONLY).set_header(["time per iteration", "seconds", "share"]);
+    for (name, s) in e.breakdown.components() {
+        if s > 0.0 {
+            time.add_row([
+                Cell::new(name),
+                Cell::new(seconds(s)).set_alignment(CellAlignment::Right),
+                Cell::new(format!("{:.1} %", 100.0 * s / e.iteration_time_s)).set_alignment(CellAlignment::Right),
+            ]);
+        }
+    }
+    time.add_row([
+        Cell::new("total"),
+        Cell::new(seconds(e.iteration_time_s)).set_alignment(CellAlignment::Right),
+        Cell::new("100 %").set_alignment(CellAlignment::Right),
+    ]);
+    out += &format!("{time}\n");
+    out += &format!(
+        "throughput: {:.0} tokens/s · {:.1} model TFLOP/s per GPU · MFU {:.1} %\n\n",
+        e.tokens_per_s,
+        e.tflops_per_gpu,
+        100.0 * e.mfu
+    );
+
+    let m = &e.memory;
+    let mut mem = Table::new();
+    mem.load_preset(UTF8_BORDERS_ONLY)
+        .set_header([format!("memory per GPU, stage {} of {}", e.worst_stage, c.pp), "GiB".into()]);
+    for (name, bytes) in [
+        ("weights", m.weights_bytes),
+        ("gradients", m.gradients_bytes),
+        ("optimizer states", m.optimizer_bytes),
+        (&*format!("activations ({:.1} micro-batches in flight)", m.inflight_microbatches), m.activations_bytes),
+        ("transient (backward working set)", m.transient_bytes),
+        ("reserve (context, workspaces)", m.reserve_bytes),
+    ] {
+        mem.add_row([Cell::new(name), Cell::new(format!("{:.2}", bytes / GIB)).set_alignment(CellAlignment::Right)]);
+    }
+    mem.add_row([
+        Cell::new(format!("total of {:.1} GiB", e.memory_capacity_bytes / GIB)),
+        Cell::new(format!("{:.2}", e.peak_memory_bytes / GIB)).set_alignment(CellAlignment::Right),
+    ]);
+    out += &format!("{mem}\n");
+    match &e.reason {
+        None => out += &format!("fits: {:.1} GiB free on the fullest GPU\n", (e.memory_capacity_bytes - e.peak_memory_bytes) / GIB),
+        Some(reason) => out += &format!("DOES NOT FIT: {reason}\n"),
+    }
+    out
+}

@@ -1,0 +1,205 @@
+//! Turns command-line flags into specs: resolves presets and files (the only place that
+//! reads them), derives the data-parallel degree from `--gpus`, and checks every number.
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+use plait_cost::{device_for, DeviceModel, Profile};
+use plait_spec::{
+    cluster_from_toml, cluster_preset, model_from_hf_config, model_preset, AttentionImpl, ClusterSpec, Dtype,
+    ModelSpec, ParallelConfig, Recompute, Schedule, SpecError, TrainSpec,
+};
+
+/// Model, cluster and batch.
+#[derive(Debug, Args)]
+pub struct WorkloadArgs {
+    /// Model preset (e.g. gpt3-175b, llama3-70b) or a Hugging Face config.json.
+    #[arg(long, default_value = "gpt3-175b")]
+    pub model: String,
+    /// Cluster preset (dgx-a100-80g, dgx-h100, dgx-h200, dgx-b200, dgx-v100) or a TOML file.
+    #[arg(long, default_value = "dgx-a100-80g")]
+    pub cluster: String,
+    /// GPUs to use (default: dp × tp × pp × cp).
+    #[arg(long, allow_negative_numbers = true)]
+    pub gpus: Option<i64>,
+    /// Global batch in sequences.
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1536)]
+    pub gbs: i64,
+    /// Sequence length in tokens.
+    #[arg(long, allow_negative_numbers = true, default_value_t = 2048)]
+    pub seq: i64,
+    #[arg(long, default_value = "bf16", value_parser = parse_keyword::<Dtype>)]
+    pub dtype: Dtype,
+    /// Calibration profile (profile JSON or measurement JSON lines). H200 clusters use the
+    /// built-in H200 profile unless --no-profile.
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Use published numbers only, not the built-in profile.
+    #[arg(long)]
+    pub no_profile: bool,
+    /// Attention kernel: flash, or the unfused matmul–softmax chain of older Megatron-LM.
+    #[arg(long, default_value = "flash", value_parser = parse_keyword::<AttentionImpl>)]
+    pub attention: AttentionImpl,
+    /// Model has dropout layers.
+    #[arg(long)]
+    pub dropout: bool,
+    /// Reduce gradients after the backward instead of overlapping them with it.
+    #[arg(long)]
+    pub no_overlap_grad_reduce: bool,
+}
+
+/// One parallel configuration.
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
+    #[arg(long, allow_negative_numbers = true)]
+    pub dp: Option<i64>,
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
+    pub tp: i64,
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
+    pub pp: i64,
+    /// Virtual pipeline chunks per rank (interleaved schedule).
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
+    pub vp: i64,
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
+    pub cp: i64,
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
+    pub ep: i64,
+    /// Micro-batch size in sequences.
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
+    pub mbs: i64,
+    /// ZeRO stage 0–3.
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
+    pub zero: i64,
+    /// Megatron sequence parallelism.
+    #[arg(long)]
+    pub sp: bool,
+    #[arg(long, default_value = "none", value_parser = parse_keyword::<Recompute>)]
+    pub recompute: Recompute,
+    #[arg(long, default_value = "1f1b", value_parser = parse_keyword::<Schedule>)]
+    pub schedule: Schedule,
+}
+
+fn parse_keyword<T: std::str::FromStr<Err = String>>(s: &str) -> std::result::Result<T, String> {
+    s.parse()
+}
+
+fn positive(flag: &str, v: i64) -> Result<u64, SpecError> {
+    if v <= 0 {
+        Err(SpecError::new(format!("--{flag}"), flag, format!("must be ≥ 1, got {v}"), "integers ≥ 1"))
+    } else {
+        Ok(v as u64)
+    }
+}
+
+/// Everything one estimate needs.
+pub struct Resolved {
+    pub model: ModelSpec,
+    pub cluster: ClusterSpec,
+    pub train: TrainSpec,
+    pub device: DeviceModel,
+    pub profile_name: Option<String>,
+}
+
+fn looks_like_path(s: &str) -> bool {
+    s.contains('/') || s.contains('\\') || s.ends_with(".json") || s.ends_with(".toml") || Path::new(s).is_file()
+}
+
+pub fn load_model(name: &str) -> Result<ModelSpec> {
+    if looks_like_path(name) {
+        let text = std::fs::read_to_string(name).with_context(|| format!("--model: cannot read `{name}`"))?;
+        Ok(model_from_hf_config(&text, name)?)
+    } else {
+        Ok(model_preset(name)?)
+    }
+}
+
+pub fn load_cluster(name: &str) -> Result<ClusterSpec> {
+    if looks_like_path(name) {
+        let text = std::fs::read_to_string(name).with_context(|| format!("--cluster: cannot read `{name}`"))?;
+        Ok(cluster_from_toml(&text, name)?)
+    } else {
+        Ok(cluster_preset(name)?)
+    }
+}
+
+impl WorkloadArgs {
+    pub fn resolve(&self) -> Result<Resolved> {
+        let model = load_model(&self.model)?;
+        let cluster = load_cluster(&self.cluster)?;
+        let train = TrainSpec {
+            dtype: self.dtype,
+            attention: self.attention,
+            dropout: self.dropout,
+            overlap_grad_reduce: !self.no_overlap_grad_reduce,
+            ..TrainSpec::new(positive("gbs", self.gbs)?, positive("seq", self.seq)?)
+        };
+        let mut device = device_for(&cluster, self.dtype)?;
+        let profile = match (&self.profile, self.no_profile) {
+            (Some(_), true) => bail!("--profile and --no-profile contradict each other"),
+            (Some(path), false) => {
+                let text =
+                    std::fs::read_to_string(path).with_context(|| format!("--profile: cannot read `{path}`"))?;
+                Some((Profile::parse(&text, path)?, path.clone()))
+            }
+            (None, false) if cluster.gpu.name.to_ascii_uppercase().contains("H200") => {
+                Some((Profile::builtin_h200(), "built-in H200".to_string()))
+            }
+            _ => None,
+        };
+        let profile_name = profile.map(|(p, name)| {
+            device = device.clone().with_profile(&p, self.dtype);
+            name
+        });
+        Ok(Resolved { model, cluster, train, device, profile_name })
+    }
+
+    /// GPUs requested, if given.
+    pub fn gpus(&self) -> Result<Option<u64>, SpecError> {
+        self.gpus.map(|g| positive("gpus", g)).transpose()
+    }
+}
+
+impl ConfigArgs {
+    /// The configuration, with dp derived from `gpus` when not given.
+    pub fn resolve(&self, gpus: Option<u64>) -> Result<ParallelConfig, SpecError> {
+        let tp = positive("tp", self.tp)?;
+        let pp = positive("pp", self.pp)?;
+        let cp = positive("cp", self.cp)?;
+        let model_parallel = tp * pp * cp;
+        let dp = match (self.dp, gpus) {
+            (Some(dp), _) => positive("dp", dp)?,
+            (None, Some(g)) => {
+                if g % model_parallel != 0 {
+                    return Err(SpecError::new(
+                        "--gpus",
+                        "gpus",
+                        format!("{g} GPUs do not split into tp×pp×cp = {model_parallel} model replicas"),
+                        format!("multiples of {model_parallel}"),
+                    ));
+                }
+                g / model_parallel
+            }
+            (None, None) => 1,
+        };
+        if !(0..=3).contains(&self.zero) {
+            return Err(SpecError::new("--zero", "zero", format!("ZeRO stage {} does not exist", self.zero), "0|1|2|3"));
+        }
+        let vp = positive("vp", self.vp)?;
+        let schedule = if vp > 1 && self.schedule == Schedule::OneFOneB { Schedule::Interleaved } else { self.schedule };
+        Ok(ParallelConfig {
+            dp,
+            tp,
+            pp,
+            vp,
+            cp,
+            ep: positive("ep", self.ep)?,
+            mbs: positive("mbs", self.mbs)?,
+            zero: self.zero as u8,
+            sp: self.sp,
+            recompute: self.recompute,
+            schedule,
+        })
+    }
+}
