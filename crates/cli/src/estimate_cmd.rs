@@ -82,13 +82,15 @@ fn render(r: &crate::inputs::Resolved, e: &Estimate) -> String {
     );
 
     let mut time = Table::new();
-    time.load_preset(UTF8_BORDERS_ONLY).set_header(["time per iteration", "seconds", "share"]);
+    time.load_preset(UTF8_BORDERS_ONLY)
+        .set_header(["time per iteration", "seconds", "share"]);
     for (name, s) in e.breakdown.components() {
         if s > 0.0 {
             time.add_row([
                 Cell::new(name),
                 Cell::new(seconds(s)).set_alignment(CellAlignment::Right),
-                Cell::new(format!("{:.1} %", 100.0 * s / e.iteration_time_s)).set_alignment(CellAlignment::Right),
+                Cell::new(format!("{:.1} %", 100.0 * s / e.iteration_time_s))
+                    .set_alignment(CellAlignment::Right),
             ]);
         }
     }
@@ -107,17 +109,28 @@ fn render(r: &crate::inputs::Resolved, e: &Estimate) -> String {
 
     let m = &e.memory;
     let mut mem = Table::new();
-    mem.load_preset(UTF8_BORDERS_ONLY)
-        .set_header([format!("memory per GPU, stage {} of {}", e.worst_stage, c.pp), "GiB".into()]);
+    mem.load_preset(UTF8_BORDERS_ONLY).set_header([
+        format!("memory per GPU, stage {} of {}", e.worst_stage, c.pp),
+        "GiB".into(),
+    ]);
     for (name, bytes) in [
         ("weights", m.weights_bytes),
         ("gradients", m.gradients_bytes),
         ("optimizer states", m.optimizer_bytes),
-        (&*format!("activations ({:.1} micro-batches in flight)", m.inflight_microbatches), m.activations_bytes),
+        (
+            &*format!(
+                "activations ({:.1} micro-batches in flight)",
+                m.inflight_microbatches
+            ),
+            m.activations_bytes,
+        ),
         ("transient (backward working set)", m.transient_bytes),
         ("reserve (context, workspaces)", m.reserve_bytes),
     ] {
-        mem.add_row([Cell::new(name), Cell::new(format!("{:.2}", bytes / GIB)).set_alignment(CellAlignment::Right)]);
+        mem.add_row([
+            Cell::new(name),
+            Cell::new(format!("{:.2}", bytes / GIB)).set_alignment(CellAlignment::Right),
+        ]);
     }
     mem.add_row([
         Cell::new(format!("total of {:.1} GiB", e.memory_capacity_bytes / GIB)),
@@ -125,7 +138,12 @@ fn render(r: &crate::inputs::Resolved, e: &Estimate) -> String {
     ]);
     out += &format!("{mem}\n");
     match &e.reason {
-        None => out += &format!("fits: {:.1} GiB free on the fullest GPU\n", (e.memory_capacity_bytes - e.peak_memory_bytes) / GIB),
+        None => {
+            out += &format!(
+                "fits: {:.1} GiB free on the fullest GPU\n",
+                (e.memory_capacity_bytes - e.peak_memory_bytes) / GIB
+            )
+        }
         Some(reason) => out += &format!("DOES NOT FIT: {reason}\n"),
     }
     out

@@ -8,8 +8,8 @@ use clap::Args;
 
 use plait_cost::{device_for, DeviceModel, Profile};
 use plait_spec::{
-    cluster_from_toml, cluster_preset, model_from_hf_config, model_preset, AttentionImpl, ClusterSpec, Dtype,
-    ModelSpec, ParallelConfig, Recompute, Schedule, SpecError, TrainSpec,
+    cluster_from_toml, cluster_preset, model_from_hf_config, model_preset, AttentionImpl,
+    ClusterSpec, Dtype, ModelSpec, ParallelConfig, Recompute, Schedule, SpecError, TrainSpec,
 };
 
 /// Model, cluster and batch.
@@ -87,7 +87,12 @@ fn parse_keyword<T: std::str::FromStr<Err = String>>(s: &str) -> std::result::Re
 
 fn positive(flag: &str, v: i64) -> Result<u64, SpecError> {
     if v <= 0 {
-        Err(SpecError::new(format!("--{flag}"), flag, format!("must be ≥ 1, got {v}"), "integers ≥ 1"))
+        Err(SpecError::new(
+            format!("--{flag}"),
+            flag,
+            format!("must be ≥ 1, got {v}"),
+            "integers ≥ 1",
+        ))
     } else {
         Ok(v as u64)
     }
@@ -103,12 +108,17 @@ pub struct Resolved {
 }
 
 fn looks_like_path(s: &str) -> bool {
-    s.contains('/') || s.contains('\\') || s.ends_with(".json") || s.ends_with(".toml") || Path::new(s).is_file()
+    s.contains('/')
+        || s.contains('\\')
+        || s.ends_with(".json")
+        || s.ends_with(".toml")
+        || Path::new(s).is_file()
 }
 
 pub fn load_model(name: &str) -> Result<ModelSpec> {
     if looks_like_path(name) {
-        let text = std::fs::read_to_string(name).with_context(|| format!("--model: cannot read `{name}`"))?;
+        let text = std::fs::read_to_string(name)
+            .with_context(|| format!("--model: cannot read `{name}`"))?;
         Ok(model_from_hf_config(&text, name)?)
     } else {
         Ok(model_preset(name)?)
@@ -117,7 +127,8 @@ pub fn load_model(name: &str) -> Result<ModelSpec> {
 
 pub fn load_cluster(name: &str) -> Result<ClusterSpec> {
     if looks_like_path(name) {
-        let text = std::fs::read_to_string(name).with_context(|| format!("--cluster: cannot read `{name}`"))?;
+        let text = std::fs::read_to_string(name)
+            .with_context(|| format!("--cluster: cannot read `{name}`"))?;
         Ok(cluster_from_toml(&text, name)?)
     } else {
         Ok(cluster_preset(name)?)
@@ -139,8 +150,8 @@ impl WorkloadArgs {
         let profile = match (&self.profile, self.no_profile) {
             (Some(_), true) => bail!("--profile and --no-profile contradict each other"),
             (Some(path), false) => {
-                let text =
-                    std::fs::read_to_string(path).with_context(|| format!("--profile: cannot read `{path}`"))?;
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("--profile: cannot read `{path}`"))?;
                 Some((Profile::parse(&text, path)?, path.clone()))
             }
             (None, false) if cluster.gpu.name.to_ascii_uppercase().contains("H200") => {
@@ -152,7 +163,13 @@ impl WorkloadArgs {
             device = device.clone().with_profile(&p, self.dtype);
             name
         });
-        Ok(Resolved { model, cluster, train, device, profile_name })
+        Ok(Resolved {
+            model,
+            cluster,
+            train,
+            device,
+            profile_name,
+        })
     }
 
     /// GPUs requested, if given.
@@ -175,7 +192,9 @@ impl ConfigArgs {
                     return Err(SpecError::new(
                         "--gpus",
                         "gpus",
-                        format!("{g} GPUs do not split into tp×pp×cp = {model_parallel} model replicas"),
+                        format!(
+                            "{g} GPUs do not split into tp×pp×cp = {model_parallel} model replicas"
+                        ),
                         format!("multiples of {model_parallel}"),
                     ));
                 }
@@ -184,10 +203,19 @@ impl ConfigArgs {
             (None, None) => 1,
         };
         if !(0..=3).contains(&self.zero) {
-            return Err(SpecError::new("--zero", "zero", format!("ZeRO stage {} does not exist", self.zero), "0|1|2|3"));
+            return Err(SpecError::new(
+                "--zero",
+                "zero",
+                format!("ZeRO stage {} does not exist", self.zero),
+                "0|1|2|3",
+            ));
         }
         let vp = positive("vp", self.vp)?;
-        let schedule = if vp > 1 && self.schedule == Schedule::OneFOneB { Schedule::Interleaved } else { self.schedule };
+        let schedule = if vp > 1 && self.schedule == Schedule::OneFOneB {
+            Schedule::Interleaved
+        } else {
+            self.schedule
+        };
         Ok(ParallelConfig {
             dp,
             tp,

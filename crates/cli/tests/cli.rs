@@ -4,7 +4,10 @@
 use std::process::Command;
 
 fn plait(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_plait")).args(args).output().expect("run plait");
+    let out = Command::new(env!("CARGO_BIN_EXE_plait"))
+        .args(args)
+        .output()
+        .expect("run plait");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -13,9 +16,31 @@ fn plait(args: &[&str]) -> (i32, String, String) {
 }
 
 const SC21_145B: &[&str] = &[
-    "estimate", "--model", "gpt-145.6b", "--cluster", "dgx-a100-80g", "--gpus", "1536", "--gbs", "2304", "--tp", "8",
-    "--pp", "8", "--vp", "2", "--mbs", "2", "--recompute", "full", "--dtype", "fp16", "--attention", "unfused",
-    "--dropout", "--no-overlap-grad-reduce",
+    "estimate",
+    "--model",
+    "gpt-145.6b",
+    "--cluster",
+    "dgx-a100-80g",
+    "--gpus",
+    "1536",
+    "--gbs",
+    "2304",
+    "--tp",
+    "8",
+    "--pp",
+    "8",
+    "--vp",
+    "2",
+    "--mbs",
+    "2",
+    "--recompute",
+    "full",
+    "--dtype",
+    "fp16",
+    "--attention",
+    "unfused",
+    "--dropout",
+    "--no-overlap-grad-reduce",
 ];
 
 #[test]
@@ -25,12 +50,27 @@ fn estimate_json_has_the_contract_fields() {
     let (code, out, err) = plait(&args);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    for key in ["iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "peak_memory_bytes"] {
-        assert!(v[key].as_f64().is_some_and(|x| x > 0.0), "{key}: {}", v[key]);
+    for key in [
+        "iteration_time_s",
+        "tokens_per_s",
+        "tflops_per_gpu",
+        "mfu",
+        "peak_memory_bytes",
+    ] {
+        assert!(
+            v[key].as_f64().is_some_and(|x| x > 0.0),
+            "{key}: {}",
+            v[key]
+        );
     }
     assert_eq!(v["fits"], true);
     let b = &v["breakdown"];
-    let sum: f64 = b.as_object().unwrap().values().map(|x| x.as_f64().unwrap()).sum();
+    let sum: f64 = b
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|x| x.as_f64().unwrap())
+        .sum();
     assert!((sum / v["iteration_time_s"].as_f64().unwrap() - 1.0).abs() < 1e-9);
     // First pipeline rank: the embedding and its blocks of both chunks (80 layers / 16 chunks).
     let layers = v["layers"].as_array().unwrap();
@@ -40,7 +80,9 @@ fn estimate_json_has_the_contract_fields() {
     assert_eq!(layers[6]["name"], "block.40");
     for l in &layers[1..] {
         assert!(l["forward_compute_s"].as_f64().unwrap() > 0.0);
-        assert!(l["backward_compute_s"].as_f64().unwrap() > l["forward_compute_s"].as_f64().unwrap());
+        assert!(
+            l["backward_compute_s"].as_f64().unwrap() > l["forward_compute_s"].as_f64().unwrap()
+        );
         assert!(l["activation_bytes"].as_f64().unwrap() > 0.0);
     }
     // SC'21 reports 148 TFLOP/s (47 % of peak) for this run with recompute counted.
@@ -60,7 +102,9 @@ fn a_model_that_cannot_fit_is_an_answer_not_an_error() {
     let (code, out, _) = plait(&["estimate", "--model", "gpt-1t", "--gpus", "8", "--tp", "8"]);
     assert_eq!(code, 0);
     assert!(out.contains("DOES NOT FIT: stage 0 needs"), "{out}");
-    let (code, out, _) = plait(&["estimate", "--model", "gpt-1t", "--gpus", "8", "--tp", "8", "--json"]);
+    let (code, out, _) = plait(&[
+        "estimate", "--model", "gpt-1t", "--gpus", "8", "--tp", "8", "--json",
+    ]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["fits"], false);
@@ -72,7 +116,10 @@ fn check_error(args: &[&str], field: &str) {
     let (code, out, err) = plait(args);
     assert_ne!(code, 0, "{args:?} succeeded: {out}");
     assert!(!err.contains("panicked"), "{args:?}: {err}");
-    assert!(err.contains(field), "{args:?}: expected `{field}` in: {err}");
+    assert!(
+        err.contains(field),
+        "{args:?}: expected `{field}` in: {err}"
+    );
     // clap's own usage errors add a hint line; ours are exactly one line.
     if !err.contains("For more information") {
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
@@ -88,7 +135,10 @@ fn bad_input_is_a_one_line_error_naming_the_field() {
         std::fs::write(&p, text).unwrap();
         p.to_string_lossy().into_owned()
     };
-    check_error(&["estimate", "--model", "gpt5"], "unknown model preset `gpt5`");
+    check_error(
+        &["estimate", "--model", "gpt5"],
+        "unknown model preset `gpt5`",
+    );
     check_error(&["estimate", "--cluster", "tpu-v9"], "dgx-h100");
     check_error(&["estimate", "--tp", "7"], "`tp`");
     check_error(&["estimate", "--model", "gpt-1.7b", "--pp", "48"], "`pp`");
@@ -96,22 +146,57 @@ fn bad_input_is_a_one_line_error_naming_the_field() {
     check_error(&["estimate", "--tp", "-2"], "`tp`");
     check_error(&["estimate", "--gbs", "-5"], "`gbs`");
     check_error(&["estimate", "--seq", "0"], "`seq`");
-    check_error(&["estimate", "--gpus", "1000", "--tp", "8", "--pp", "8"], "`gpus`");
-    check_error(&["estimate", "--gpus", "64", "--dp", "4", "--tp", "8"], "`dp`");
+    check_error(
+        &["estimate", "--gpus", "1000", "--tp", "8", "--pp", "8"],
+        "`gpus`",
+    );
+    check_error(
+        &["estimate", "--gpus", "64", "--dp", "4", "--tp", "8"],
+        "`dp`",
+    );
     check_error(&["estimate", "--zero", "5"], "`zero`");
-    check_error(&["estimate", "--schedule", "pipedream"], "gpipe|1f1b|interleaved|zb-h1|scp");
+    check_error(
+        &["estimate", "--schedule", "pipedream"],
+        "gpipe|1f1b|interleaved|zb-h1|scp",
+    );
     check_error(&["estimate", "--recompute", "some"], "none|selective|full");
     check_error(&["estimate", "--dtype", "fp8"], "`dtype`");
-    check_error(&["estimate", "--model", "mixtral-8x7b", "--ep", "3", "--dp", "3"], "`ep`");
+    check_error(
+        &[
+            "estimate",
+            "--model",
+            "mixtral-8x7b",
+            "--ep",
+            "3",
+            "--dp",
+            "3",
+        ],
+        "`ep`",
+    );
     check_error(&["estimate", "--mbs", "7"], "`gbs`");
-    let cfg = write("config.json", r#"{"model_type": "llama", "hidden_size": 4096, "num_hidden_layer": 32}"#);
-    check_error(&["estimate", "--model", &cfg], "`num_hidden_layers`: missing (found `num_hidden_layer`");
-    let cfg = write("typo.json", r#"{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "intermediate_size": 11008, "vocab_size": 32000, "num_hidden_layer": 32}"#);
+    let cfg = write(
+        "config.json",
+        r#"{"model_type": "llama", "hidden_size": 4096, "num_hidden_layer": 32}"#,
+    );
+    check_error(
+        &["estimate", "--model", &cfg],
+        "`num_hidden_layers`: missing (found `num_hidden_layer`",
+    );
+    let cfg = write(
+        "typo.json",
+        r#"{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "intermediate_size": 11008, "vocab_size": 32000, "num_hidden_layer": 32}"#,
+    );
     check_error(&["estimate", "--model", &cfg], "num_hidden_layers");
     let toml = write("c.toml", "base = \"dgx-h100\"\ngpus_per_nod = 8\n");
     check_error(&["estimate", "--cluster", &toml], "gpus_per_nod");
-    let profile = write("p.json", "{\"gpu\": \"x\", \"memory_bandwidth_bytes_per_s\": 1e12, \"gemm\": []}");
+    let profile = write(
+        "p.json",
+        "{\"gpu\": \"x\", \"memory_bandwidth_bytes_per_s\": 1e12, \"gemm\": []}",
+    );
     check_error(&["estimate", "--profile", &profile], "`gemm`");
-    check_error(&["estimate", "--model", "/nonexistent/config.json"], "cannot read");
+    check_error(
+        &["estimate", "--model", "/nonexistent/config.json"],
+        "cannot read",
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

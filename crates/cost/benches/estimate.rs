@@ -38,7 +38,7 @@ fn configs(m: &ModelSpec, t: &TrainSpec) -> Vec<ParallelConfig> {
                     for recompute in [Recompute::None, Recompute::Selective, Recompute::Full] {
                         for (schedule, vp) in [(Schedule::OneFOneB, 1), (Schedule::Interleaved, 2)]
                         {
-                            if GPUS % (tp * pp) != 0 {
+                            if !GPUS.is_multiple_of(tp * pp) {
                                 continue;
                             }
                             let c = ParallelConfig {

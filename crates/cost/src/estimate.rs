@@ -477,7 +477,8 @@ fn assemble(
         dp_comm_exposed_s: worst_dp_exposed.max(0.0) + mbf * zero3_per_mb_worst,
         optimizer_s: worst_optimizer,
     };
-    // Guard against rounding: the components must add up to the pipeline time.
+    // Guard against rounding: the components must add up to the pipeline time (never
+    // leaving a negative bubble behind).
     breakdown.pipeline_bubble_s += pipe_s
         - (breakdown.compute_s
             + breakdown.recompute_s
@@ -486,6 +487,7 @@ fn assemble(
             + breakdown.ep_comm_s
             + breakdown.pp_comm_s
             + breakdown.pipeline_bubble_s);
+    breakdown.pipeline_bubble_s = breakdown.pipeline_bubble_s.max(0.0);
     let iteration_time_s = breakdown.total_s();
 
     let worst_stage = (0..p)

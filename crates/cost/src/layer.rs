@@ -189,14 +189,13 @@ fn attention_core(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> AttentionCore
     let scores = w.mbs * heads * w.seq_local * w.seq;
     let mut forward = Kernels::default();
     let mut backward = Kernels::default();
-    let internal_bytes;
-    match w.attention {
+    let internal_bytes = match w.attention {
         AttentionImpl::Flash => {
             let causal = if m.causal { 0.5 } else { 1.0 };
             let flops = 4.0 * scores * dim * causal;
             forward.fixed(d.flash_forward_s(flops), 1.0);
             backward.fixed(d.flash_backward_s(2.5 * flops), 2.0);
-            internal_bytes = w.mbs * heads * w.seq_local * FP32;
+            w.mbs * heads * w.seq_local * FP32
         }
         AttentionImpl::Unfused => {
             let batch = w.mbs * heads;
@@ -217,14 +216,15 @@ fn attention_core(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> AttentionCore
             backward.stream(d, scores * 3.0 * w.e);
             backward.gemm_shape(d, sq, dim, sk, batch);
             backward.gemm_shape(d, sk, dim, sq, batch);
-            internal_bytes = scores
+            // Softmax output; with dropout also its mask and output.
+            scores
                 * if w.dropout {
                     2.0 * w.e + 1.0 + w.e
                 } else {
                     w.e
-                };
+                }
         }
-    }
+    };
     AttentionCore {
         forward,
         backward,
@@ -323,7 +323,12 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
             }
         }
     }
-    let params = (m.attention_params() + m.mlp_params() - m.expert_params()) as f64 / t;
+    // Attention and dense MLP weights split over tp; norms (and the MoE router) replicated.
+    let router = m.moe.map_or(0, |moe| m.hidden * moe.experts) as f64;
+    let norms = (m.block_params() - m.attention_params() - m.mlp_params()) as f64;
+    let params = (m.attention_params() + m.mlp_params() - m.expert_params()) as f64 / t
+        + norms
+        + router * (1.0 - 1.0 / t);
     let expert_params = m.expert_params() as f64 / (t * w.ep as f64);
     let accumulate_s = d.memory_s(GRAD_ACCUMULATE_BYTES_PER_PARAM * (params + expert_params));
     bwd.fixed(accumulate_s, 0.0);

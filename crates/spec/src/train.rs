@@ -204,7 +204,7 @@ impl ParallelConfig {
                 format!("degrees whose product is {gpus}"),
             );
         }
-        if model.heads % self.tp != 0 {
+        if !model.heads.is_multiple_of(self.tp) {
             return err(
                 "tp",
                 format!(
@@ -214,7 +214,7 @@ impl ParallelConfig {
                 format!("divisors of {}", model.heads),
             );
         }
-        if model.kv_heads % self.tp != 0 && self.tp % model.kv_heads != 0 {
+        if !model.kv_heads.is_multiple_of(self.tp) && !self.tp.is_multiple_of(model.kv_heads) {
             return err(
                 "tp",
                 format!(
@@ -224,7 +224,7 @@ impl ParallelConfig {
                 format!("divisors or multiples of {}", model.kv_heads),
             );
         }
-        if model.ffn_hidden % self.tp != 0 {
+        if !model.ffn_hidden.is_multiple_of(self.tp) {
             return err(
                 "tp",
                 format!(
@@ -263,7 +263,7 @@ impl ParallelConfig {
                 Schedule::allowed(),
             );
         }
-        if train.seq % self.cp != 0 {
+        if !train.seq.is_multiple_of(self.cp) {
             return err(
                 "cp",
                 format!(
@@ -273,7 +273,7 @@ impl ParallelConfig {
                 format!("divisors of {}", train.seq),
             );
         }
-        if self.tp > 1 && self.sp && train.seq % (self.tp * self.cp) != 0 {
+        if self.tp > 1 && self.sp && !train.seq.is_multiple_of(self.tp * self.cp) {
             return err(
                 "sp",
                 format!(
@@ -293,7 +293,7 @@ impl ParallelConfig {
                         format!("divisors of {}", moe.experts),
                     );
                 }
-                if (self.dp * self.cp) % self.ep != 0 {
+                if !(self.dp * self.cp).is_multiple_of(self.ep) {
                     return err(
                         "ep",
                         format!("ep = {} must divide dp×cp = {}", self.ep, self.dp * self.cp),
@@ -306,7 +306,7 @@ impl ParallelConfig {
             }
             None => {}
         }
-        if train.gbs % (self.mbs * self.dp) != 0 {
+        if !train.gbs.is_multiple_of(self.mbs * self.dp) {
             return err(
                 "gbs",
                 format!(
@@ -317,7 +317,7 @@ impl ParallelConfig {
             );
         }
         let m = self.microbatches(train);
-        if self.schedule == Schedule::Interleaved && m % self.pp != 0 {
+        if self.schedule == Schedule::Interleaved && !m.is_multiple_of(self.pp) {
             return err(
                 "schedule",
                 format!(
