@@ -30,6 +30,7 @@ pub struct WorkloadArgs {
     /// Sequence length in tokens.
     #[arg(long, allow_negative_numbers = true, default_value_t = 2048)]
     pub seq: i64,
+    /// Numeric format: bf16, fp16 or fp8.
     #[arg(long, default_value = "bf16", value_parser = parse_keyword::<Dtype>)]
     pub dtype: Dtype,
     /// Calibration profile (profile JSON or measurement JSON lines). H200 clusters use the
@@ -53,17 +54,22 @@ pub struct WorkloadArgs {
 /// One parallel configuration.
 #[derive(Debug, Args)]
 pub struct ConfigArgs {
+    /// Data-parallel degree (default: --gpus / (tp × pp × cp)).
     #[arg(long, allow_negative_numbers = true)]
     pub dp: Option<i64>,
+    /// Tensor-parallel degree.
     #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
     pub tp: i64,
+    /// Pipeline-parallel degree.
     #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
     pub pp: i64,
     /// Virtual pipeline chunks per rank (interleaved schedule).
     #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
     pub vp: i64,
+    /// Context-parallel degree (ring attention over the sequence).
     #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
     pub cp: i64,
+    /// Expert-parallel degree (MoE models), carved out of dp × cp.
     #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
     pub ep: i64,
     /// Micro-batch size in sequences.
@@ -75,8 +81,10 @@ pub struct ConfigArgs {
     /// Megatron sequence parallelism.
     #[arg(long)]
     pub sp: bool,
+    /// Activation recomputation: none, selective or full.
     #[arg(long, default_value = "none", value_parser = parse_keyword::<Recompute>)]
     pub recompute: Recompute,
+    /// Pipeline schedule: gpipe, 1f1b, interleaved (implied by --vp > 1), zb-h1, scp.
     #[arg(long, default_value = "1f1b", value_parser = parse_keyword::<Schedule>)]
     pub schedule: Schedule,
 }
