@@ -30,6 +30,7 @@ struct EstimateJson<'a> {
     profile: Option<&'a str>,
     #[serde(flatten)]
     estimate: &'a Estimate,
+    reason: Option<String>,
     layers: Vec<LayerReport>,
 }
 
@@ -50,6 +51,7 @@ pub fn run(args: &EstimateArgs) -> Result<String> {
             gpus: config.gpus(),
             profile: r.profile_name.as_deref(),
             estimate: &e,
+            reason: e.reason(),
             layers: first_stage_layers(&r.model, &r.cluster, &r.train, &config, &r.device),
         };
         return Ok(serde_json::to_string_pretty(&doc)? + "\n");
@@ -137,7 +139,7 @@ fn render(r: &crate::inputs::Resolved, e: &Estimate) -> String {
         Cell::new(format!("{:.2}", e.peak_memory_bytes / GIB)).set_alignment(CellAlignment::Right),
     ]);
     out += &format!("{mem}\n");
-    match &e.reason {
+    match e.reason() {
         None => {
             out += &format!(
                 "fits: {:.1} GiB free on the fullest GPU\n",

@@ -122,8 +122,6 @@ pub struct Estimate {
     pub peak_memory_bytes: f64,
     pub memory_capacity_bytes: f64,
     pub fits: bool,
-    /// Why it does not fit (None when it fits).
-    pub reason: Option<String>,
     pub worst_stage: usize,
     pub breakdown: Breakdown,
     /// Memory of the worst stage.
@@ -501,18 +499,6 @@ fn assemble(
     let peak = memory.total_bytes();
     let capacity = cluster.gpu.memory_bytes;
     let fits = peak <= capacity;
-    let reason = (!fits).then(|| {
-        format!(
-            "stage {worst_stage} needs {:.1} GiB per GPU but the {} has {:.1} GiB \
-             (activations {:.1} GiB for {:.1} micro-batches in flight, weights+gradients+optimizer {:.1} GiB)",
-            peak / GIB,
-            cluster.gpu.name,
-            capacity / GIB,
-            memory.activations_bytes / GIB,
-            memory.inflight_microbatches,
-            (memory.weights_bytes + memory.gradients_bytes + memory.optimizer_bytes) / GIB,
-        )
-    });
     let flops = model_flops(m, t);
     let gpus = c.gpus() as f64;
     Estimate {
@@ -526,7 +512,6 @@ fn assemble(
         peak_memory_bytes: peak,
         memory_capacity_bytes: capacity,
         fits,
-        reason,
         worst_stage,
         breakdown,
         memory,
@@ -535,6 +520,27 @@ fn assemble(
 }
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+impl Estimate {
+    /// Why the configuration does not fit, or `None` when it fits. Built on demand: the
+    /// planner evaluates millions of estimates and reads the reason of a few.
+    pub fn reason(&self) -> Option<String> {
+        if self.fits {
+            return None;
+        }
+        let m = &self.memory;
+        Some(format!(
+            "stage {} needs {:.1} GiB per GPU but the GPU has {:.1} GiB \
+             (activations {:.1} GiB for {:.1} micro-batches in flight, weights+gradients+optimizer {:.1} GiB)",
+            self.worst_stage,
+            self.peak_memory_bytes / GIB,
+            self.memory_capacity_bytes / GIB,
+            m.activations_bytes / GIB,
+            m.inflight_microbatches,
+            (m.weights_bytes + m.gradients_bytes + m.optimizer_bytes) / GIB,
+        ))
+    }
+}
 
 /// Per-layer figures of pipeline rank 0 (all its chunks), per micro-batch and per GPU.
 pub fn first_stage_layers(
