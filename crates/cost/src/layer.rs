@@ -29,6 +29,15 @@ pub struct Phase {
 }
 
 impl Phase {
+    /// Compute plus tensor-parallel communication only (embedding, head).
+    fn compute_and_tp(compute_s: f64, tp_comm_s: f64) -> Phase {
+        Phase {
+            compute_s,
+            tp_comm_s,
+            ..Phase::default()
+        }
+    }
+
     pub fn total_s(&self) -> f64 {
         self.compute_s + self.comm_s()
     }
@@ -443,16 +452,8 @@ pub fn embedding_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) 
     };
     let tp_bwd = if w.sp { g.tp.all_gather_s(full) } else { 0.0 };
     LayerCost {
-        forward: Phase {
-            compute_s: fwd.time_s(),
-            tp_comm_s: tp_fwd,
-            ..Phase::default()
-        },
-        backward: Phase {
-            compute_s: bwd.time_s(),
-            tp_comm_s: tp_bwd,
-            ..Phase::default()
-        },
+        forward: Phase::compute_and_tp(fwd.time_s(), tp_fwd),
+        backward: Phase::compute_and_tp(bwd.time_s(), tp_bwd),
         recompute: Phase::default(),
         activation_bytes: if w.dropout { rep } else { 0.0 },
         transient_bytes: 0.0,
@@ -517,16 +518,8 @@ pub fn head_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> La
         (0.0, 0.0)
     };
     LayerCost {
-        forward: Phase {
-            compute_s: fwd.time_s(),
-            tp_comm_s: tp_fwd,
-            ..Phase::default()
-        },
-        backward: Phase {
-            compute_s: bwd.time_s(),
-            tp_comm_s: tp_bwd,
-            ..Phase::default()
-        },
+        forward: Phase::compute_and_tp(fwd.time_s(), tp_fwd),
+        backward: Phase::compute_and_tp(bwd.time_s(), tp_bwd),
         recompute: Phase::default(),
         // Norm input, projection input and the fp32 softmax of the loss.
         activation_bytes: 2.0 * rep * e + logits * FP32,
