@@ -3,9 +3,7 @@
 
 use serde::Serialize;
 
-use plait_spec::{
-    ClusterSpec, Dtype, Family, LayerKind, ModelSpec, ParallelConfig, SpecError, TrainSpec,
-};
+use plait_spec::{ClusterSpec, Dtype, Family, ModelSpec, ParallelConfig, SpecError, TrainSpec};
 
 use crate::comm::{Group, Groups};
 use crate::device::DeviceModel;
@@ -210,13 +208,22 @@ fn layer_sample_factors(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> Option<
     ))
 }
 
-/// Number of transformer blocks on each pipeline rank (over its `vp` chunks): an even
-/// split, the remainder going to the first chunks.
+/// The blocks of global chunk `chunk` of `chunks`: an even split of `layers`, the
+/// remainder going to the first chunks.
+pub fn chunk_blocks(layers: u64, chunks: u64, chunk: u64) -> std::ops::Range<u64> {
+    let (base, extra) = (layers / chunks, layers % chunks);
+    let start = |c: u64| c * base + c.min(extra);
+    start(chunk)..start(chunk + 1)
+}
+
+/// Number of transformer blocks on each pipeline rank (over its `vp` chunks; rank k holds
+/// global chunks k, k + pp, …).
 pub fn blocks_per_stage(layers: u64, pp: u64, vp: u64) -> impl Iterator<Item = u64> {
-    let chunks = pp * vp;
-    let base = layers / chunks;
-    let extra = layers % chunks;
-    (0..pp).map(move |k| (0..vp).map(|c| base + u64::from(c * pp + k < extra)).sum())
+    (0..pp).map(move |k| {
+        (0..vp)
+            .map(|j| chunk_blocks(layers, pp * vp, j * pp + k).count() as u64)
+            .sum()
+    })
 }
 
 /// Model FLOPs of one iteration (forward + backward = 3 × forward, no recompute), counting
@@ -553,22 +560,6 @@ pub fn first_stage_layers(
     let g = Groups::new(cluster, c);
     let w = Workload::new(c, t);
     let costs = layer_costs(m, d, &g, &w);
-    let blocks_on_rank0 = blocks_per_stage(m.layers, c.pp, c.vp).next().unwrap_or(0);
-    // Chunk j of rank 0 holds global chunk j·pp; list its blocks in execution order.
-    let chunks = c.pp * c.vp;
-    let base = m.layers / chunks;
-    let extra = m.layers % chunks;
-    let start_of = |chunk: u64| chunk * base + chunk.min(extra);
-    let mut names = Vec::with_capacity(blocks_on_rank0 as usize + 2);
-    for layer in m.layer_list() {
-        match layer.kind {
-            LayerKind::Embedding => names.push((layer.name, &costs.embedding)),
-            LayerKind::Head if c.pp == 1 => names.push((layer.name, &costs.head)),
-            LayerKind::Head => {}
-            LayerKind::Block => {}
-        }
-    }
-    let mut out: Vec<LayerReport> = Vec::new();
     let report = |name: String, l: &LayerCost| LayerReport {
         name,
         forward_compute_s: l.forward.compute_s,
@@ -576,15 +567,15 @@ pub fn first_stage_layers(
         recompute_s: l.recompute.compute_s,
         activation_bytes: l.activation_bytes,
     };
-    out.push(report(names[0].0.clone(), names[0].1));
+    let mut out = vec![report("embedding".into(), &costs.embedding)];
+    // Rank 0 holds global chunks 0, pp, 2·pp, …; list their blocks in execution order.
     for j in 0..c.vp {
-        let chunk = j * c.pp;
-        for b in start_of(chunk)..start_of(chunk + 1) {
+        for b in chunk_blocks(m.layers, c.pp * c.vp, j * c.pp) {
             out.push(report(format!("block.{b}"), &costs.block));
         }
     }
-    if let Some((name, l)) = names.get(1) {
-        out.push(report(name.clone(), l));
+    if c.pp == 1 {
+        out.push(report("head".into(), &costs.head));
     }
     out
 }
