@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 
 use crate::error::{Result, SpecError};
 use crate::model::{Activation, Family, ModelSpec, MoeSpec, Norm, Positions};
+use crate::presets;
 
 /// The `model_type`s this parser understands.
 pub const HF_MODEL_TYPES: [&str; 7] = [
@@ -275,25 +276,10 @@ impl Config<'_> {
         let tied = self.flag("tie_word_embeddings", true)?;
         let head_dim = self.head_dim(("n_head", heads), ("n_embd", hidden), None, false)?;
         let spec = ModelSpec {
-            name: String::new(),
-            family: Family::Gpt,
-            hidden,
-            layers,
-            heads,
-            kv_heads: heads,
             head_dim,
             ffn_hidden: ffn,
-            vocab,
-            max_positions: positions,
-            type_vocab: 0,
-            norm: Norm::LayerNorm,
-            activation: Activation::Gelu,
-            positions: Positions::Learned,
-            qkv_bias: true,
-            linear_bias: true,
             tied_embeddings: tied,
-            causal: true,
-            moe: None,
+            ..presets::gpt("", hidden, layers, heads, vocab, positions)
         };
         self.check_size(
             &spec,
@@ -324,26 +310,14 @@ impl Config<'_> {
             None,
             false,
         )?;
+        // GPT block with rotary positions and (by default) an untied output matrix.
         let spec = ModelSpec {
-            name: String::new(),
-            family: Family::Gpt,
-            hidden,
-            layers,
-            heads,
-            kv_heads: heads,
             head_dim,
             ffn_hidden: ffn,
-            vocab,
-            max_positions: 0,
-            type_vocab: 0,
-            norm: Norm::LayerNorm,
-            activation: Activation::Gelu,
             positions: Positions::Rotary,
             qkv_bias: attention_bias,
-            linear_bias: true,
             tied_embeddings: tied,
-            causal: true,
-            moe: None,
+            ..presets::gpt("", hidden, layers, heads, vocab, 0)
         };
         self.check_size(
             &spec,
@@ -405,29 +379,11 @@ impl Config<'_> {
             ));
         }
         let spec = ModelSpec {
-            name: String::new(),
-            family: if moe.is_some() {
-                Family::Moe
-            } else {
-                Family::Llama
-            },
-            hidden,
-            layers,
-            heads,
-            kv_heads,
             head_dim,
-            ffn_hidden: ffn,
-            vocab,
-            max_positions: 0,
-            type_vocab: 0,
-            norm: Norm::RmsNorm,
-            activation: Activation::SwiGlu,
-            positions: Positions::Rotary,
             qkv_bias,
             linear_bias,
             tied_embeddings: tied,
-            causal: true,
-            moe,
+            ..presets::llama("", hidden, layers, heads, kv_heads, ffn, vocab, moe)
         };
         self.check_size(
             &spec,
@@ -460,25 +416,10 @@ impl Config<'_> {
             false,
         )?;
         let spec = ModelSpec {
-            name: String::new(),
-            family: Family::Bert,
-            hidden,
-            layers,
-            heads,
-            kv_heads: heads,
             head_dim,
             ffn_hidden: ffn,
-            vocab,
-            max_positions: positions,
             type_vocab,
-            norm: Norm::LayerNorm,
-            activation: Activation::Gelu,
-            positions: Positions::Learned,
-            qkv_bias: true,
-            linear_bias: true,
-            tied_embeddings: true,
-            causal: false,
-            moe: None,
+            ..presets::bert("", hidden, layers, heads, vocab, positions)
         };
         self.check_size(
             &spec,

@@ -6,7 +6,14 @@ use crate::error::{Result, SpecError};
 use crate::model::{Activation, Family, ModelSpec, MoeSpec, Norm, Positions};
 
 /// GPT-style decoder with learned positions, LayerNorm, GELU 4h MLP, biases, tied head.
-fn gpt(name: &str, hidden: u64, layers: u64, heads: u64, vocab: u64, seq: u64) -> ModelSpec {
+pub(crate) fn gpt(
+    name: &str,
+    hidden: u64,
+    layers: u64,
+    heads: u64,
+    vocab: u64,
+    seq: u64,
+) -> ModelSpec {
     ModelSpec {
         name: name.into(),
         family: Family::Gpt,
@@ -32,7 +39,7 @@ fn gpt(name: &str, hidden: u64, layers: u64, heads: u64, vocab: u64, seq: u64) -
 
 /// LLaMA-style decoder: RMSNorm, SwiGLU, GQA, RoPE, no biases, untied head.
 #[allow(clippy::too_many_arguments)]
-fn llama(
+pub(crate) fn llama(
     name: &str,
     hidden: u64,
     layers: u64,
@@ -66,6 +73,23 @@ fn llama(
         tied_embeddings: false,
         causal: true,
         moe,
+    }
+}
+
+/// BERT-style encoder: a GPT block without the causal mask, with two token types.
+pub(crate) fn bert(
+    name: &str,
+    hidden: u64,
+    layers: u64,
+    heads: u64,
+    vocab: u64,
+    seq: u64,
+) -> ModelSpec {
+    ModelSpec {
+        family: Family::Bert,
+        type_vocab: 2,
+        causal: false,
+        ..gpt(name, hidden, layers, heads, vocab, seq)
     }
 }
 
@@ -133,13 +157,7 @@ pub fn model_preset(name: &str) -> Result<ModelSpec> {
             }),
         ),
         // Devlin et al. 2019: BERT-large, 24 layers, h 1024, 16 heads, WordPiece 30,522.
-        "bert-large" => ModelSpec {
-            name: "bert-large".into(),
-            family: Family::Bert,
-            type_vocab: 2,
-            causal: false,
-            ..gpt("bert-large", 1024, 24, 16, 30522, 512)
-        },
+        "bert-large" => bert("bert-large", 1024, 24, 16, 30522, 512),
         _ => {
             return Err(SpecError::new(
                 "--model",
