@@ -123,24 +123,28 @@ fn looks_like_path(s: &str) -> bool {
         || Path::new(s).is_file()
 }
 
-pub fn load_model(name: &str) -> Result<ModelSpec> {
+/// A preset by name, or a file parsed by `parse` when `name` looks like a path.
+fn preset_or_file<T>(
+    flag: &str,
+    name: &str,
+    preset: fn(&str) -> Result<T, SpecError>,
+    parse: fn(&str, &str) -> Result<T, SpecError>,
+) -> Result<T> {
     if looks_like_path(name) {
         let text = std::fs::read_to_string(name)
-            .with_context(|| format!("--model: cannot read `{name}`"))?;
-        Ok(model_from_hf_config(&text, name)?)
+            .with_context(|| format!("{flag}: cannot read `{name}`"))?;
+        Ok(parse(&text, name)?)
     } else {
-        Ok(model_preset(name)?)
+        Ok(preset(name)?)
     }
 }
 
+pub fn load_model(name: &str) -> Result<ModelSpec> {
+    preset_or_file("--model", name, model_preset, model_from_hf_config)
+}
+
 pub fn load_cluster(name: &str) -> Result<ClusterSpec> {
-    if looks_like_path(name) {
-        let text = std::fs::read_to_string(name)
-            .with_context(|| format!("--cluster: cannot read `{name}`"))?;
-        Ok(cluster_from_toml(&text, name)?)
-    } else {
-        Ok(cluster_preset(name)?)
-    }
+    preset_or_file("--cluster", name, cluster_preset, cluster_from_toml)
 }
 
 impl WorkloadArgs {

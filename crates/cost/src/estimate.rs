@@ -335,7 +335,7 @@ fn assemble(
         let nb = n_blocks as f64;
         let first = k == 0;
         let last = k == p - 1;
-        let mut layers = [
+        let layers = [
             (block, nb),
             (embedding, if first { 1.0 } else { 0.0 }),
             (head, if last { 1.0 } else { 0.0 }),
@@ -347,17 +347,17 @@ fn assemble(
         let mut transient: f64 = 0.0;
         let mut params = 0.0;
         let mut expert_params = 0.0;
-        for (lc, n) in layers.iter_mut() {
-            if *n == 0.0 {
+        for &(lc, n) in &layers {
+            if n == 0.0 {
                 continue;
             }
-            fwd += lc.forward.total_s() * *n;
-            bwd += (lc.backward.total_s() + lc.recompute.total_s()) * *n;
-            wgrad += lc.weight_grad_s * *n;
-            act += lc.activation_bytes * *n;
+            fwd += lc.forward.total_s() * n;
+            bwd += (lc.backward.total_s() + lc.recompute.total_s()) * n;
+            wgrad += lc.weight_grad_s * n;
+            act += lc.activation_bytes * n;
             transient = transient.max(lc.transient_bytes);
-            params += lc.params * *n;
-            expert_params += lc.expert_params * *n;
+            params += lc.params * n;
+            expert_params += lc.expert_params * n;
         }
         // A tied output matrix on another stage than the embedding needs its own copy.
         if last && p > 1 && m.tied_embeddings {
