@@ -15,6 +15,9 @@ pub struct EstimateArgs {
     pub workload: WorkloadArgs,
     #[command(flatten)]
     pub config: ConfigArgs,
+    /// Time the pipeline with the event simulator instead of the closed forms.
+    #[arg(long)]
+    pub simulate: bool,
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -28,6 +31,8 @@ struct EstimateJson<'a> {
     gpu: &'a str,
     gpus: u64,
     profile: Option<&'a str>,
+    /// "simulated" (event simulator) or "closed-form".
+    pipeline: &'static str,
     #[serde(flatten)]
     estimate: &'a Estimate,
     reason: Option<String>,
@@ -42,7 +47,12 @@ pub fn run(args: &EstimateArgs) -> Result<String> {
     if let Some(g) = args.workload.gpus()? {
         config.validate(&r.model, &r.train, g)?;
     }
-    let e = estimate(&r.model, &r.cluster, &r.train, &config, &r.device)?;
+    let e = if args.simulate {
+        plait_planner::simulate_config(&r.model, &r.cluster, &r.train, &config, &r.device)?
+            .estimate
+    } else {
+        estimate(&r.model, &r.cluster, &r.train, &config, &r.device)?
+    };
     if args.json {
         let doc = EstimateJson {
             model: &r.model.name,
@@ -50,13 +60,14 @@ pub fn run(args: &EstimateArgs) -> Result<String> {
             gpu: &r.cluster.gpu.name,
             gpus: config.gpus(),
             profile: r.profile_name.as_deref(),
+            pipeline: if args.simulate { "simulated" } else { "closed-form" },
             estimate: &e,
             reason: e.reason(),
             layers: first_stage_layers(&r.model, &r.cluster, &r.train, &config, &r.device),
         };
         return Ok(serde_json::to_string_pretty(&doc)? + "\n");
     }
-    Ok(render(&r, &e))
+    Ok(render(&r, &e, args.simulate))
 }
 
 fn seconds(s: f64) -> String {
@@ -67,10 +78,10 @@ fn seconds(s: f64) -> String {
     }
 }
 
-fn render(r: &crate::inputs::Resolved, e: &Estimate) -> String {
+fn render(r: &crate::inputs::Resolved, e: &Estimate, simulated: bool) -> String {
     let c = &e.config;
     let mut out = format!(
-        "plait estimate: {} on {} × {} ({})\nconfig: {c}\nbatch: {} sequences × {} tokens, {} micro-batches of {} per pipeline, {}{}\n\n",
+        "plait estimate: {} on {} × {} ({})\nconfig: {c}\nbatch: {} sequences × {} tokens, {} micro-batches of {} per pipeline, {}{}{}\n\n",
         r.model.name,
         c.gpus(),
         r.cluster.gpu.name,
@@ -81,6 +92,7 @@ fn render(r: &crate::inputs::Resolved, e: &Estimate) -> String {
         c.mbs,
         r.train.dtype,
         r.profile_name.as_ref().map(|p| format!(", profile: {p}")).unwrap_or_default(),
+        if simulated { ", pipeline simulated event by event" } else { "" },
     );
 
     let mut time = Table::new();

@@ -89,11 +89,11 @@ pub struct ConfigArgs {
     pub schedule: Schedule,
 }
 
-fn parse_keyword<T: std::str::FromStr<Err = String>>(s: &str) -> std::result::Result<T, String> {
+pub(crate) fn parse_keyword<T: std::str::FromStr<Err = String>>(s: &str) -> std::result::Result<T, String> {
     s.parse()
 }
 
-fn positive(flag: &str, v: i64) -> Result<u64, SpecError> {
+pub(crate) fn positive(flag: &str, v: i64) -> Result<u64, SpecError> {
     if v <= 0 {
         Err(SpecError::new(
             format!("--{flag}"),

@@ -3,6 +3,9 @@
 
 mod estimate_cmd;
 mod inputs;
+mod outputs;
+mod schedule_cmd;
+mod simulate_cmd;
 
 use std::process::ExitCode;
 
@@ -20,12 +23,18 @@ struct Cli {
 enum Command {
     /// Time, throughput and per-GPU memory of one parallel configuration.
     Estimate(estimate_cmd::EstimateArgs),
+    /// Simulate one configuration event by event: timeline, memory, critical path.
+    Simulate(simulate_cmd::SimulateArgs),
+    /// A pipeline schedule over identical synthetic stages (teaching and testing).
+    Schedule(schedule_cmd::ScheduleArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Estimate(args) => estimate_cmd::run(args),
+        Command::Simulate(args) => simulate_cmd::run(args),
+        Command::Schedule(args) => schedule_cmd::run(args),
     };
     match result {
         Ok(text) => {

@@ -20,7 +20,7 @@ const OPTIMIZER_BYTES: f64 = 12.0;
 /// for clipping (4).
 const OPTIMIZER_STEP_BYTES_PER_PARAM: f64 = 34.0;
 /// Megatron-LM's data-parallel gradient bucket: 40 M parameters (DDP `bucket_size`).
-const GRAD_BUCKET_PARAMS: f64 = 40e6;
+pub const GRAD_BUCKET_PARAMS: f64 = 40e6;
 
 /// Seconds per iteration, by component, on the pipeline's slowest stage. They add up to
 /// `iteration_time_s`.
@@ -101,6 +101,14 @@ pub struct StageEstimate {
     pub forward_s: f64,
     pub backward_s: f64,
     pub p2p_s: f64,
+    /// Parameters held by this rank (dense + expert, before ZeRO sharding).
+    pub params: f64,
+    /// Data-parallel gradient reduction of this rank's parameters, unhidden (0 with ZeRO-3,
+    /// whose traffic is per micro-batch).
+    pub dp_reduce_s: f64,
+    /// ZeRO-3 gather/reduce time per micro-batch that compute cannot hide.
+    pub zero3_exposed_per_mb_s: f64,
+    pub optimizer_s: f64,
     pub memory: MemoryBreakdown,
     pub peak_memory_bytes: f64,
 }
@@ -431,6 +439,7 @@ fn assemble(
             k as f64 * bwd
         };
         worst_dp_exposed = worst_dp_exposed.max(exposed - slack);
+        let mut zero3_exposed = 0.0;
         if c.zero >= 3 {
             // Per micro-batch: gather weights for forward and backward, reduce-scatter the
             // gradients; prefetching overlaps them with compute.
@@ -438,12 +447,13 @@ fn assemble(
                 + g.dp.reduce_scatter_s(params * grad_reduce_bytes)
                 + 2.0 * expert_group.all_gather_s(expert_params * WEIGHT_BYTES)
                 + expert_group.reduce_scatter_s(expert_params * grad_reduce_bytes);
-            zero3_per_mb_worst = zero3_per_mb_worst.max((comm - (fwd + bwd)).max(0.0));
+            zero3_exposed = (comm - (fwd + bwd)).max(0.0);
+            zero3_per_mb_worst = zero3_per_mb_worst.max(zero3_exposed);
         }
         let opt_params = params / if c.zero >= 1 { dense_dp } else { 1.0 }
             + expert_params / if c.zero >= 1 { expert_dp } else { 1.0 };
-        worst_optimizer =
-            worst_optimizer.max(d.memory_s(opt_params * OPTIMIZER_STEP_BYTES_PER_PARAM));
+        let optimizer_s = d.memory_s(opt_params * OPTIMIZER_STEP_BYTES_PER_PARAM);
+        worst_optimizer = worst_optimizer.max(optimizer_s);
 
         stage_times.push(st);
         stages.push(StageEstimate {
@@ -451,6 +461,10 @@ fn assemble(
             forward_s: fwd,
             backward_s: bwd,
             p2p_s: p2p_per_mb,
+            params: params + expert_params,
+            dp_reduce_s: dp_total,
+            zero3_exposed_per_mb_s: zero3_exposed,
+            optimizer_s,
             peak_memory_bytes: memory.total_bytes(),
             memory,
         });

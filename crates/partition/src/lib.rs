@@ -1,0 +1,1 @@
+//! Optimal contiguous partition of computation DAGs into pipeline stages.

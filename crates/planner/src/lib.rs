@@ -1,0 +1,25 @@
+//! Plans for parallel training: real configurations through the event simulator
+//! (`simulate`), and — built on it — the search for the best configuration and the
+//! exports to training engines.
+//!
+//! Pure: no file I/O, no printing; the CLI reads inputs and renders outputs.
+
+pub mod simulate;
+
+use thiserror::Error;
+
+pub use simulate::{simulate_config, Simulated};
+
+/// Why a plan or simulation could not be produced (bad input, not infeasibility: a plan
+/// that does not fit is an answer with `fits = false`).
+#[derive(Debug, Error)]
+pub enum PlanError {
+    #[error(transparent)]
+    Spec(#[from] plait_spec::SpecError),
+    #[error("schedule: {0}")]
+    Generate(#[from] plait_schedule::GenerateError),
+    #[error("schedule is invalid: {0}")]
+    Invalid(#[from] plait_schedule::ValidationError),
+    #[error("simulation: {0}")]
+    Simulate(#[from] plait_schedule::SimError),
+}

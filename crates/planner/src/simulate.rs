@@ -1,0 +1,263 @@
+//! One real configuration through the event simulator: the cost model's per-layer figures
+//! become per-instruction durations and bytes, the configuration's schedule is generated
+//! and simulated, and the estimate is refined with the simulated iteration and memory.
+//!
+//! This is the bridge between `plait-cost` (which knows layers, not schedules) and
+//! `plait-schedule` (which knows schedules, not layers).
+
+use plait_cost::estimate::{chunk_blocks, layer_costs, LayerCosts, GRAD_BUCKET_PARAMS};
+use plait_cost::layer::{LayerCost, Workload};
+use plait_cost::{comm::Groups, DeviceModel, Estimate};
+use plait_schedule::{
+    generate, simulate, validate, ChunkCosts, Costs, GradReduce, Op, RankCosts, Schedule,
+    ScheduleSpec, Simulation, Stream,
+};
+use plait_spec::{ClusterSpec, ModelSpec, ParallelConfig, Recompute, Schedule as Kind, TrainSpec};
+
+use crate::PlanError;
+
+/// Share of a block's saved activations that its weight-gradient GEMMs read (their inputs):
+/// in Korthikanti et al.'s per-layer account of 34·sbh bytes, the inputs of the QKV (2sbh),
+/// projection (2sbh), fc1 (2sbh) and fc2 (8sbh) GEMMs are 14·sbh. A split backward (ZB-H1)
+/// keeps them from its input pass until its weight pass.
+const WEIGHT_GRAD_INPUT_SHARE: f64 = 14.0 / 34.0;
+
+/// A configuration simulated event by event.
+#[derive(Debug, Clone)]
+pub struct Simulated {
+    pub schedule: Schedule,
+    pub costs: Costs,
+    pub simulation: Simulation,
+    /// The analytic estimate with the simulated iteration time and per-rank peak memory.
+    pub estimate: Estimate,
+    /// The analytic estimate as the closed forms give it.
+    pub closed_form: Estimate,
+}
+
+/// Which ranks recompute under `c`: every rank for full recompute (scp's generator then
+/// spares the last). Selective recompute stays inside the backward and needs no instruction.
+pub fn recompute_ranks(c: &ParallelConfig) -> Vec<bool> {
+    vec![c.recompute == Recompute::Full; c.pp as usize]
+}
+
+/// The schedule of configuration `c`.
+pub fn schedule_spec(c: &ParallelConfig, t: &TrainSpec) -> ScheduleSpec {
+    let mut spec = ScheduleSpec::new(
+        c.schedule,
+        c.pp as u32,
+        c.microbatches(t) as u32,
+        c.vp as u32,
+    );
+    spec.recompute = recompute_ranks(c);
+    spec.grad_reduce = if c.dp * c.cp > 1 && c.zero < 3 {
+        if t.overlap_grad_reduce {
+            GradReduce::Overlapped
+        } else {
+            GradReduce::AtEnd
+        }
+    } else {
+        GradReduce::None
+    };
+    spec
+}
+
+/// Per-instruction costs of `c` on every rank and chunk, from the cost model. `estimate` is
+/// the analytic estimate of the same configuration (its per-stage memory, reductions and
+/// optimizer times); `spec.recompute` says which ranks recompute.
+pub fn costs(
+    m: &ModelSpec,
+    cluster: &ClusterSpec,
+    t: &TrainSpec,
+    c: &ParallelConfig,
+    d: &DeviceModel,
+    estimate: &Estimate,
+    spec: &ScheduleSpec,
+) -> Costs {
+    let g = Groups::new(cluster, c);
+    let with = |recompute: Recompute| {
+        let w = Workload::new(
+            &ParallelConfig {
+                recompute,
+                ..*c
+            },
+            t,
+        );
+        layer_costs(m, d, &g, &w)
+    };
+    let planned = with(c.recompute);
+    let kept = with(Recompute::None);
+    let (p, v) = (c.pp, c.vp);
+    let ranks = (0..p)
+        .map(|r| {
+            let stage = &estimate.stages[r as usize];
+            // Whether this rank drops activations and rebuilds them in a Recompute
+            // instruction, keeps them all (scp's last rank), or follows the plan's
+            // in-backward policy (selective).
+            let recomputes = spec.recompute.get(r as usize).copied().unwrap_or(false)
+                && !(c.schedule == Kind::Scp && r + 1 == p);
+            let lc = if c.recompute == Recompute::Full && !recomputes {
+                &kept
+            } else {
+                &planned
+            };
+            let p2p_one = stage.p2p_s / (2 * v) as f64;
+            let chunks: Vec<ChunkCosts> = (0..v)
+                .map(|chunk| {
+                    let j = chunk * p + r;
+                    let layers = chunk_layers(m.layers, p * v, j, lc);
+                    let kept_layers = chunk_layers(m.layers, p * v, j, &kept);
+                    let sum = |f: &dyn Fn(&LayerCost) -> f64| -> f64 {
+                        layers.iter().map(|(l, n)| f(l) * n).sum()
+                    };
+                    let params = sum(&|l| l.params + l.expert_params);
+                    let forward = sum(&|l| l.forward.total_s());
+                    let backward = sum(&|l| l.backward.total_s());
+                    let weight = sum(&|l| l.weight_grad_s);
+                    let redo = sum(&|l| l.recompute.total_s());
+                    let activation_bytes = sum(&|l| l.activation_bytes);
+                    let stage_fwd = stage.forward_s.max(f64::MIN_POSITIVE);
+                    let share = if stage.params > 0.0 {
+                        params / stage.params
+                    } else {
+                        1.0 / v as f64
+                    };
+                    let (recompute_s, recompute_bytes, input_extra) = if recomputes {
+                        // Megatron-LM rebuilds one layer at a time inside the backward: that
+                        // layer is the estimate's transient. Merak's scp rebuilds the whole
+                        // chunk before the backward, which keeps it all.
+                        let rebuilt = if c.schedule == Kind::Scp {
+                            kept_layers
+                                .iter()
+                                .map(|(l, n)| l.activation_bytes * n)
+                                .sum::<f64>()
+                                - activation_bytes
+                        } else {
+                            0.0
+                        };
+                        (redo, rebuilt, 0.0)
+                    } else {
+                        (0.0, 0.0, redo)
+                    };
+                    ChunkCosts {
+                        forward_s: forward + stage.zero3_exposed_per_mb_s * forward / stage_fwd,
+                        backward_input_s: backward - weight + input_extra,
+                        backward_weight_s: weight,
+                        recompute_s,
+                        send_activation_s: if j + 1 < p * v { p2p_one } else { 0.0 },
+                        send_gradient_s: if j > 0 { p2p_one } else { 0.0 },
+                        activation_bytes,
+                        weight_grad_bytes: WEIGHT_GRAD_INPUT_SHARE * activation_bytes,
+                        recompute_bytes,
+                        backward_bytes: stage.memory.transient_bytes,
+                        reduce_s: stage.dp_reduce_s * share,
+                        reduce_buckets: (params / GRAD_BUCKET_PARAMS).ceil().max(1.0) as u32,
+                    }
+                })
+                .collect();
+            let mem = &stage.memory;
+            RankCosts {
+                chunks,
+                static_bytes: mem.weights_bytes
+                    + mem.gradients_bytes
+                    + mem.optimizer_bytes
+                    + mem.reserve_bytes,
+                optimizer_s: stage.optimizer_s,
+            }
+        })
+        .collect();
+    Costs { ranks }
+}
+
+/// The layers of virtual stage `j` of `stages` with their multiplicities.
+fn chunk_layers(layers: u64, stages: u64, j: u64, lc: &LayerCosts) -> Vec<(LayerCost, f64)> {
+    let blocks = chunk_blocks(layers, stages, j).count() as f64;
+    let mut out = vec![(lc.block, blocks)];
+    if j == 0 {
+        out.push((lc.embedding, 1.0));
+    }
+    if j + 1 == stages {
+        out.push((lc.head, 1.0));
+    }
+    out
+}
+
+/// Estimates `c` analytically, then simulates its schedule and refines the estimate.
+pub fn simulate_config(
+    m: &ModelSpec,
+    cluster: &ClusterSpec,
+    t: &TrainSpec,
+    c: &ParallelConfig,
+    d: &DeviceModel,
+) -> Result<Simulated, PlanError> {
+    let closed_form = plait_cost::estimate(m, cluster, t, c, d)?;
+    let spec = schedule_spec(c, t);
+    let schedule = generate(&spec)?;
+    validate(&schedule)?;
+    let costs = costs(m, cluster, t, c, d, &closed_form, &spec);
+    let simulation = simulate(&schedule, &costs)?;
+    let estimate = refine(&closed_form, &simulation, t);
+    Ok(Simulated {
+        schedule,
+        costs,
+        simulation,
+        estimate,
+        closed_form,
+    })
+}
+
+/// The estimate with the simulated iteration time (the pipeline bubble and exposed
+/// data-parallel time are what the simulation adds to the slowest rank's work) and the
+/// simulated per-rank memory peaks.
+pub fn refine(e: &Estimate, sim: &Simulation, t: &TrainSpec) -> Estimate {
+    let mut out = e.clone();
+    let time = sim.makespan_s;
+    let b = &mut out.breakdown;
+    let work = b.compute_s
+        + b.recompute_s
+        + b.tp_comm_s
+        + b.cp_comm_s
+        + b.ep_comm_s
+        + b.pp_comm_s
+        + b.optimizer_s;
+    // Exposed reduction: on the rank that finishes last, how long its optimizer step waited
+    // for the data-parallel stream after its last backward.
+    let mut compute_end = vec![0.0f64; sim.ranks.len()];
+    let mut step = vec![(0.0f64, 0.0f64); sim.ranks.len()];
+    for span in sim.spans.iter().filter(|s| s.stream == Stream::Compute) {
+        let r = span.rank as usize;
+        if span.instr.op == Op::OptimizerStep {
+            step[r] = (span.start_s, span.end_s);
+        } else {
+            compute_end[r] = compute_end[r].max(span.end_s);
+        }
+    }
+    let dp_exposed = (0..sim.ranks.len())
+        .max_by(|&a, &b| step[a].1.total_cmp(&step[b].1))
+        .map_or(0.0, |r| (step[r].0 - compute_end[r]).max(0.0));
+    b.dp_comm_exposed_s = dp_exposed;
+    b.pipeline_bubble_s = (time - work - dp_exposed).max(0.0);
+    out.iteration_time_s = b.total_s();
+    out.tokens_per_s = (t.gbs * t.seq) as f64 / out.iteration_time_s;
+    let scale = e.iteration_time_s / out.iteration_time_s;
+    out.tflops_per_gpu = e.tflops_per_gpu * scale;
+    out.mfu = e.mfu * scale;
+    for (stage, rank) in out.stages.iter_mut().zip(&sim.ranks) {
+        let mem = &mut stage.memory;
+        let fixed = mem.total_bytes() - mem.activations_bytes;
+        mem.activations_bytes = (rank.peak_memory_bytes - fixed).max(0.0);
+        mem.inflight_microbatches = rank.peak_inflight_microbatches;
+        stage.peak_memory_bytes = rank.peak_memory_bytes;
+    }
+    let (worst, peak) = out
+        .stages
+        .iter()
+        .enumerate()
+        .map(|(k, s)| (k, s.peak_memory_bytes))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .unwrap_or((0, 0.0));
+    out.worst_stage = worst;
+    out.memory = out.stages[worst].memory;
+    out.peak_memory_bytes = peak;
+    out.fits = peak <= out.memory_capacity_bytes;
+    out
+}

@@ -1,0 +1,321 @@
+//! Schedule generators: GPipe, 1F1B, interleaved 1F1B, ZB-H1 and Merak's shifted critical
+//! path. Each writes, per rank, the order of compute and the sends/receives around it; the
+//! order alone defines the schedule — durations are the simulator's business.
+
+use plait_spec::Schedule as Kind;
+use thiserror::Error;
+
+use crate::ir::{Instr, Op, Schedule};
+
+/// How the data-parallel gradient reduction is placed in the program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GradReduce {
+    /// No data parallelism: no reduction instructions.
+    #[default]
+    None,
+    /// Each chunk's reduction is launched right after its last weight-gradient pass, so it
+    /// overlaps the rest of the backward (Megatron-LM `--overlap-grad-reduce`).
+    Overlapped,
+    /// All reductions are launched after the last backward.
+    AtEnd,
+}
+
+/// What to generate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScheduleSpec {
+    pub kind: Kind,
+    /// Pipeline ranks `p`.
+    pub stages: u32,
+    /// Micro-batches `m`.
+    pub microbatches: u32,
+    /// Chunks per rank `v` (1 unless interleaved).
+    pub chunks: u32,
+    /// Per rank: whether it drops activations in the forward and recomputes them before the
+    /// backward (how many layers is the plan's business; it sets the duration). Empty means
+    /// no rank recomputes. `scp` never recomputes on the last rank.
+    pub recompute: Vec<bool>,
+    pub grad_reduce: GradReduce,
+}
+
+impl ScheduleSpec {
+    /// A spec without recomputation or data-parallel reduction.
+    pub fn new(kind: Kind, stages: u32, microbatches: u32, chunks: u32) -> Self {
+        ScheduleSpec {
+            kind,
+            stages,
+            microbatches,
+            chunks,
+            recompute: Vec::new(),
+            grad_reduce: GradReduce::None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum GenerateError {
+    #[error("{field} must be at least 1 (got 0)")]
+    Zero { field: &'static str },
+    #[error("{kind} runs one chunk per rank; --virtual must be 1 (got {chunks}); use interleaved for more")]
+    ChunksNeedInterleaved { kind: Kind, chunks: u32 },
+    #[error("interleaved needs the micro-batches ({microbatches}) to be a multiple of the stages ({stages}), as Megatron-LM's schedule does")]
+    InterleavedMicrobatches { microbatches: u32, stages: u32 },
+    #[error("recompute lists {got} ranks but the schedule has {stages}")]
+    RecomputeLength { got: usize, stages: u32 },
+}
+
+/// Where a rank re-runs a chunk's forward relative to waiting for its output gradient.
+#[derive(Clone, Copy, PartialEq)]
+enum RecomputeAt {
+    Never,
+    /// After the gradient arrived, immediately before the backward (Megatron-LM).
+    AfterRecv,
+    /// Before waiting for the gradient, so the recompute fills the wait (Merak's shift).
+    BeforeRecv,
+}
+
+/// Builds one rank's program, inserting the receives before and the sends after compute.
+struct Program<'a> {
+    rank: u32,
+    stages: u32,
+    virtual_stages: u32,
+    out: &'a mut Vec<Instr>,
+}
+
+impl Program<'_> {
+    fn stage_of(&self, chunk: u32) -> u32 {
+        chunk * self.stages + self.rank
+    }
+
+    fn forward(&mut self, mb: u32, chunk: u32) {
+        let j = self.stage_of(chunk);
+        if j > 0 {
+            self.out.push(Instr::new(Op::RecvActivation, mb, chunk));
+        }
+        self.out.push(Instr::new(Op::Forward, mb, chunk));
+        if j + 1 < self.virtual_stages {
+            self.out.push(Instr::new(Op::SendActivation, mb, chunk));
+        }
+    }
+
+    /// The full backward (`split == false`) or its input half.
+    fn backward(&mut self, mb: u32, chunk: u32, recompute: RecomputeAt, split: bool) {
+        let j = self.stage_of(chunk);
+        if recompute == RecomputeAt::BeforeRecv {
+            self.out.push(Instr::new(Op::Recompute, mb, chunk));
+        }
+        if j + 1 < self.virtual_stages {
+            self.out.push(Instr::new(Op::RecvGradient, mb, chunk));
+        }
+        if recompute == RecomputeAt::AfterRecv {
+            self.out.push(Instr::new(Op::Recompute, mb, chunk));
+        }
+        let op = if split {
+            Op::BackwardInput
+        } else {
+            Op::Backward
+        };
+        self.out.push(Instr::new(op, mb, chunk));
+        if j > 0 {
+            self.out.push(Instr::new(Op::SendGradient, mb, chunk));
+        }
+    }
+
+    fn weight(&mut self, mb: u32, chunk: u32) {
+        self.out.push(Instr::new(Op::BackwardWeight, mb, chunk));
+    }
+}
+
+/// Generates the schedule `spec` describes.
+pub fn generate(spec: &ScheduleSpec) -> Result<Schedule, GenerateError> {
+    let ScheduleSpec {
+        kind,
+        stages: p,
+        microbatches: m,
+        chunks: v,
+        ..
+    } = *spec;
+    for (field, value) in [("stages", p), ("microbatches", m), ("chunks", v)] {
+        if value == 0 {
+            return Err(GenerateError::Zero { field });
+        }
+    }
+    if v > 1 && kind != Kind::Interleaved {
+        return Err(GenerateError::ChunksNeedInterleaved { kind, chunks: v });
+    }
+    if kind == Kind::Interleaved && v > 1 && m % p != 0 {
+        return Err(GenerateError::InterleavedMicrobatches {
+            microbatches: m,
+            stages: p,
+        });
+    }
+    if !spec.recompute.is_empty() && spec.recompute.len() != p as usize {
+        return Err(GenerateError::RecomputeLength {
+            got: spec.recompute.len(),
+            stages: p,
+        });
+    }
+
+    let ranks = (0..p)
+        .map(|rank| {
+            let mut out = Vec::new();
+            let mut prog = Program {
+                rank,
+                stages: p,
+                virtual_stages: p * v,
+                out: &mut out,
+            };
+            let recomputes = spec.recompute.get(rank as usize).copied().unwrap_or(false);
+            let plain = if recomputes {
+                RecomputeAt::AfterRecv
+            } else {
+                RecomputeAt::Never
+            };
+            match kind {
+                Kind::Gpipe => gpipe(&mut prog, m, plain),
+                Kind::OneFOneB => one_f_one_b(&mut prog, m, |_| plain),
+                Kind::Interleaved => interleaved(&mut prog, m, v, plain),
+                Kind::ZbH1 => zb_h1(&mut prog, m, plain),
+                Kind::Scp => {
+                    // Merak: the last rank keeps its activations (its backward follows its
+                    // forward at once); rank r issues the recompute of its last p − r − 1
+                    // micro-batches — the cool-down, where it would otherwise wait for the
+                    // downstream gradient — before that wait.
+                    let last = rank + 1 == p;
+                    let cooldown_from = m.saturating_sub(p - rank - 1);
+                    one_f_one_b(&mut prog, m, |mb| match (recomputes && !last, mb) {
+                        (false, _) => RecomputeAt::Never,
+                        (true, mb) if mb >= cooldown_from => RecomputeAt::BeforeRecv,
+                        (true, _) => RecomputeAt::AfterRecv,
+                    })
+                }
+            }
+            place_reductions(&mut out, v, spec.grad_reduce);
+            out.push(Instr::new(Op::OptimizerStep, 0, 0));
+            out
+        })
+        .collect();
+    Ok(Schedule {
+        name: kind.to_string(),
+        stages: p,
+        chunks: v,
+        microbatches: m,
+        ranks,
+    })
+}
+
+/// All forwards, then all backwards (Huang et al. 2019).
+fn gpipe(prog: &mut Program, m: u32, recompute: RecomputeAt) {
+    for mb in 0..m {
+        prog.forward(mb, 0);
+    }
+    for mb in 0..m {
+        prog.backward(mb, 0, recompute, false);
+    }
+}
+
+/// PipeDream-flush as in Megatron-LM: rank r runs p − r − 1 warm-up forwards, then
+/// alternates one forward and one backward, then drains the remaining backwards.
+fn one_f_one_b(prog: &mut Program, m: u32, recompute: impl Fn(u32) -> RecomputeAt) {
+    let warmup = (prog.stages - prog.rank - 1).min(m);
+    for mb in 0..warmup {
+        prog.forward(mb, 0);
+    }
+    for i in 0..m - warmup {
+        prog.forward(warmup + i, 0);
+        prog.backward(i, 0, recompute(i), false);
+    }
+    for mb in m - warmup..m {
+        prog.backward(mb, 0, recompute(mb), false);
+    }
+}
+
+/// Interleaved 1F1B (Narayanan et al. 2021) in Megatron-LM's order: forward step k runs
+/// chunk (k mod pv)/p of micro-batch ⌊k/pv⌋·p + k mod p; backward steps visit the chunks in
+/// reverse. Warm-up is 2(p − r − 1) + (v − 1)p steps, or everything when m = p.
+fn interleaved(prog: &mut Program, m: u32, v: u32, recompute: RecomputeAt) {
+    let p = prog.stages;
+    let total = m * v;
+    let group = p * v;
+    let step = |k: u32, forward: bool| {
+        let chunk = (k % group) / p;
+        let chunk = if forward { chunk } else { v - 1 - chunk };
+        ((k / group) * p + k % p, chunk)
+    };
+    let warmup = if m == p {
+        total
+    } else {
+        (2 * (p - prog.rank - 1) + (v - 1) * p).min(total)
+    };
+    for k in 0..warmup {
+        let (mb, c) = step(k, true);
+        prog.forward(mb, c);
+    }
+    for k in 0..total - warmup {
+        let (mb, c) = step(k + warmup, true);
+        prog.forward(mb, c);
+        let (mb, c) = step(k, false);
+        prog.backward(mb, c, recompute, false);
+    }
+    for k in total - warmup..total {
+        let (mb, c) = step(k, false);
+        prog.backward(mb, c, recompute, false);
+    }
+}
+
+/// ZB-H1 (Qi et al. 2024, §2.1): 1F1B with the backward split into its input part B and
+/// weight part W; rank r delays its W passes by r micro-batches, so every rank holds p
+/// micro-batches until their W (the 1F1B peak of rank 0) while the B passes — the only part
+/// the upstream rank waits for — start earlier. The delayed W passes fill the drain.
+fn zb_h1(prog: &mut Program, m: u32, recompute: RecomputeAt) {
+    let delay = prog.rank;
+    let warmup = (prog.stages - prog.rank - 1).min(m);
+    let mut next_w = 0;
+    let mut backward = |prog: &mut Program, mb: u32| {
+        prog.backward(mb, 0, recompute, true);
+        if mb >= delay {
+            prog.weight(next_w, 0);
+            next_w += 1;
+        }
+    };
+    for mb in 0..warmup {
+        prog.forward(mb, 0);
+    }
+    for i in 0..m - warmup {
+        prog.forward(warmup + i, 0);
+        backward(prog, i);
+    }
+    for mb in m - warmup..m {
+        backward(prog, mb);
+    }
+    for mb in next_w..m {
+        prog.weight(mb, 0);
+    }
+}
+
+/// Inserts the data-parallel reductions: after each chunk's last weight-gradient pass (and
+/// the gradient send that follows it) when overlapped, or all at the end.
+fn place_reductions(out: &mut Vec<Instr>, chunks: u32, how: GradReduce) {
+    match how {
+        GradReduce::None => {}
+        GradReduce::AtEnd => {
+            out.extend((0..chunks).rev().map(|c| Instr::new(Op::ReduceGradients, 0, c)));
+        }
+        GradReduce::Overlapped => {
+            // Walk backwards so that insertions do not shift positions still to visit.
+            let mut seen = vec![false; chunks as usize];
+            let mut i = out.len();
+            while i > 0 {
+                i -= 1;
+                let instr = out[i];
+                let c = instr.chunk as usize;
+                if instr.op.is_weight_backward() && !seen[c] {
+                    seen[c] = true;
+                    let after_send = matches!(out.get(i + 1), Some(n) if n.op == Op::SendGradient
+                        && n.microbatch == instr.microbatch && n.chunk == instr.chunk);
+                    let at = i + 1 + usize::from(after_send);
+                    out.insert(at, Instr::new(Op::ReduceGradients, 0, instr.chunk));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! Pipeline schedules as one IR (`ir`), written by the generators (`generate`), proven by
+//! the validator (`validate`), timed by the discrete-event simulator (`simulate`) and drawn
+//! as a Perfetto trace or an SVG Gantt chart (`render`). The runtime executes the same IR.
+//!
+//! This crate knows nothing of models, GPUs or cost formulas: the simulator takes durations
+//! and bytes per instruction kind as plain numbers ([`Costs`]).
+
+pub mod generate;
+pub mod ir;
+pub mod render;
+pub mod simulate;
+pub mod validate;
+
+pub use generate::{generate, GenerateError, GradReduce, ScheduleSpec};
+pub use ir::{Instr, Op, Schedule};
+pub use simulate::{simulate, ChunkCosts, Costs, RankCosts, RankReport, SimError, Simulation, Span, Stream};
+pub use validate::{validate, ValidationError};

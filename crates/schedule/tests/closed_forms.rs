@@ -1,0 +1,127 @@
+//! Generators against the closed forms of the papers: uniform stages, free communication.
+//! Durations are integers scaled by v so that every sum is exact in floating point.
+
+use plait_schedule::{generate, simulate, validate, Costs, ScheduleSpec, Simulation};
+use plait_spec::Schedule as Kind;
+use proptest::prelude::*;
+
+/// Generates, validates and simulates; `f`, `b`, `w` are one micro-batch's forward, full
+/// backward and weight part on one rank, `r` its recompute.
+fn run(kind: Kind, p: u32, m: u32, v: u32, (f, b, w, r): (f64, f64, f64, f64), recompute: bool) -> Simulation {
+    let mut spec = ScheduleSpec::new(kind, p, m, v);
+    if recompute {
+        spec.recompute = vec![true; p as usize];
+    }
+    let s = generate(&spec).unwrap();
+    validate(&s).unwrap_or_else(|e| panic!("{kind} p={p} m={m} v={v}: {e}"));
+    let mut costs = Costs::uniform(p, v, f, b, w);
+    for rank in &mut costs.ranks {
+        for c in &mut rank.chunks {
+            c.recompute_s = r / f64::from(v);
+        }
+    }
+    simulate(&s, &costs).unwrap()
+}
+
+fn check(kind: Kind, p: u32, m: u32, v: u32, fbw: (f64, f64, f64), expected_makespan: f64, expected_inflight: impl Fn(u32) -> f64) {
+    let (f, b, w) = fbw;
+    let sim = run(kind, p, m, v, (f, b, w, 0.0), false);
+    assert_eq!(sim.makespan_s, expected_makespan, "{kind} p={p} m={m} v={v} F={f} B={b} W={w}");
+    for (k, rank) in sim.ranks.iter().enumerate() {
+        assert_eq!(rank.peak_inflight_microbatches, expected_inflight(k as u32), "{kind} p={p} m={m} stage {k}");
+        assert_eq!(rank.busy_s, f64::from(m) * (f + b), "every rank computes m(F+B)");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// GPipe and 1F1B: (m + p − 1)(F + B); in flight m (GPipe) and p − k (1F1B).
+    #[test]
+    fn gpipe_and_1f1b(p in 1u32..=32, m in 1u32..=128, f in 1u32..=8, b in 1u32..=16) {
+        let (f, b) = (f64::from(f), f64::from(b));
+        let t = f64::from(m + p - 1) * (f + b);
+        check(Kind::Gpipe, p, m, 1, (f, b, 0.0), t, |_| f64::from(m));
+        check(Kind::OneFOneB, p, m, 1, (f, b, 0.0), t, |k| f64::from((p - k).min(m)));
+    }
+
+    /// Interleaved with v chunks: m(F + B) + (p − 1)(F + B)/v (Narayanan et al. 2021), for
+    /// Megatron-LM's order with m a multiple of p.
+    #[test]
+    fn interleaved(p in 1u32..=32, k in 1u32..=8, v in 1u32..=4, f in 1u32..=8, b in 1u32..=16) {
+        let m = p * k;
+        prop_assume!(m <= 128);
+        let (f, b) = (f64::from(f * v), f64::from(b * v));
+        let t = f64::from(m) * (f + b) + f64::from(p - 1) * (f + b) / f64::from(v);
+        // Megatron's warm-up: 2(p − k − 1) + (v − 1)p chunk forwards, one more before the
+        // first backward; everything when m = p.
+        let inflight = |s: u32| {
+            let chunks = if m == p { m * v } else { (2 * (p - s - 1) + (v - 1) * p + 1).min(m * v) };
+            f64::from(chunks) / f64::from(v)
+        };
+        check(Kind::Interleaved, p, m, v, (f, b, 0.0), t, inflight);
+    }
+
+    /// ZB-H1 (Qi et al. 2024, Table 2): bubble (p − 1)(F + Bi − W) with B = Bi + W. The paper
+    /// derives it for m ≥ p and a weight pass no longer than the forward or the input pass
+    /// (its figures use F = Bi = W); in flight p − k, as 1F1B.
+    #[test]
+    fn zb_h1(p in 1u32..=32, m in 1u32..=128, f in 1u32..=8, bi in 1u32..=8, w in 1u32..=8) {
+        prop_assume!(m >= p && w <= f && w <= bi);
+        let (f, bi, w) = (f64::from(f), f64::from(bi), f64::from(w));
+        let t = f64::from(m) * (f + bi + w) + f64::from(p - 1) * (f + bi - w);
+        check(Kind::ZbH1, p, m, 1, (f, bi + w, w), t, |k| f64::from(p - k));
+    }
+
+    /// Outside the paper's regime ZB-H1 is still never slower than 1F1B and never beats the
+    /// first rank's own bound: m(F+Bi+W) plus (p − 1)·max(F, Bi) of forward fill / gradient
+    /// return that no W can cover.
+    #[test]
+    fn zb_h1_bounds(p in 1u32..=16, m in 1u32..=64, f in 1u32..=8, bi in 1u32..=8, w in 1u32..=8) {
+        let (f, bi, w) = (f64::from(f), f64::from(bi), f64::from(w));
+        let zb = run(Kind::ZbH1, p, m, 1, (f, bi + w, w, 0.0), false).makespan_s;
+        let one = run(Kind::OneFOneB, p, m, 1, (f, bi + w, w, 0.0), false).makespan_s;
+        prop_assert!(zb <= one, "zb-h1 {zb} > 1f1b {one}");
+        let floor = f64::from(m) * (f + bi + w) + f64::from(p.min(m) - 1) * f.max(bi).min(f + bi + w);
+        prop_assert!(zb >= f64::from(m) * (f + bi + w) && zb + 1e-9 >= floor.min(one), "zb-h1 {zb} below bound {floor}");
+    }
+
+    /// Merak's shifted critical path with full recompute R ≤ F on every rank saves at least
+    /// p·R over 1F1B, and exactly p·R for full recompute of a transformer stage: the recompute
+    /// repeats the forward (R = F) and the backward is at least twice the forward (B ≥ 2F). Plain 1F1B takes (m + p − 1)(F + R + B): the last micro-batch's
+    /// round trip through all p ranks pays R on each. scp's last rank keeps its activations
+    /// (−R at the turn) and every upstream rank recomputes that micro-batch while it waits for
+    /// the downstream gradient (−R per hop). When R < F or B < 2F the faster last rank also
+    /// returns gradients earlier than the upstream ranks need them, which saves a little more.
+    #[test]
+    fn scp_saves_p_recomputes(p in 2u32..=16, extra in 0u32..=32, f in 1u32..=8, b in 1u32..=24, r in 1u32..=8) {
+        prop_assume!(r <= f);
+        let m = p + extra;
+        let (f, b, r) = (f64::from(f), f64::from(b), f64::from(r));
+        let one = run(Kind::OneFOneB, p, m, 1, (f, b, 0.0, r), true).makespan_s;
+        let scp = run(Kind::Scp, p, m, 1, (f, b, 0.0, r), true).makespan_s;
+        prop_assert_eq!(one, f64::from(m + p - 1) * (f + r + b));
+        prop_assert!(scp <= one - f64::from(p) * r, "scp {} vs 1f1b {}", scp, one);
+        if r == f && b >= 2.0 * f {
+            prop_assert_eq!(scp, one - f64::from(p) * r);
+        }
+    }
+}
+
+/// The acceptance example: 4 ranks, 8 micro-batches, F = 1, B = 2, full recompute R = 1.
+#[test]
+fn scp_example_is_four_units_shorter() {
+    let one = run(Kind::OneFOneB, 4, 8, 1, (1.0, 2.0, 0.0, 1.0), true).makespan_s;
+    let scp = run(Kind::Scp, 4, 8, 1, (1.0, 2.0, 0.0, 1.0), true).makespan_s;
+    assert_eq!((one, scp), (44.0, 40.0));
+}
+
+/// With F = Bi = W, ZB-H1's bubble is a third of 1F1B's.
+#[test]
+fn zb_h1_bubble_is_a_third_of_1f1b() {
+    let (p, m) = (8, 32);
+    let zb = run(Kind::ZbH1, p, m, 1, (1.0, 2.0, 1.0, 0.0), false);
+    let one = run(Kind::OneFOneB, p, m, 1, (1.0, 2.0, 1.0, 0.0), false);
+    assert_eq!(zb.bubble_s * 3.0, one.bubble_s);
+    assert_eq!(one.bubble_s, 21.0);
+}
