@@ -20,64 +20,10 @@ struct Style {
     op: Op,
     cat: &'static str,
     label: &'static str,
-    rgb: [u8; 3],
+    rgb: u32,
 }
 
-const STYLES: [Style; 11] = [
-    style(Op::Forward, "forward", "forward", [0x4e, 0x79, 0xa7]),
-    style(Op::Backward, "backward", "backward", [0x59, 0xa1, 0x4f]),
-    style(
-        Op::BackwardInput,
-        "backward_input",
-        "backward (input)",
-        [0x59, 0xa1, 0x4f],
-    ),
-    style(
-        Op::BackwardWeight,
-        "backward_weight",
-        "backward (weight)",
-        [0x2a, 0x9d, 0x8f],
-    ),
-    style(Op::Recompute, "recompute", "recompute", [0xf2, 0x8e, 0x2b]),
-    style(
-        Op::OptimizerStep,
-        "optimizer",
-        "optimizer step",
-        [0x79, 0x70, 0x6e],
-    ),
-    style(
-        Op::SendActivation,
-        "send_activation",
-        "send activation",
-        [0x8a, 0x5c, 0xc2],
-    ),
-    style(
-        Op::SendGradient,
-        "send_gradient",
-        "send gradient",
-        [0xc0, 0x7a, 0xc9],
-    ),
-    style(
-        Op::ReduceGradients,
-        "reduce",
-        "dp gradient reduce",
-        [0xa8, 0xa8, 0xa8],
-    ),
-    style(
-        Op::RecvActivation,
-        "recv_activation",
-        "recv activation",
-        [0x8a, 0x5c, 0xc2],
-    ),
-    style(
-        Op::RecvGradient,
-        "recv_gradient",
-        "recv gradient",
-        [0xc0, 0x7a, 0xc9],
-    ),
-];
-
-const fn style(op: Op, cat: &'static str, label: &'static str, rgb: [u8; 3]) -> Style {
+const fn style(op: Op, cat: &'static str, label: &'static str, rgb: u32) -> Style {
     Style {
         op,
         cat,
@@ -85,6 +31,46 @@ const fn style(op: Op, cat: &'static str, label: &'static str, rgb: [u8; 3]) -> 
         rgb,
     }
 }
+
+/// The one colour table. Receives never become spans; they are here to make it total.
+const STYLES: [Style; 11] = [
+    style(Op::Forward, "forward", "forward", 0x4e79a7),
+    style(Op::Backward, "backward", "backward", 0x59a14f),
+    style(
+        Op::BackwardInput,
+        "backward_input",
+        "backward (input)",
+        0x59a14f,
+    ),
+    style(
+        Op::BackwardWeight,
+        "backward_weight",
+        "backward (weight)",
+        0x2a9d8f,
+    ),
+    style(Op::Recompute, "recompute", "recompute", 0xf28e2b),
+    style(Op::OptimizerStep, "optimizer", "optimizer step", 0x79706e),
+    style(
+        Op::SendActivation,
+        "send_activation",
+        "send activation",
+        0x8a5cc2,
+    ),
+    style(Op::SendGradient, "send_gradient", "send gradient", 0xc07ac9),
+    style(
+        Op::ReduceGradients,
+        "reduce",
+        "dp gradient reduce",
+        0xa8a8a8,
+    ),
+    style(
+        Op::RecvActivation,
+        "recv_activation",
+        "recv activation",
+        0x8a5cc2,
+    ),
+    style(Op::RecvGradient, "recv_gradient", "recv gradient", 0xc07ac9),
+];
 
 fn style_of(op: Op) -> &'static Style {
     STYLES
@@ -158,20 +144,30 @@ pub fn chrome_trace(s: &Schedule, sim: &Simulation) -> Value {
             });
     }
 
-    let mut events = Vec::with_capacity(2 * threads.len() + sim.spans.len() + 2 * p as usize);
+    let mut events = Vec::new();
     for r in 0..p {
-        let pid = r + 1;
-        events.push(json!({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": format!("stage {r}")}}));
-        events.push(
-            json!({"ph": "M", "pid": pid, "name": "process_sort_index", "args": {"sort_index": r}}),
-        );
+        let name = json!({"name": format!("stage {r}")});
+        events.push(metadata(r + 1, None, "process_name", name));
+        events.push(metadata(
+            r + 1,
+            None,
+            "process_sort_index",
+            json!({"sort_index": r}),
+        ));
     }
     for (&(r, t), name) in &threads {
-        let pid = r + 1;
-        events.push(
-            json!({"ph": "M", "pid": pid, "tid": t, "name": "thread_name", "args": {"name": name}}),
-        );
-        events.push(json!({"ph": "M", "pid": pid, "tid": t, "name": "thread_sort_index", "args": {"sort_index": t}}));
+        events.push(metadata(
+            r + 1,
+            Some(t),
+            "thread_name",
+            json!({"name": name}),
+        ));
+        events.push(metadata(
+            r + 1,
+            Some(t),
+            "thread_sort_index",
+            json!({"sort_index": t}),
+        ));
     }
     for (sp, crit) in sim.spans.iter().zip(critical_flags(sim)) {
         let (start, end) = (nanos(sp.start_s), nanos(sp.end_s));
@@ -201,7 +197,10 @@ pub fn chrome_trace(s: &Schedule, sim: &Simulation) -> Value {
     for (r, rank) in sim.ranks.iter().enumerate() {
         for &(t, bytes) in &rank.memory_timeline {
             let gib = bytes / f64::from(1u32 << 30);
-            events.push(json!({"ph": "C", "pid": r + 1, "name": "memory", "ts": micros(nanos(t)), "args": {"GiB": gib}}));
+            let ts = micros(nanos(t));
+            events.push(
+                json!({"ph": "C", "pid": r + 1, "name": "memory", "ts": ts, "args": {"GiB": gib}}),
+            );
         }
     }
     json!({
@@ -216,6 +215,15 @@ pub fn chrome_trace(s: &Schedule, sim: &Simulation) -> Value {
             "bubble_fraction": sim.bubble_fraction,
         },
     })
+}
+
+/// A metadata event naming or ordering a process (no `tid`) or one of its threads.
+fn metadata(pid: u32, tid: Option<u32>, name: &str, args: Value) -> Value {
+    let mut event = json!({"ph": "M", "pid": pid, "name": name, "args": args});
+    if let Some(tid) = tid {
+        event["tid"] = tid.into();
+    }
+    event
 }
 
 /// The unit of the SVG's time axis.
@@ -326,6 +334,11 @@ fn write_svg(
     };
     let (unit_s, unit) = opts.time_unit.resolve(makespan);
     let axis_y = row_top(rows) - ROW_GAP + 6.0;
+    let (step, decimals) = tick_step(makespan / unit_s);
+    let ticks = (makespan / unit_s / step + 1e-9).floor() as u32;
+    let tick_x = |k: u32| x_of(f64::from(k) * step * unit_s);
+    // Times in the text to a hundredth of a tick step, about a pixel.
+    let precise = decimals + 2;
 
     // Legend: the ops that appear, the idle background, the critical path, the chunk shades.
     let mut legend: Vec<(String, String)> = STYLES
@@ -384,7 +397,7 @@ fn write_svg(
     )?;
     writeln!(
         o,
-        r##"<text x="{LEFT:.0}" y="42" font-size="12" fill="#444444">{} · p = {} · m = {} · v = {} · makespan {:.3} {unit} · bubble {:.1} %</text>"##,
+        r##"<text x="{LEFT:.0}" y="42" font-size="12" fill="#444444">{} · p = {} · m = {} · v = {} · makespan {:.precise$} {unit} · bubble {:.1} %</text>"##,
         esc(&s.name),
         s.stages,
         s.microbatches,
@@ -412,9 +425,6 @@ fn write_svg(
     writeln!(o, "</g>")?;
 
     // Grid: white lines through the rows' backgrounds at the axis ticks.
-    let (step, decimals) = tick_step(makespan / unit_s);
-    let ticks = (makespan / unit_s / step + 1e-9).floor() as u32;
-    let tick_x = |k: u32| x_of(f64::from(k) * step * unit_s);
     writeln!(o, r##"<g stroke="#ffffff" stroke-width="1">"##)?;
     for k in 1..=ticks {
         let x = tick_x(k);
@@ -443,7 +453,7 @@ fn write_svg(
     for &(sp, [x, y, bw, h], _) in &boxes {
         writeln!(
             o,
-            r#"<rect x="{x:.2}" y="{y:.2}" width="{bw:.2}" height="{h:.2}" fill="{}"><title>{} · stage {} · {:.3}–{:.3} {unit}</title></rect>"#,
+            r#"<rect x="{x:.2}" y="{y:.2}" width="{bw:.2}" height="{h:.2}" fill="{}"><title>{} · stage {} · {:.precise$}–{:.precise$} {unit}</title></rect>"#,
             hex(fill(sp)),
             esc(&span_name(s, sp.instr)),
             sp.rank,
@@ -460,7 +470,7 @@ fn write_svg(
         if bw < 14.0 || bw < 6.0 * text.len() as f64 + 4.0 {
             continue;
         }
-        let [r, g, b] = fill(sp).map(f64::from);
+        let [_, r, g, b] = fill(sp).to_be_bytes().map(f64::from);
         let ink = if 0.299 * r + 0.587 * g + 0.114 * b > 150.0 {
             INK
         } else {
@@ -528,17 +538,19 @@ fn write_svg(
     writeln!(o, "</g>\n</svg>")
 }
 
-fn hex([r, g, b]: [u8; 3]) -> String {
-    format!("#{r:02x}{g:02x}{b:02x}")
+fn hex(rgb: u32) -> String {
+    format!("#{rgb:06x}")
 }
 
 /// Chunk 0 in the base colour, later chunks progressively mixed with white.
-fn shade(rgb: [u8; 3], chunk: u32, chunks: u32) -> [u8; 3] {
+fn shade(rgb: u32, chunk: u32, chunks: u32) -> u32 {
     if chunks <= 1 || chunk == 0 {
         return rgb;
     }
     let t = 0.5 * f64::from(chunk.min(chunks - 1)) / f64::from(chunks - 1);
-    rgb.map(|c| (f64::from(c) + (255.0 - f64::from(c)) * t).round() as u8)
+    let [_, r, g, b] = rgb.to_be_bytes();
+    let [r, g, b] = [r, g, b].map(|c| (f64::from(c) + (255.0 - f64::from(c)) * t).round() as u8);
+    u32::from_be_bytes([0, r, g, b])
 }
 
 /// A round tick step (1, 2 or 5 × 10^k) giving 5 to 10 ticks from 0 to `range`, and the

@@ -177,7 +177,7 @@ struct RankState {
     done: bool,
 }
 
-/// Simulates `s` with `costs`. The schedule should have passed [`crate::validate`]; a
+/// Simulates `s` with `costs`. The schedule should have passed [`crate::validate()`]; a
 /// deadlock is reported as an error rather than looping.
 pub fn simulate(s: &Schedule, costs: &Costs) -> Result<Simulation, SimError> {
     let p = s.stages;
