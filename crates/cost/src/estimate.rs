@@ -3,7 +3,10 @@
 
 use serde::Serialize;
 
-use plait_spec::{ClusterSpec, Dtype, Family, ModelSpec, ParallelConfig, SpecError, TrainSpec};
+use plait_spec::{
+    even_chunk_blocks, ClusterSpec, Dtype, Family, ModelSpec, ParallelConfig, Recompute, SpecError,
+    StageMap, TrainSpec,
+};
 
 use crate::comm::{Group, Groups};
 use crate::device::DeviceModel;
@@ -216,24 +219,6 @@ fn layer_sample_factors(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> Option<
     ))
 }
 
-/// The blocks of global chunk `chunk` of `chunks`: an even split of `layers`, the
-/// remainder going to the first chunks.
-pub fn chunk_blocks(layers: u64, chunks: u64, chunk: u64) -> std::ops::Range<u64> {
-    let (base, extra) = (layers / chunks, layers % chunks);
-    let start = |c: u64| c * base + c.min(extra);
-    start(chunk)..start(chunk + 1)
-}
-
-/// Number of transformer blocks on each pipeline rank (over its `vp` chunks; rank k holds
-/// global chunks k, k + pp, …).
-pub fn blocks_per_stage(layers: u64, pp: u64, vp: u64) -> impl Iterator<Item = u64> {
-    (0..pp).map(move |k| {
-        (0..vp)
-            .map(|j| chunk_blocks(layers, pp * vp, j * pp + k).count() as u64)
-            .sum()
-    })
-}
-
 /// Model FLOPs of one iteration (forward + backward = 3 × forward, no recompute), counting
 /// attention over the full sequence as the published MFU figures do.
 pub fn model_flops(m: &ModelSpec, t: &TrainSpec) -> f64 {
@@ -255,9 +240,9 @@ pub fn model_flops(m: &ModelSpec, t: &TrainSpec) -> f64 {
     3.0 * (m.layers as f64 * per_layer + head)
 }
 
-/// Estimates one configuration. Errors only for malformed input (degrees that do not
-/// divide, a dtype the GPU lacks); a configuration that does not fit is an answer with
-/// `fits = false` and a reason.
+/// Estimates one configuration under Megatron-LM's even block layout. Errors only for
+/// malformed input (degrees that do not divide, a dtype the GPU lacks); a configuration
+/// that does not fit is an answer with `fits = false` and a reason.
 pub fn estimate(
     m: &ModelSpec,
     cluster: &ClusterSpec,
@@ -265,11 +250,62 @@ pub fn estimate(
     c: &ParallelConfig,
     d: &DeviceModel,
 ) -> Result<Estimate, SpecError> {
+    estimate_mapped(m, cluster, t, c, d, &StageMap::uniform(m.layers, c))
+}
+
+/// Estimates one configuration with its blocks laid out by `map`.
+pub fn estimate_mapped(
+    m: &ModelSpec,
+    cluster: &ClusterSpec,
+    t: &TrainSpec,
+    c: &ParallelConfig,
+    d: &DeviceModel,
+    map: &StageMap,
+) -> Result<Estimate, SpecError> {
     c.validate(m, t, c.gpus())?;
+    map.validate(m.layers, c)?;
+    let g = Groups::new(cluster, c);
+    let costs = |recompute: Recompute| {
+        let w = Workload::new(&ParallelConfig { recompute, ..*c }, t);
+        layer_costs(m, d, &g, &w)
+    };
+    let policy = costs(policy_recompute(c.recompute));
+    let full = if map.recompute_blocks.iter().any(|&x| x > 0) {
+        costs(Recompute::Full)
+    } else {
+        policy
+    };
+    Ok(estimate_from_costs(
+        m, cluster, t, c, d, &policy, &full, map,
+    ))
+}
+
+/// The recompute policy of the blocks a stage map does not list as fully recomputed:
+/// `full` in a configuration means "every block", which the map lists.
+pub fn policy_recompute(r: Recompute) -> Recompute {
+    match r {
+        Recompute::Full => Recompute::None,
+        other => other,
+    }
+}
+
+/// Estimates from precomputed layer costs (the planner caches them): `policy` under
+/// [`policy_recompute`] of the configuration, `full` under full recompute. The caller has
+/// validated `c` and `map`.
+#[allow(clippy::too_many_arguments)]
+pub fn estimate_from_costs(
+    m: &ModelSpec,
+    cluster: &ClusterSpec,
+    t: &TrainSpec,
+    c: &ParallelConfig,
+    d: &DeviceModel,
+    policy: &LayerCosts,
+    full: &LayerCosts,
+    map: &StageMap,
+) -> Estimate {
     let g = Groups::new(cluster, c);
     let w = Workload::new(c, t);
-    let costs = layer_costs(m, d, &g, &w);
-    Ok(assemble(m, cluster, t, c, d, &g, &w, &costs))
+    assemble(m, cluster, t, c, d, &g, &w, policy, full, map)
 }
 
 /// The device model for a cluster's GPU in `dtype`, or an error naming `--dtype`.
@@ -293,17 +329,17 @@ fn assemble(
     d: &DeviceModel,
     g: &Groups,
     w: &Workload,
-    costs: &LayerCosts,
+    policy: &LayerCosts,
+    full: &LayerCosts,
+    map: &StageMap,
 ) -> Estimate {
     let p = c.pp as usize;
     let mb = c.microbatches(t);
     let h = m.hidden as f64;
     let e = w.e;
     let LayerCosts {
-        embedding,
-        block,
-        head,
-    } = costs;
+        embedding, head, ..
+    } = policy;
 
     // Pipeline p2p per micro-batch: activations forward and gradients backward across each
     // of the rank's chunk boundaries. Without sp, Megatron's scatter/gather sends 1/tp of the
@@ -339,15 +375,19 @@ fn assemble(
     let mut worst_dp_exposed: f64 = 0.0;
     let mut worst_optimizer: f64 = 0.0;
     let mut zero3_per_mb_worst: f64 = 0.0;
-    for (k, n_blocks) in blocks_per_stage(m.layers, c.pp, c.vp).enumerate() {
-        let nb = n_blocks as f64;
+    let mut stage_layers = Vec::with_capacity(p);
+    for k in 0..p {
+        let n_blocks = map.rank_blocks(k as u64, c.pp);
+        let recomputed = map.recompute_blocks[k].min(n_blocks) as f64;
         let first = k == 0;
         let last = k == p - 1;
         let layers = [
-            (block, nb),
+            (&policy.block, n_blocks as f64 - recomputed),
+            (&full.block, recomputed),
             (embedding, if first { 1.0 } else { 0.0 }),
             (head, if last { 1.0 } else { 0.0 }),
         ];
+        stage_layers.push(layers);
         let mut fwd = 0.0;
         let mut bwd = 0.0;
         let mut wgrad = 0.0;
@@ -393,7 +433,7 @@ fn assemble(
         let inflight = inflight_microbatches(c.schedule, k as u64, c.pp, mb, c.vp);
         // ZeRO-3 gathers each layer's full weights before use (prefetching the next one).
         let zero3_buffer = if c.zero >= 3 {
-            2.0 * (block.params + block.expert_params) * WEIGHT_BYTES
+            2.0 * (policy.block.params + policy.block.expert_params) * WEIGHT_BYTES
         } else {
             0.0
         };
@@ -479,11 +519,11 @@ fn assemble(
         })
         .unwrap_or(0);
     let mbf = mb as f64;
-    let k = slowest;
-    let (n_emb, n_head) = (f64::from(u8::from(k == 0)), f64::from(u8::from(k == p - 1)));
-    let nb = stages[k].blocks as f64;
     let sum = |f: &dyn Fn(&LayerCost) -> f64| {
-        mbf * (nb * f(block) + n_emb * f(embedding) + n_head * f(head))
+        mbf * stage_layers[slowest]
+            .iter()
+            .map(|(l, n)| n * f(l))
+            .sum::<f64>()
     };
     let mut breakdown = Breakdown {
         compute_s: sum(&|l| l.forward.compute_s + l.backward.compute_s),
@@ -584,7 +624,7 @@ pub fn first_stage_layers(
     let mut out = vec![report("embedding".into(), &costs.embedding)];
     // Rank 0 holds global chunks 0, pp, 2·pp, …; list their blocks in execution order.
     for j in 0..c.vp {
-        for b in chunk_blocks(m.layers, c.pp * c.vp, j * c.pp) {
+        for b in even_chunk_blocks(m.layers, c.pp * c.vp, j * c.pp) {
             out.push(report(format!("block.{b}"), &costs.block));
         }
     }

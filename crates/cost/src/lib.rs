@@ -20,7 +20,7 @@ pub mod profile;
 
 pub use device::DeviceModel;
 pub use estimate::{
-    device_for, estimate, first_stage_layers, model_flops, Breakdown, Estimate, LayerReport,
-    MemoryBreakdown, StageEstimate,
+    device_for, estimate, estimate_from_costs, estimate_mapped, first_stage_layers, model_flops,
+    Breakdown, Estimate, LayerReport, MemoryBreakdown, StageEstimate,
 };
 pub use profile::{Profile, ProfileError};

@@ -279,14 +279,20 @@ proptest! {
         }
     }
 
-    /// Full recompute ≤ selective ≤ none in activation memory, stage by stage.
+    /// Full recompute ≤ selective ≤ none in activation memory, stage by stage — except on
+    /// scp's last stage, which never recomputes (Merak), so full = none there.
     #[test]
     fn recompute_never_raises_activation_memory(case in case()) {
         let [none, selective, full] = RECOMPUTES
             .map(|recompute| case.estimate_of(&ParallelConfig { recompute, ..case.config }));
-        for k in 0..none.stages.len() {
+        let p = none.stages.len();
+        for k in 0..p {
             let act = |e: &Estimate| e.stages[k].memory.activations_bytes;
             let (n, s, f) = (act(&none), act(&selective), act(&full));
+            if case.config.schedule == Schedule::Scp && k == p - 1 && p > 1 {
+                prop_assert_eq!(f, n);
+                continue;
+            }
             prop_assert!(at_most(f, s), "stage {k}: full {f} > selective {s}");
             prop_assert!(at_most(f, n), "stage {k}: full {f} > none {n}");
             prop_assert!(at_most(s, n), "stage {k}: selective {s} > none {n}");

@@ -4,11 +4,17 @@
 //!
 //! Pure: no file I/O, no printing; the CLI reads inputs and renders outputs.
 
+pub mod layout;
+pub mod plan;
+pub mod search;
 pub mod simulate;
 
 use thiserror::Error;
 
-pub use simulate::{simulate_config, Simulated};
+pub use layout::MapShape;
+pub use plan::Plan;
+pub use search::{plan, Infeasible, Outcome, Pins, Request, SearchStats};
+pub use simulate::{simulate_config, simulate_mapped, Simulated};
 
 /// Why a plan or simulation could not be produced (bad input, not infeasibility: a plan
 /// that does not fit is an answer with `fits = false`).

@@ -5,14 +5,16 @@
 //! This is the bridge between `plait-cost` (which knows layers, not schedules) and
 //! `plait-schedule` (which knows schedules, not layers).
 
-use plait_cost::estimate::{chunk_blocks, layer_costs, LayerCosts, GRAD_BUCKET_PARAMS};
+use plait_cost::estimate::{layer_costs, policy_recompute, LayerCosts, GRAD_BUCKET_PARAMS};
 use plait_cost::layer::{LayerCost, Workload};
 use plait_cost::{comm::Groups, DeviceModel, Estimate};
 use plait_schedule::{
     generate, simulate, validate, ChunkCosts, Costs, GradReduce, Op, RankCosts, Schedule,
     ScheduleSpec, Simulation, Stream,
 };
-use plait_spec::{ClusterSpec, ModelSpec, ParallelConfig, Recompute, Schedule as Kind, TrainSpec};
+use plait_spec::{
+    ClusterSpec, ModelSpec, ParallelConfig, Recompute, Schedule as Kind, StageMap, TrainSpec,
+};
 
 use crate::PlanError;
 
@@ -34,21 +36,17 @@ pub struct Simulated {
     pub closed_form: Estimate,
 }
 
-/// Which ranks recompute under `c`: every rank for full recompute (scp's generator then
-/// spares the last). Selective recompute stays inside the backward and needs no instruction.
-pub fn recompute_ranks(c: &ParallelConfig) -> Vec<bool> {
-    vec![c.recompute == Recompute::Full; c.pp as usize]
-}
-
-/// The schedule of configuration `c`.
-pub fn schedule_spec(c: &ParallelConfig, t: &TrainSpec) -> ScheduleSpec {
+/// The schedule of configuration `c` with its blocks laid out by `map`: ranks with fully
+/// recomputed blocks get Recompute instructions (selective recompute stays inside the
+/// backward and needs none).
+pub fn schedule_spec(c: &ParallelConfig, t: &TrainSpec, map: &StageMap) -> ScheduleSpec {
     let mut spec = ScheduleSpec::new(
         c.schedule,
         c.pp as u32,
         c.microbatches(t) as u32,
         c.vp as u32,
     );
-    spec.recompute = recompute_ranks(c);
+    spec.recompute = map.recompute_blocks.iter().map(|&x| x > 0).collect();
     spec.grad_reduce = if c.dp * c.cp > 1 && c.zero < 3 {
         if t.overlap_grad_reduce {
             GradReduce::Overlapped
@@ -62,8 +60,9 @@ pub fn schedule_spec(c: &ParallelConfig, t: &TrainSpec) -> ScheduleSpec {
 }
 
 /// Per-instruction costs of `c` on every rank and chunk, from the cost model. `estimate` is
-/// the analytic estimate of the same configuration (its per-stage memory, reductions and
-/// optimizer times); `spec.recompute` says which ranks recompute.
+/// the analytic estimate of the same configuration and map (its per-stage memory,
+/// reductions and optimizer times).
+#[allow(clippy::too_many_arguments)]
 pub fn costs(
     m: &ModelSpec,
     cluster: &ClusterSpec,
@@ -71,41 +70,27 @@ pub fn costs(
     c: &ParallelConfig,
     d: &DeviceModel,
     estimate: &Estimate,
-    spec: &ScheduleSpec,
+    map: &StageMap,
 ) -> Costs {
     let g = Groups::new(cluster, c);
     let with = |recompute: Recompute| {
-        let w = Workload::new(
-            &ParallelConfig {
-                recompute,
-                ..*c
-            },
-            t,
-        );
+        let w = Workload::new(&ParallelConfig { recompute, ..*c }, t);
         layer_costs(m, d, &g, &w)
     };
-    let planned = with(c.recompute);
+    let policy = with(policy_recompute(c.recompute));
+    let full = with(Recompute::Full);
     let kept = with(Recompute::None);
     let (p, v) = (c.pp, c.vp);
     let ranks = (0..p)
         .map(|r| {
             let stage = &estimate.stages[r as usize];
-            // Whether this rank drops activations and rebuilds them in a Recompute
-            // instruction, keeps them all (scp's last rank), or follows the plan's
-            // in-backward policy (selective).
-            let recomputes = spec.recompute.get(r as usize).copied().unwrap_or(false)
-                && !(c.schedule == Kind::Scp && r + 1 == p);
-            let lc = if c.recompute == Recompute::Full && !recomputes {
-                &kept
-            } else {
-                &planned
-            };
             let p2p_one = stage.p2p_s / (2 * v) as f64;
             let chunks: Vec<ChunkCosts> = (0..v)
                 .map(|chunk| {
                     let j = chunk * p + r;
-                    let layers = chunk_layers(m.layers, p * v, j, lc);
-                    let kept_layers = chunk_layers(m.layers, p * v, j, &kept);
+                    let n = map.chunk_blocks[j as usize] as f64;
+                    let x = map.chunk_recompute_blocks(r, chunk, p) as f64;
+                    let layers = chunk_layers(j, p * v, &policy, &full, n, x);
                     let sum = |f: &dyn Fn(&LayerCost) -> f64| -> f64 {
                         layers.iter().map(|(l, n)| f(l) * n).sum()
                     };
@@ -113,36 +98,30 @@ pub fn costs(
                     let forward = sum(&|l| l.forward.total_s());
                     let backward = sum(&|l| l.backward.total_s());
                     let weight = sum(&|l| l.weight_grad_s);
-                    let redo = sum(&|l| l.recompute.total_s());
                     let activation_bytes = sum(&|l| l.activation_bytes);
+                    // Fully recomputed blocks re-run their forward in a Recompute
+                    // instruction; what the policy recomputes (selective: the attention
+                    // core) stays inside the backward.
+                    let rebuild_s = x * full.block.recompute.total_s();
+                    let in_backward_s = sum(&|l| l.recompute.total_s()) - rebuild_s;
+                    // Megatron-LM rebuilds one layer at a time inside the backward (the
+                    // estimate's transient); Merak's scp rebuilds the chunk before it.
+                    let recompute_bytes = if c.schedule == Kind::Scp {
+                        x * (kept.block.activation_bytes - full.block.activation_bytes)
+                    } else {
+                        0.0
+                    };
                     let stage_fwd = stage.forward_s.max(f64::MIN_POSITIVE);
                     let share = if stage.params > 0.0 {
                         params / stage.params
                     } else {
                         1.0 / v as f64
                     };
-                    let (recompute_s, recompute_bytes, input_extra) = if recomputes {
-                        // Megatron-LM rebuilds one layer at a time inside the backward: that
-                        // layer is the estimate's transient. Merak's scp rebuilds the whole
-                        // chunk before the backward, which keeps it all.
-                        let rebuilt = if c.schedule == Kind::Scp {
-                            kept_layers
-                                .iter()
-                                .map(|(l, n)| l.activation_bytes * n)
-                                .sum::<f64>()
-                                - activation_bytes
-                        } else {
-                            0.0
-                        };
-                        (redo, rebuilt, 0.0)
-                    } else {
-                        (0.0, 0.0, redo)
-                    };
                     ChunkCosts {
                         forward_s: forward + stage.zero3_exposed_per_mb_s * forward / stage_fwd,
-                        backward_input_s: backward - weight + input_extra,
+                        backward_input_s: backward - weight + in_backward_s,
                         backward_weight_s: weight,
-                        recompute_s,
+                        recompute_s: rebuild_s,
                         send_activation_s: if j + 1 < p * v { p2p_one } else { 0.0 },
                         send_gradient_s: if j > 0 { p2p_one } else { 0.0 },
                         activation_bytes,
@@ -168,20 +147,27 @@ pub fn costs(
     Costs { ranks }
 }
 
-/// The layers of virtual stage `j` of `stages` with their multiplicities.
-fn chunk_layers(layers: u64, stages: u64, j: u64, lc: &LayerCosts) -> Vec<(LayerCost, f64)> {
-    let blocks = chunk_blocks(layers, stages, j).count() as f64;
-    let mut out = vec![(lc.block, blocks)];
-    if j == 0 {
-        out.push((lc.embedding, 1.0));
-    }
-    if j + 1 == stages {
-        out.push((lc.head, 1.0));
-    }
-    out
+/// The layers of virtual stage `j` of `stages` with their multiplicities: `n` blocks of
+/// which `x` are fully recomputed, and the embedding or head at the ends.
+fn chunk_layers(
+    j: u64,
+    stages: u64,
+    policy: &LayerCosts,
+    full: &LayerCosts,
+    n: f64,
+    x: f64,
+) -> [(LayerCost, f64); 4] {
+    let at = |yes: bool| if yes { 1.0 } else { 0.0 };
+    [
+        (policy.block, n - x),
+        (full.block, x),
+        (policy.embedding, at(j == 0)),
+        (policy.head, at(j + 1 == stages)),
+    ]
 }
 
-/// Estimates `c` analytically, then simulates its schedule and refines the estimate.
+/// Estimates `c` under the even layout, then simulates its schedule and refines the
+/// estimate.
 pub fn simulate_config(
     m: &ModelSpec,
     cluster: &ClusterSpec,
@@ -189,11 +175,23 @@ pub fn simulate_config(
     c: &ParallelConfig,
     d: &DeviceModel,
 ) -> Result<Simulated, PlanError> {
-    let closed_form = plait_cost::estimate(m, cluster, t, c, d)?;
-    let spec = schedule_spec(c, t);
+    simulate_mapped(m, cluster, t, c, d, &StageMap::uniform(m.layers, c))
+}
+
+/// As [`simulate_config`], with the blocks laid out by `map`.
+pub fn simulate_mapped(
+    m: &ModelSpec,
+    cluster: &ClusterSpec,
+    t: &TrainSpec,
+    c: &ParallelConfig,
+    d: &DeviceModel,
+    map: &StageMap,
+) -> Result<Simulated, PlanError> {
+    let closed_form = plait_cost::estimate_mapped(m, cluster, t, c, d, map)?;
+    let spec = schedule_spec(c, t, map);
     let schedule = generate(&spec)?;
     validate(&schedule)?;
-    let costs = costs(m, cluster, t, c, d, &closed_form, &spec);
+    let costs = costs(m, cluster, t, c, d, &closed_form, map);
     let simulation = simulate(&schedule, &costs)?;
     let estimate = refine(&closed_form, &simulation, t);
     Ok(Simulated {

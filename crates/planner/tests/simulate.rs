@@ -6,7 +6,13 @@ use plait_planner::simulate_config;
 use plait_spec::{cluster_preset, model_preset, ParallelConfig, Recompute, Schedule, TrainSpec};
 
 /// Simulates `config` of `model` on `cluster` and returns (simulated, closed-form) estimates.
-fn sim(model: &str, cluster: &str, gbs: u64, seq: u64, config: ParallelConfig) -> plait_planner::Simulated {
+fn sim(
+    model: &str,
+    cluster: &str,
+    gbs: u64,
+    seq: u64,
+    config: ParallelConfig,
+) -> plait_planner::Simulated {
     let m = model_preset(model).unwrap();
     let c = cluster_preset(cluster).unwrap();
     let t = TrainSpec::new(gbs, seq);
@@ -14,32 +20,84 @@ fn sim(model: &str, cluster: &str, gbs: u64, seq: u64, config: ParallelConfig) -
     simulate_config(&m, &c, &t, &config, &d).unwrap()
 }
 
-fn config(dp: u64, tp: u64, pp: u64, vp: u64, mbs: u64, recompute: Recompute, schedule: Schedule) -> ParallelConfig {
-    ParallelConfig { dp, tp, pp, vp, mbs, sp: true, recompute, schedule, ..ParallelConfig::default() }
+fn config(
+    dp: u64,
+    tp: u64,
+    pp: u64,
+    vp: u64,
+    mbs: u64,
+    recompute: Recompute,
+    schedule: Schedule,
+) -> ParallelConfig {
+    ParallelConfig {
+        dp,
+        tp,
+        pp,
+        vp,
+        mbs,
+        sp: true,
+        recompute,
+        schedule,
+        ..ParallelConfig::default()
+    }
 }
 
 /// Each rank's simulated memory peak equals the cost model's stage memory within 1 %.
 fn check_memory(model: &str, cluster: &str, gbs: u64, c: ParallelConfig) {
     let s = sim(model, cluster, gbs, 2048, c);
-    for (k, (stage, rank)) in s.closed_form.stages.iter().zip(&s.simulation.ranks).enumerate() {
+    for (k, (stage, rank)) in s
+        .closed_form
+        .stages
+        .iter()
+        .zip(&s.simulation.ranks)
+        .enumerate()
+    {
         let (modelled, simulated) = (stage.peak_memory_bytes, rank.peak_memory_bytes);
         let err = (simulated - modelled).abs() / modelled;
-        eprintln!("{model} {c}: stage {k} memory simulated/modelled {:+.3} %", (simulated / modelled - 1.0) * 100.0);
+        eprintln!(
+            "{model} {c}: stage {k} memory simulated/modelled {:+.3} %",
+            (simulated / modelled - 1.0) * 100.0
+        );
         assert!(err < 0.01, "{model} {c}: stage {k} simulated {simulated:.4e} B vs cost model {modelled:.4e} B ({:.2} %)", err * 100.0);
     }
 }
 
 #[test]
 fn memory_peaks_match_the_cost_model_for_1f1b() {
-    check_memory("gpt3-175b", "dgx-a100-80g", 512, config(4, 8, 8, 1, 1, Recompute::Selective, Schedule::OneFOneB));
-    check_memory("llama3-70b", "dgx-h100", 256, config(4, 4, 4, 1, 2, Recompute::None, Schedule::OneFOneB));
-    check_memory("gpt-39.1b", "dgx-a100-80g", 1536, config(32, 8, 2, 1, 2, Recompute::Full, Schedule::OneFOneB));
+    check_memory(
+        "gpt3-175b",
+        "dgx-a100-80g",
+        512,
+        config(4, 8, 8, 1, 1, Recompute::Selective, Schedule::OneFOneB),
+    );
+    check_memory(
+        "llama3-70b",
+        "dgx-h100",
+        256,
+        config(4, 4, 4, 1, 2, Recompute::None, Schedule::OneFOneB),
+    );
+    check_memory(
+        "gpt-39.1b",
+        "dgx-a100-80g",
+        1536,
+        config(32, 8, 2, 1, 2, Recompute::Full, Schedule::OneFOneB),
+    );
 }
 
 #[test]
 fn memory_peaks_match_the_cost_model_for_interleaved() {
-    check_memory("gpt3-175b", "dgx-a100-80g", 512, config(4, 8, 8, 2, 1, Recompute::Selective, Schedule::Interleaved));
-    check_memory("llama3-70b", "dgx-h100", 256, config(4, 4, 4, 5, 1, Recompute::None, Schedule::Interleaved));
+    check_memory(
+        "gpt3-175b",
+        "dgx-a100-80g",
+        512,
+        config(4, 8, 8, 2, 1, Recompute::Selective, Schedule::Interleaved),
+    );
+    check_memory(
+        "llama3-70b",
+        "dgx-h100",
+        256,
+        config(4, 4, 4, 5, 1, Recompute::None, Schedule::Interleaved),
+    );
 }
 
 /// With equal stages the simulation agrees with the closed form up to what the closed form
@@ -53,18 +111,42 @@ fn simulated_time_is_close_to_the_closed_form() {
     ] {
         let s = sim("gpt3-175b", "dgx-a100-80g", 512, 2048, c);
         let (a, b) = (s.estimate.iteration_time_s, s.closed_form.iteration_time_s);
-        eprintln!("{c}: simulated {a:.4} s, closed form {b:.4} s ({:+.2} %)", (a / b - 1.0) * 100.0);
-        assert!((a - b).abs() / b < 0.05, "{c}: simulated {a} s vs closed form {b} s");
-        assert_eq!(s.estimate.iteration_time_s, s.simulation.makespan_s.max(s.estimate.breakdown.total_s()));
+        eprintln!(
+            "{c}: simulated {a:.4} s, closed form {b:.4} s ({:+.2} %)",
+            (a / b - 1.0) * 100.0
+        );
+        assert!(
+            (a - b).abs() / b < 0.05,
+            "{c}: simulated {a} s vs closed form {b} s"
+        );
+        assert_eq!(
+            s.estimate.iteration_time_s,
+            s.simulation.makespan_s.max(s.estimate.breakdown.total_s())
+        );
     }
 }
 
 /// scp beats 1F1B with full recompute on a real model, as on synthetic stages.
 #[test]
 fn scp_beats_1f1b_with_full_recompute() {
-    let one = sim("gpt3-175b", "dgx-a100-80g", 512, 2048, config(4, 8, 8, 1, 1, Recompute::Full, Schedule::OneFOneB));
-    let scp = sim("gpt3-175b", "dgx-a100-80g", 512, 2048, config(4, 8, 8, 1, 1, Recompute::Full, Schedule::Scp));
+    let one = sim(
+        "gpt3-175b",
+        "dgx-a100-80g",
+        512,
+        2048,
+        config(4, 8, 8, 1, 1, Recompute::Full, Schedule::OneFOneB),
+    );
+    let scp = sim(
+        "gpt3-175b",
+        "dgx-a100-80g",
+        512,
+        2048,
+        config(4, 8, 8, 1, 1, Recompute::Full, Schedule::Scp),
+    );
     let (a, b) = (scp.simulation.makespan_s, one.simulation.makespan_s);
-    eprintln!("gpt3-175b full recompute: scp {a:.4} s vs 1f1b {b:.4} s ({:+.2} %)", (a / b - 1.0) * 100.0);
+    eprintln!(
+        "gpt3-175b full recompute: scp {a:.4} s vs 1f1b {b:.4} s ({:+.2} %)",
+        (a / b - 1.0) * 100.0
+    );
     assert!(a < b);
 }

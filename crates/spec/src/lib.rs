@@ -9,6 +9,7 @@ pub mod error;
 pub mod hf;
 pub mod model;
 pub mod presets;
+pub mod stage_map;
 pub mod train;
 
 pub use cluster::{
@@ -20,4 +21,5 @@ pub use model::{
     Activation, Family, Gemm, Layer, LayerKind, ModelSpec, MoeSpec, Norm, Positions, Shard,
 };
 pub use presets::{model_preset, model_preset_names};
+pub use stage_map::{even_chunk_blocks, StageMap};
 pub use train::{AttentionImpl, Dtype, ParallelConfig, Recompute, Schedule, TrainSpec};

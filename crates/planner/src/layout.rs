@@ -1,0 +1,305 @@
+//! Block layout of one configuration: how many blocks each pipeline stage holds and how
+//! many of them it recomputes in full.
+//!
+//! * [`fit_recompute`] — per stage, the fewest fully recomputed blocks that fit memory.
+//!   Stage k of 1F1B holds p − k micro-batches, so later stages need less (or none): the
+//!   optimal form of Merak's stage-aware recomputation.
+//! * [`partition_blocks`] — a dynamic program over (stage, blocks placed) that minimises
+//!   the bottleneck stage time, each stage under its own memory limit (its in-flight
+//!   micro-batches, its embedding or head), choosing its recompute count on the way.
+
+use plait_cost::estimate::LayerCosts;
+use plait_cost::layer::LayerCost;
+use plait_cost::Estimate;
+use plait_spec::{ParallelConfig, Recompute, Schedule, StageMap};
+
+use crate::search::Request;
+
+/// Layouts an engine can express.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MapShape {
+    /// Any number of blocks per stage (plait's own runtime).
+    #[default]
+    Any,
+    /// Even, except the first and last stage (Megatron-LM's
+    /// `--decoder-first/last-pipeline-num-layers`), with the same recompute count on every
+    /// stage.
+    FirstLast,
+    /// Even blocks and the same recompute count on every stage.
+    Even,
+}
+
+/// Bytes per parameter of weights + gradients + optimizer states under ZeRO `zero` over
+/// `shards` data-parallel ranks (mixed-precision Adam: 2 + 2 + 12, Rajbhandari et al.).
+fn state_bytes_per_param(zero: u8, shards: f64) -> f64 {
+    let split = |bytes: f64, on: bool| if on { bytes / shards } else { bytes };
+    split(2.0, zero >= 3) + split(2.0, zero >= 2) + split(12.0, zero >= 1)
+}
+
+/// One stage's memory and time as functions of its block count and recompute count,
+/// anchored on the even layout's estimate of that stage.
+struct StageModel {
+    /// Blocks of the stage in the estimate it is anchored on.
+    anchor_blocks: f64,
+    /// Peak bytes of the anchor without its activations and transient.
+    anchor_fixed_bytes: f64,
+    /// Activation bytes per micro-batch besides the blocks (embedding, head).
+    extra_activation_bytes: f64,
+    extra_transient_bytes: f64,
+    inflight: f64,
+    /// Time per micro-batch besides the blocks (embedding, head, p2p).
+    extra_s: f64,
+    /// scp's last stage keeps all activations.
+    may_recompute: bool,
+}
+
+/// What a block costs under the configuration's policy and under full recompute.
+struct BlockModel {
+    policy: LayerCost,
+    full: LayerCost,
+    state_bytes: f64,
+}
+
+fn pass_s(l: &LayerCost) -> f64 {
+    l.forward.total_s() + l.backward.total_s() + l.recompute.total_s()
+}
+
+impl BlockModel {
+    fn new(c: &ParallelConfig, policy: &LayerCosts, full: &LayerCosts) -> Self {
+        let dense_shards = (c.dp * c.cp) as f64;
+        let expert_shards = dense_shards / c.ep as f64;
+        let b = &policy.block;
+        BlockModel {
+            policy: policy.block,
+            full: full.block,
+            state_bytes: b.params * state_bytes_per_param(c.zero, dense_shards)
+                + b.expert_params * state_bytes_per_param(c.zero, expert_shards),
+        }
+    }
+}
+
+impl StageModel {
+    fn new(c: &ParallelConfig, e: &Estimate, map: &StageMap, k: usize, policy: &LayerCosts) -> Self {
+        let p = c.pp as usize;
+        let s = &e.stages[k];
+        let m = &s.memory;
+        let (first, last) = (k == 0, k + 1 == p);
+        let ends = |f: &dyn Fn(&LayerCost) -> f64| {
+            f64::from(u8::from(first)) * f(&policy.embedding)
+                + f64::from(u8::from(last)) * f(&policy.head)
+        };
+        StageModel {
+            anchor_blocks: map.rank_blocks(k as u64, c.pp) as f64,
+            anchor_fixed_bytes: m.weights_bytes + m.gradients_bytes + m.optimizer_bytes + m.reserve_bytes,
+            extra_activation_bytes: ends(&|l| l.activation_bytes),
+            extra_transient_bytes: ends(&|l| l.transient_bytes).max(policy.block.transient_bytes),
+            inflight: m.inflight_microbatches,
+            extra_s: ends(&pass_s) + s.p2p_s,
+            may_recompute: !(c.schedule == Schedule::Scp && last && p > 1),
+        }
+    }
+
+    /// Peak bytes with `b` blocks of which `x` are fully recomputed.
+    fn bytes(&self, blk: &BlockModel, b: f64, x: f64) -> f64 {
+        let act = (b - x) * blk.policy.activation_bytes
+            + x * blk.full.activation_bytes
+            + self.extra_activation_bytes;
+        let transient = if x > 0.0 {
+            self.extra_transient_bytes.max(blk.full.transient_bytes)
+        } else {
+            self.extra_transient_bytes
+        };
+        self.anchor_fixed_bytes + (b - self.anchor_blocks) * blk.state_bytes + self.inflight * act + transient
+    }
+
+    /// Fewest fully recomputed blocks among `b` that fit `capacity`, or None.
+    fn min_recompute(&self, blk: &BlockModel, b: u64, capacity: f64) -> Option<u64> {
+        let bf = b as f64;
+        if self.bytes(blk, bf, 0.0) <= capacity {
+            return Some(0);
+        }
+        if !self.may_recompute {
+            return None;
+        }
+        let saving = self.inflight * (blk.policy.activation_bytes - blk.full.activation_bytes);
+        if saving <= 0.0 {
+            return None;
+        }
+        let over = self.bytes(blk, bf, 1.0) - capacity;
+        let x = 1 + (over / saving).ceil().max(0.0) as u64;
+        // Rounding guard: step up until it fits.
+        (x.min(b)..=b).find(|&x| self.bytes(blk, bf, x as f64) <= capacity)
+    }
+
+    fn time_s(&self, blk: &BlockModel, b: u64, x: u64) -> f64 {
+        (b - x) as f64 * pass_s(&blk.policy) + x as f64 * pass_s(&blk.full) + self.extra_s
+    }
+}
+
+/// Per stage, the fewest fully recomputed blocks that make `map`'s stages fit, given the
+/// estimate `e` of `c` under `map`; None when some stage cannot fit even recomputing all.
+pub fn fit_recompute(
+    req: &Request,
+    c: &ParallelConfig,
+    map: &StageMap,
+    e: &Estimate,
+    policy: &LayerCosts,
+    full: &LayerCosts,
+) -> Option<StageMap> {
+    let blk = BlockModel::new(c, policy, full);
+    let capacity = req.cluster.gpu.memory_bytes;
+    let mut out = map.clone();
+    for k in 0..c.pp as usize {
+        let stage = StageModel::new(c, e, map, k, policy);
+        let b = map.rank_blocks(k as u64, c.pp);
+        out.recompute_blocks[k] = stage.min_recompute(&blk, b, capacity)?;
+    }
+    if req.shape != MapShape::Any {
+        // Engines recompute the same number of blocks on every stage.
+        let x = *out.recompute_blocks.iter().max().unwrap_or(&0);
+        for (k, r) in out.recompute_blocks.iter_mut().enumerate() {
+            *r = x.min(map.rank_blocks(k as u64, c.pp));
+        }
+    }
+    Some(out)
+}
+
+/// The layout of `c` (one chunk per rank) that minimises the slowest stage's time per
+/// micro-batch with every stage fitting memory; None when it is not better than `map` or
+/// the configuration has several chunks per rank (kept even, as Megatron-LM requires).
+pub fn partition_blocks(
+    req: &Request,
+    (policy, full): &(LayerCosts, LayerCosts),
+    c: &ParallelConfig,
+    map: &StageMap,
+) -> Option<StageMap> {
+    if c.vp > 1 || c.pp == 1 || req.shape == MapShape::Even {
+        return None;
+    }
+    let e = plait_cost::estimate_from_costs(
+        req.model, req.cluster, req.train, c, req.device, policy, full, map,
+    );
+    let capacity = req.cluster.gpu.memory_bytes;
+    let blk = BlockModel::new(c, policy, full);
+    let p = c.pp as usize;
+    let layers = req.model.layers as usize;
+    let stages: Vec<StageModel> = (0..p).map(|k| StageModel::new(c, &e, map, k, policy)).collect();
+    // cost[k][b]: (time, recompute count) of stage k holding b blocks, None if it cannot fit.
+    let all_full = c.recompute == Recompute::Full;
+    let cost: Vec<Vec<Option<(f64, u64)>>> = stages
+        .iter()
+        .map(|s| {
+            (0..=layers)
+                .map(|b| {
+                    if b == 0 {
+                        return None;
+                    }
+                    let b = b as u64;
+                    let x = if all_full && s.may_recompute {
+                        (s.bytes(&blk, b as f64, b as f64) <= capacity).then_some(b)?
+                    } else {
+                        s.min_recompute(&blk, b, capacity)?
+                    };
+                    Some((s.time_s(&blk, b, x), x))
+                })
+                .collect()
+        })
+        .collect();
+    let even_time = (0..p)
+        .map(|k| {
+            let b = map.rank_blocks(k as u64, c.pp) as usize;
+            cost[k][b].map_or(f64::INFINITY, |(t, _)| t)
+        })
+        .fold(0.0, f64::max);
+
+    let blocks = match req.shape {
+        MapShape::Any => bottleneck_dp(&cost, layers)?,
+        MapShape::FirstLast => first_last(&cost, layers)?,
+        MapShape::Even => return None,
+    };
+    let time = blocks
+        .iter()
+        .enumerate()
+        .map(|(k, &b)| cost[k][b].map_or(f64::INFINITY, |(t, _)| t))
+        .fold(0.0, f64::max);
+    if time >= even_time {
+        return None;
+    }
+    let mut recompute: Vec<u64> = blocks.iter().enumerate().map(|(k, &b)| cost[k][b].map_or(0, |(_, x)| x)).collect();
+    if req.shape != MapShape::Any {
+        let x = *recompute.iter().max().unwrap_or(&0);
+        for (k, r) in recompute.iter_mut().enumerate() {
+            *r = x.min(blocks[k] as u64);
+        }
+    }
+    Some(StageMap {
+        chunk_blocks: blocks.iter().map(|&b| b as u64).collect(),
+        recompute_blocks: recompute,
+    })
+}
+
+/// best[k][s]: the least bottleneck of stages 0..=k holding s blocks. O(p · L²).
+fn bottleneck_dp(cost: &[Vec<Option<(f64, u64)>>], layers: usize) -> Option<Vec<usize>> {
+    let p = cost.len();
+    let inf = f64::INFINITY;
+    let mut best = vec![vec![inf; layers + 1]; p];
+    let mut choice = vec![vec![0usize; layers + 1]; p];
+    for s in 1..=layers {
+        if let Some((t, _)) = cost[0][s] {
+            best[0][s] = t;
+            choice[0][s] = s;
+        }
+    }
+    for k in 1..p {
+        // Each later stage needs at least one block.
+        for s in (k + 1)..=layers {
+            for b in 1..=(s - k) {
+                let Some((t, _)) = cost[k][b] else { continue };
+                let v = best[k - 1][s - b].max(t);
+                if v < best[k][s] {
+                    best[k][s] = v;
+                    choice[k][s] = b;
+                }
+            }
+        }
+    }
+    if !best[p - 1][layers].is_finite() {
+        return None;
+    }
+    let mut blocks = vec![0; p];
+    let mut s = layers;
+    for k in (0..p).rev() {
+        blocks[k] = choice[k][s];
+        s -= blocks[k];
+    }
+    Some(blocks)
+}
+
+/// The best layout that is even except for the first and last stage.
+fn first_last(cost: &[Vec<Option<(f64, u64)>>], layers: usize) -> Option<Vec<usize>> {
+    let p = cost.len();
+    if p < 3 {
+        return bottleneck_dp(cost, layers);
+    }
+    let mut best: Option<(f64, Vec<usize>)> = None;
+    for first in 1..layers {
+        for last in 1..layers.saturating_sub(first) {
+            let middle = layers - first - last;
+            if middle < p - 2 || !middle.is_multiple_of(p - 2) {
+                continue;
+            }
+            let mut blocks = vec![middle / (p - 2); p];
+            blocks[0] = first;
+            blocks[p - 1] = last;
+            let t = blocks
+                .iter()
+                .enumerate()
+                .map(|(k, &b)| cost[k][b].map_or(f64::INFINITY, |(t, _)| t))
+                .fold(0.0, f64::max);
+            if t.is_finite() && best.as_ref().is_none_or(|(bt, _)| t < *bt) {
+                best = Some((t, blocks));
+            }
+        }
+    }
+    best.map(|(_, b)| b)
+}

@@ -1,0 +1,22 @@
+//! A plan: one parallel configuration with its block layout, its simulated estimate and the
+//! reasons it was chosen. What `plait plan` prints and what the exporters translate.
+
+use serde::Serialize;
+
+use plait_cost::Estimate;
+use plait_spec::{ParallelConfig, StageMap};
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    pub config: ParallelConfig,
+    /// Blocks per pipeline chunk and full-recompute blocks per rank.
+    pub stage_map: StageMap,
+    /// Micro-batches per pipeline per iteration.
+    pub microbatches: u64,
+    /// The estimate with the pipeline simulated event by event.
+    pub estimate: Estimate,
+    /// The analytic (closed-form) iteration time the search screened with.
+    pub closed_form_iteration_time_s: f64,
+    /// Why this plan wins, or what limits it (one short sentence each).
+    pub notes: Vec<String>,
+}

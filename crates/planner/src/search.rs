@@ -1,0 +1,639 @@
+//! The search: every well-formed configuration of the GPUs is screened with the analytic
+//! estimate (layer costs cached per shape, a memory lower bound pruning hopeless degrees),
+//! stages that do not fit get the fewest fully recomputed blocks that make them fit, and
+//! the best candidates get an optimal block layout and are re-ranked by the event
+//! simulator.
+//!
+//! Deterministic: candidates are enumerated in a fixed order, evaluated in parallel into
+//! that order, and ties are broken by the enumeration index, so the plan does not depend
+//! on the thread count.
+
+use std::collections::HashMap;
+
+use rayon::prelude::*;
+
+use plait_cost::estimate::{estimate_from_costs, layer_costs, policy_recompute, LayerCosts};
+use plait_cost::layer::Workload;
+use plait_cost::{comm::Groups, DeviceModel, Estimate};
+use plait_spec::{
+    ClusterSpec, ModelSpec, ParallelConfig, Recompute, Schedule, StageMap, TrainSpec,
+};
+
+use crate::layout::{fit_recompute, partition_blocks, MapShape};
+use crate::simulate::simulate_mapped;
+use crate::{Plan, PlanError};
+
+/// Dimensions the user fixed; `None` means "search it".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pins {
+    pub dp: Option<u64>,
+    pub tp: Option<u64>,
+    pub pp: Option<u64>,
+    pub vp: Option<u64>,
+    pub cp: Option<u64>,
+    pub ep: Option<u64>,
+    pub mbs: Option<u64>,
+    pub zero: Option<u8>,
+    pub sp: Option<bool>,
+    /// `None`: per-stage recompute chosen by the planner (`auto`).
+    pub recompute: Option<Recompute>,
+    pub schedule: Option<Schedule>,
+}
+
+/// What to plan.
+#[derive(Clone)]
+pub struct Request<'a> {
+    pub model: &'a ModelSpec,
+    pub cluster: &'a ClusterSpec,
+    pub train: &'a TrainSpec,
+    pub device: &'a DeviceModel,
+    pub gpus: u64,
+    pub pins: Pins,
+    /// Plans to return.
+    pub top: usize,
+    /// Candidates re-ranked by the simulator (at least `top`).
+    pub simulate: usize,
+    /// Block layouts the plans may use (an engine may not express every layout).
+    pub shape: MapShape,
+    /// Extra filter on configurations (e.g. what an export engine can run).
+    pub allow: Option<&'a (dyn Fn(&ParallelConfig) -> bool + Sync)>,
+}
+
+impl<'a> Request<'a> {
+    pub fn new(
+        model: &'a ModelSpec,
+        cluster: &'a ClusterSpec,
+        train: &'a TrainSpec,
+        device: &'a DeviceModel,
+        gpus: u64,
+    ) -> Self {
+        Request {
+            model,
+            cluster,
+            train,
+            device,
+            gpus,
+            pins: Pins::default(),
+            top: 5,
+            simulate: 16,
+            shape: MapShape::Any,
+            allow: None,
+        }
+    }
+}
+
+/// Counts of the search, for the report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SearchStats {
+    /// Well-formed configurations enumerated.
+    pub candidates: usize,
+    /// Rejected by the memory lower bound before any estimate.
+    pub pruned: usize,
+    /// Analytic estimates computed (including recompute refinements).
+    pub estimated: usize,
+    /// Configurations that fit.
+    pub feasible: usize,
+    /// Candidates simulated event by event.
+    pub simulated: usize,
+}
+
+/// Why nothing fits, and what would.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Infeasible {
+    pub reason: String,
+    /// The least per-GPU memory any configuration of these GPUs needs.
+    pub min_memory_bytes: f64,
+    /// The smallest GPU count (a power of two times the node size, or below one node a
+    /// power of two) with a configuration that fits, if one up to 2^20 GPUs exists.
+    pub min_gpus: Option<u64>,
+    /// Lower bound on GPUs from the model state alone (16 bytes per parameter, fully
+    /// sharded).
+    pub min_gpus_lower_bound: u64,
+}
+
+/// The answer of a search.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Outcome {
+    pub plans: Vec<Plan>,
+    pub search: SearchStats,
+    pub infeasible: Option<Infeasible>,
+}
+
+/// Key of the layer-cost cache: everything a layer's cost depends on besides the model,
+/// device and batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct ShapeKey {
+    tp: u64,
+    cp: u64,
+    ep: u64,
+    mbs: u64,
+    sp: bool,
+    recompute: u8,
+}
+
+fn recompute_code(r: Recompute) -> u8 {
+    match r {
+        Recompute::None => 0,
+        Recompute::Selective => 1,
+        Recompute::Full => 2,
+    }
+}
+
+impl ShapeKey {
+    fn of(c: &ParallelConfig, recompute: Recompute) -> Self {
+        ShapeKey {
+            tp: c.tp,
+            cp: c.cp,
+            ep: c.ep,
+            mbs: c.mbs,
+            sp: c.sp,
+            recompute: recompute_code(recompute),
+        }
+    }
+}
+
+/// Divisors of `n` in increasing order.
+fn divisors(n: u64) -> Vec<u64> {
+    let mut small = Vec::new();
+    let mut large = Vec::new();
+    let mut i = 1;
+    while i * i <= n {
+        if n.is_multiple_of(i) {
+            small.push(i);
+            if i != n / i {
+                large.push(n / i);
+            }
+        }
+        i += 1;
+    }
+    small.extend(large.into_iter().rev());
+    small
+}
+
+fn pinned<T: Copy + PartialEq>(pin: Option<T>, all: Vec<T>) -> Vec<T> {
+    match pin {
+        Some(v) => all.into_iter().filter(|&x| x == v).collect(),
+        None => all,
+    }
+}
+
+/// Largest micro-batch the search tries: Megatron-LM runs with micro-batches of 1–16
+/// sequences; beyond that the activation memory grows with no GEMM-efficiency gain left.
+const MAX_MBS: u64 = 16;
+/// Largest number of chunks per rank tried for the interleaved schedule (Megatron-LM's
+/// published runs use 2–6; more chunks multiply p2p traffic).
+const MAX_VP: u64 = 8;
+/// Shortest per-rank sequence slice worth context parallelism: below ~1 k tokens the ring
+/// attention's per-step transfers are no longer hidden by the attention compute.
+const MIN_CP_TOKENS: u64 = 1024;
+
+/// Every well-formed configuration of `req`, in a fixed order.
+pub fn enumerate(req: &Request) -> Vec<ParallelConfig> {
+    let (m, t, pins) = (req.model, req.train, &req.pins);
+    let n = req.gpus;
+    let mut out = Vec::new();
+    let recomputes = match pins.recompute {
+        Some(r) => vec![r],
+        None => vec![Recompute::None, Recompute::Selective, Recompute::Full],
+    };
+    for tp in pinned(pins.tp, divisors(n)) {
+        if !m.heads.is_multiple_of(tp) || !m.ffn_hidden.is_multiple_of(tp) {
+            continue;
+        }
+        for pp in pinned(pins.pp, divisors(n / tp)) {
+            if pp > m.layers {
+                continue;
+            }
+            for cp in pinned(pins.cp, divisors(n / (tp * pp))) {
+                if cp > 1 && (pins.cp.is_none() && t.seq / cp < MIN_CP_TOKENS) {
+                    continue;
+                }
+                let dp = n / (tp * pp * cp);
+                if pins.dp.is_some_and(|d| d != dp) {
+                    continue;
+                }
+                let eps = match m.moe {
+                    Some(moe) => divisors(moe.experts)
+                        .into_iter()
+                        .filter(|e| (dp * cp).is_multiple_of(*e))
+                        .collect(),
+                    None => vec![1],
+                };
+                for ep in pinned(pins.ep, eps) {
+                    if !t.gbs.is_multiple_of(dp) {
+                        continue;
+                    }
+                    let per_replica = t.gbs / dp;
+                    let mbss = divisors(per_replica)
+                        .into_iter()
+                        .filter(|&b| b <= MAX_MBS || pins.mbs == Some(b))
+                        .collect();
+                    for mbs in pinned(pins.mbs, mbss) {
+                        let micro = per_replica / mbs;
+                        let zeros: Vec<u8> = if dp * cp > 1 { vec![0, 1, 2, 3] } else { vec![0] };
+                        for zero in pinned(pins.zero, zeros) {
+                            let sps = if tp > 1 { vec![false, true] } else { vec![false] };
+                            for sp in pinned(pins.sp, sps) {
+                                for (schedule, vp) in schedules(m.layers, pp, micro, pins) {
+                                    for &recompute in &recomputes {
+                                        // scp differs from 1F1B only by where it recomputes.
+                                        if schedule == Schedule::Scp
+                                            && recompute != Recompute::Full
+                                            && pins.schedule != Some(Schedule::Scp)
+                                        {
+                                            continue;
+                                        }
+                                        let c = ParallelConfig {
+                                            dp,
+                                            tp,
+                                            pp,
+                                            vp,
+                                            cp,
+                                            ep,
+                                            mbs,
+                                            zero,
+                                            sp,
+                                            recompute,
+                                            schedule,
+                                        };
+                                        if c.validate(m, t, n).is_ok()
+                                            && req.allow.is_none_or(|f| f(&c))
+                                        {
+                                            out.push(c);
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The (schedule, chunks) pairs worth trying for `pp` ranks and `micro` micro-batches.
+fn schedules(layers: u64, pp: u64, micro: u64, pins: &Pins) -> Vec<(Schedule, u64)> {
+    if pp == 1 {
+        let s = pins.schedule.unwrap_or(Schedule::OneFOneB);
+        return if s == Schedule::Interleaved { vec![] } else { vec![(s, 1)] };
+    }
+    let mut out = Vec::new();
+    for s in [Schedule::OneFOneB, Schedule::Gpipe, Schedule::ZbH1, Schedule::Scp] {
+        if pins.schedule.is_none_or(|p| p == s) && pins.vp.is_none_or(|v| v == 1) {
+            out.push((s, 1));
+        }
+    }
+    if pins.schedule.is_none_or(|p| p == Schedule::Interleaved) && micro.is_multiple_of(pp) {
+        for v in 2..=MAX_VP {
+            if layers.is_multiple_of(pp * v) && pins.vp.is_none_or(|p| p == v) {
+                out.push((Schedule::Interleaved, v));
+            }
+        }
+    }
+    out
+}
+
+/// A lower bound on any stage's weights + gradients + optimizer bytes per GPU: the average
+/// stage holds the blocks' parameters over tp × pp (ZeRO-sharded over dp × cp).
+fn model_state_lower_bound(m: &ModelSpec, c: &ParallelConfig) -> f64 {
+    let blocks = (m.layers * m.block_params()) as f64;
+    let expert = (m.layers * m.expert_params()) as f64;
+    let dense = blocks - expert;
+    let per = |params: f64, shards: f64| {
+        let d = shards;
+        params
+            * (if c.zero >= 3 { 2.0 / d } else { 2.0 }
+                + if c.zero >= 2 { 2.0 / d } else { 2.0 }
+                + if c.zero >= 1 { 12.0 / d } else { 12.0 })
+    };
+    let dpc = (c.dp * c.cp) as f64;
+    per(dense / (c.tp * c.pp) as f64, dpc)
+        + per(expert / (c.tp * c.pp * c.ep) as f64, dpc / c.ep as f64)
+}
+
+/// One screened candidate.
+#[derive(Debug, Clone)]
+struct Screened {
+    index: usize,
+    config: ParallelConfig,
+    map: StageMap,
+    estimate: Estimate,
+}
+
+/// Plans `req`: the best `req.top` plans by simulated iteration time, or why nothing fits.
+pub fn plan(
+    req: &Request,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<Outcome, PlanError> {
+    let configs = enumerate(req);
+    let mut stats = SearchStats {
+        candidates: configs.len(),
+        ..SearchStats::default()
+    };
+    let capacity = req.cluster.gpu.memory_bytes - req.cluster.memory_reserve_bytes;
+    let hopeful: Vec<(usize, ParallelConfig)> = configs
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|(_, c)| model_state_lower_bound(req.model, c) <= capacity)
+        .collect();
+    stats.pruned = configs.len() - hopeful.len();
+
+    // Layer costs per shape (they depend on tp, cp, ep, mbs, sp and the recompute policy
+    // only), computed once, in parallel, and shared.
+    let mut shapes: Vec<(ShapeKey, ParallelConfig)> = hopeful
+        .iter()
+        .flat_map(|(_, c)| {
+            [policy_recompute(c.recompute), Recompute::Full]
+                .map(|r| (ShapeKey::of(c, r), ParallelConfig { recompute: r, ..*c }))
+        })
+        .collect();
+    shapes.sort_unstable_by_key(|(k, _)| *k);
+    shapes.dedup_by_key(|(k, _)| *k);
+    let cache: HashMap<ShapeKey, LayerCosts> = shapes
+        .par_iter()
+        .map(|(k, cfg)| {
+            let g = Groups::new(req.cluster, cfg);
+            let w = Workload::new(cfg, req.train);
+            (*k, layer_costs(req.model, req.device, &g, &w))
+        })
+        .collect();
+
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    let total = hopeful.len();
+    let screened: Vec<(usize, Vec<Screened>)> = hopeful
+        .par_iter()
+        .map(|&(index, c)| {
+            let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if n % 4096 == 0 {
+                progress(n, total);
+            }
+            screen(req, &cache, index, c)
+        })
+        .collect();
+    progress(total, total);
+    stats.estimated = screened.iter().map(|(n, _)| n).sum();
+    let mut all: Vec<Screened> = screened.into_iter().flat_map(|(_, s)| s).collect();
+    let (mut fits, rest): (Vec<Screened>, Vec<Screened>) =
+        all.drain(..).partition(|s| s.estimate.fits);
+    stats.feasible = fits.len();
+
+    if fits.is_empty() {
+        return Ok(Outcome {
+            plans: Vec::new(),
+            search: stats,
+            infeasible: Some(infeasible(req, &rest)),
+        });
+    }
+    fits.sort_by(|a, b| {
+        a.estimate
+            .iteration_time_s
+            .total_cmp(&b.estimate.iteration_time_s)
+            .then(a.index.cmp(&b.index))
+    });
+    fits.truncate(req.simulate.max(req.top));
+
+    // Second level: optimal block layout, then the event simulator.
+    let refined: Vec<Result<Option<(usize, Plan)>, PlanError>> = fits
+        .par_iter()
+        .map(|s| {
+            let map = partition_blocks(req, &cache_for(&cache, &s.config), &s.config, &s.map)
+                .unwrap_or_else(|| s.map.clone());
+            let sim = simulate_mapped(
+                req.model,
+                req.cluster,
+                req.train,
+                &s.config,
+                req.device,
+                &map,
+            )?;
+            if !sim.estimate.fits {
+                return Ok(None);
+            }
+            Ok(Some((
+                s.index,
+                Plan {
+                    config: s.config,
+                    microbatches: s.config.microbatches(req.train),
+                    closed_form_iteration_time_s: sim.closed_form.iteration_time_s,
+                    estimate: sim.estimate,
+                    stage_map: map,
+                    notes: Vec::new(),
+                },
+            )))
+        })
+        .collect();
+    stats.simulated = refined.len();
+    let mut plans: Vec<(usize, Plan)> = Vec::new();
+    for r in refined {
+        if let Some(p) = r? {
+            plans.push(p);
+        }
+    }
+    plans.sort_by(|(ia, a), (ib, b)| {
+        a.estimate
+            .iteration_time_s
+            .total_cmp(&b.estimate.iteration_time_s)
+            .then(ia.cmp(ib))
+    });
+    plans.truncate(req.top);
+    let mut plans: Vec<Plan> = plans.into_iter().map(|(_, p)| p).collect();
+    annotate(&mut plans);
+    Ok(Outcome {
+        plans,
+        search: stats,
+        infeasible: None,
+    })
+}
+
+/// The (policy, full) layer costs of `c` from the cache.
+fn cache_for(cache: &HashMap<ShapeKey, LayerCosts>, c: &ParallelConfig) -> (LayerCosts, LayerCosts) {
+    (
+        cache[&ShapeKey::of(c, policy_recompute(c.recompute))],
+        cache[&ShapeKey::of(c, Recompute::Full)],
+    )
+}
+
+/// Estimates `c` with the even layout; when some stage does not fit under a none or
+/// selective policy, also with the fewest fully recomputed blocks per stage that fit.
+/// Returns the number of estimates made and the candidates worth keeping.
+fn screen(
+    req: &Request,
+    cache: &HashMap<ShapeKey, LayerCosts>,
+    index: usize,
+    c: ParallelConfig,
+) -> (usize, Vec<Screened>) {
+    let (policy, full) = cache_for(cache, &c);
+    let map = StageMap::uniform(req.model.layers, &c);
+    let est = |map: &StageMap| {
+        estimate_from_costs(
+            req.model,
+            req.cluster,
+            req.train,
+            &c,
+            req.device,
+            &policy,
+            &full,
+            map,
+        )
+    };
+    let e = est(&map);
+    let mut out = vec![Screened {
+        index,
+        config: c,
+        map: map.clone(),
+        estimate: e,
+    }];
+    let mut estimated = 1;
+    if !out[0].estimate.fits && c.recompute != Recompute::Full {
+        if let Some(fitted) = fit_recompute(req, &c, &map, &out[0].estimate, &policy, &full) {
+            let e = est(&fitted);
+            estimated += 1;
+            out.push(Screened {
+                index,
+                config: c,
+                map: fitted,
+                estimate: e,
+            });
+        }
+    }
+    // Keep only what can matter: feasible candidates, or the least memory-hungry
+    // infeasible one (for the explanation).
+    let fits: Vec<Screened> = out.iter().filter(|s| s.estimate.fits).cloned().collect();
+    if fits.is_empty() {
+        let least = out
+            .into_iter()
+            .min_by(|a, b| a.estimate.peak_memory_bytes.total_cmp(&b.estimate.peak_memory_bytes))
+            .expect("one estimate");
+        return (estimated, vec![least]);
+    }
+    (estimated, fits)
+}
+
+/// Explains an infeasible request: the least memory any configuration needs, and the
+/// smallest GPU count with a plan.
+fn infeasible(req: &Request, rest: &[Screened]) -> Infeasible {
+    let params = req.model.parameter_count() as f64;
+    let state_bytes = 16.0 * params;
+    let usable = req.cluster.gpu.memory_bytes - req.cluster.memory_reserve_bytes;
+    let lower = (state_bytes / usable).ceil().max(1.0) as u64;
+    let best = rest
+        .iter()
+        .min_by(|a, b| a.estimate.peak_memory_bytes.total_cmp(&b.estimate.peak_memory_bytes));
+    let (reason, min_memory_bytes) = match best {
+        Some(s) => (
+            format!(
+                "no configuration of {} GPUs fits; the least memory-hungry ({}) {}",
+                req.gpus,
+                s.config,
+                s.estimate.reason().unwrap_or_default()
+            ),
+            s.estimate.peak_memory_bytes,
+        ),
+        None => (
+            format!(
+                "no configuration of {} GPUs fits: {} parameters need {:.0} GiB of weights, \
+                 gradients and optimizer states, more than {} GPUs hold even fully sharded",
+                req.gpus,
+                params,
+                state_bytes / GIB,
+                req.gpus
+            ),
+            state_bytes / req.gpus as f64,
+        ),
+    };
+    Infeasible {
+        reason,
+        min_memory_bytes,
+        min_gpus: min_gpus(req, lower),
+        min_gpus_lower_bound: lower,
+    }
+}
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// Smallest GPU count ≥ `from` (powers of two below a node, node multiples by powers of
+/// two above) with a feasible plan; the same pins except dp.
+fn min_gpus(req: &Request, from: u64) -> Option<u64> {
+    let node = req.cluster.gpus_per_node.max(1);
+    let mut counts: Vec<u64> = (0..=20).map(|e| 1u64 << e).filter(|&g| g < node).collect();
+    counts.extend((0..=20).map(|e| node << e));
+    counts
+        .into_iter()
+        .filter(|&g| g >= from.min(node) && g > req.gpus && g <= 1 << 20)
+        .find(|&g| {
+            let r = Request {
+                gpus: g,
+                pins: Pins {
+                    dp: None,
+                    ..req.pins
+                },
+                top: 1,
+                simulate: 0,
+                ..req.clone()
+            };
+            let configs = enumerate(&r);
+            let capacity = r.cluster.gpu.memory_bytes - r.cluster.memory_reserve_bytes;
+            configs.par_iter().any(|c| {
+                if model_state_lower_bound(r.model, c) > capacity {
+                    return false;
+                }
+                let g = Groups::new(r.cluster, c);
+                let w = Workload::new(c, r.train);
+                let policy = layer_costs(r.model, r.device, &g, &w);
+                let map = StageMap::uniform(r.model.layers, c);
+                estimate_from_costs(r.model, r.cluster, r.train, c, r.device, &policy, &policy, &map)
+                    .fits
+            })
+        })
+}
+
+/// Notes on each plan: what limits it, and how the first compares with the others.
+fn annotate(plans: &mut [Plan]) {
+    let best = plans.first().map(|p| p.estimate.iteration_time_s);
+    for (i, p) in plans.iter_mut().enumerate() {
+        let e = &p.estimate;
+        let (name, share) = e
+            .breakdown
+            .components()
+            .into_iter()
+            .filter(|(n, _)| *n != "compute")
+            .map(|(n, s)| (n, s / e.iteration_time_s))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .unwrap_or(("", 0.0));
+        let compute = e.breakdown.compute_s / e.iteration_time_s;
+        p.notes.push(format!(
+            "compute {:.0} % of the step; the largest overhead is {name} ({:.0} %)",
+            compute * 100.0,
+            share * 100.0
+        ));
+        p.notes.push(format!(
+            "memory {:.1} of {:.1} GiB on stage {}",
+            e.peak_memory_bytes / GIB,
+            e.memory_capacity_bytes / GIB,
+            e.worst_stage
+        ));
+        if p.stage_map.recompute_blocks.iter().any(|&x| x > 0)
+            && p.config.recompute != Recompute::Full
+        {
+            p.notes.push(format!(
+                "recomputes in full only {:?} blocks per stage, the fewest that fit",
+                p.stage_map.recompute_blocks
+            ));
+        }
+        if !p.stage_map.is_even() {
+            p.notes.push(format!(
+                "uneven layout {:?} balances the embedding and the LM head",
+                p.stage_map.chunk_blocks
+            ));
+        }
+        if let (Some(b), true) = (best, i > 0) {
+            p.notes.push(format!(
+                "{:.1} % slower than plan 1",
+                (e.iteration_time_s / b - 1.0) * 100.0
+            ));
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! The planner against the published configurations of SC'21 Table 1, and its behaviour
+//! where nothing fits.
+
+use plait_cost::device_for;
+use plait_planner::{plan, simulate_config, Request};
+use plait_spec::{
+    cluster_preset, model_preset, AttentionImpl, Dtype, ParallelConfig, Recompute, Schedule,
+    TrainSpec,
+};
+
+/// Megatron-LM as SC'21 ran it: fp16, unfused attention with dropout, gradients reduced
+/// after the backward.
+fn megatron_2021(gbs: u64) -> TrainSpec {
+    TrainSpec {
+        dtype: Dtype::Fp16,
+        attention: AttentionImpl::Unfused,
+        dropout: true,
+        overlap_grad_reduce: false,
+        ..TrainSpec::new(gbs, 2048)
+    }
+}
+
+/// (preset, tp, pp, gpus, gbs, mbs, vp) of SC'21 Table 1.
+const SC21: [(&str, u64, u64, u64, u64, u64, u64); 10] = [
+    ("gpt-1.7b", 1, 1, 32, 512, 16, 1),
+    ("gpt-3.6b", 2, 1, 64, 512, 16, 1),
+    ("gpt-7.5b", 4, 1, 128, 512, 16, 1),
+    ("gpt-18.4b", 8, 1, 256, 1024, 8, 1),
+    ("gpt-39.1b", 8, 2, 512, 1536, 4, 1),
+    ("gpt-76.1b", 8, 4, 1024, 1792, 2, 3),
+    ("gpt-145.6b", 8, 8, 1536, 2304, 2, 2),
+    ("gpt-310.1b", 8, 16, 1920, 2160, 1, 2),
+    ("gpt-529.6b", 8, 35, 2520, 2520, 1, 3),
+    ("gpt-1t", 8, 64, 3072, 3072, 1, 1),
+];
+
+#[test]
+fn sc21_plans_beat_the_published_configurations() {
+    let cluster = cluster_preset("dgx-a100-80g").unwrap();
+    let mut report = String::new();
+    for (name, tp, pp, gpus, gbs, mbs, vp) in SC21 {
+        let m = model_preset(name).unwrap();
+        let t = megatron_2021(gbs);
+        let d = device_for(&cluster, t.dtype).unwrap();
+        let published = ParallelConfig {
+            dp: gpus / (tp * pp),
+            tp,
+            pp,
+            vp,
+            mbs,
+            recompute: Recompute::Full,
+            schedule: if vp > 1 { Schedule::Interleaved } else { Schedule::OneFOneB },
+            ..ParallelConfig::default()
+        };
+        let baseline = simulate_config(&m, &cluster, &t, &published, &d).unwrap().estimate;
+        let out = plan(&Request::new(&m, &cluster, &t, &d, gpus), &|_, _| {}).unwrap();
+        let best = &out.plans[0];
+        let e = &best.estimate;
+        report += &format!(
+            "{name:>11} {gpus:>5} GPUs: published {published} {:.0} tok/s · plan {} {:?} {:.0} tok/s ({:+.1} %), {:.1} GiB, {} candidates\n",
+            baseline.tokens_per_s,
+            best.config,
+            best.stage_map.recompute_blocks,
+            e.tokens_per_s,
+            (e.tokens_per_s / baseline.tokens_per_s - 1.0) * 100.0,
+            e.peak_memory_bytes / 1024f64.powi(3),
+            out.search.candidates,
+        );
+        assert!(e.fits && e.peak_memory_bytes <= e.memory_capacity_bytes);
+        assert!(e.tokens_per_s >= baseline.tokens_per_s * (1.0 - 1e-9), "{report}");
+    }
+    println!("{report}");
+}
+
+/// Runs `plan` on a pool of `threads` threads.
+fn plan_on(threads: usize, req: &Request) -> plait_planner::Outcome {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap()
+        .install(|| plan(req, &|_, _| {}).unwrap())
+}
+
+#[test]
+fn same_inputs_same_plan_on_any_thread_count() {
+    let cluster = cluster_preset("dgx-h100").unwrap();
+    let m = model_preset("llama3-70b").unwrap();
+    let t = TrainSpec::new(512, 4096);
+    let d = device_for(&cluster, t.dtype).unwrap();
+    let req = Request::new(&m, &cluster, &t, &d, 256);
+    let one = plan_on(1, &req);
+    let two = plan_on(2, &req);
+    let four = plan_on(4, &req);
+    assert_eq!(one, two);
+    assert_eq!(one, four);
+    assert_eq!(
+        serde_json::to_string(&one).unwrap(),
+        serde_json::to_string(&four).unwrap()
+    );
+}
+
+/// A 70B model on one node of 8 × 80 GB with a large batch: 70.6 B parameters × 16 bytes
+/// of mixed-precision Adam state = 1.13 TB, more than the node's 640 GB even fully sharded,
+/// so the answer is the reason and the smallest GPU count with a plan (two nodes); there
+/// the planner finds one, sharding the state and recomputing what it must.
+#[test]
+fn llama_70b_on_eight_gpus_is_explained_and_sixteen_fit() {
+    let cluster = cluster_preset("dgx-a100-80g").unwrap();
+    let m = model_preset("llama3-70b").unwrap();
+    let t = TrainSpec::new(1024, 4096);
+    let d = device_for(&cluster, t.dtype).unwrap();
+    let out = plan(&Request::new(&m, &cluster, &t, &d, 8), &|_, _| {}).unwrap();
+    assert!(out.plans.is_empty());
+    let inf = out.infeasible.expect("infeasible on 8 GPUs");
+    assert!(inf.reason.contains("1051 GiB"), "{}", inf.reason);
+    assert_eq!(inf.min_gpus, Some(16), "{inf:?}");
+
+    let out = plan(&Request::new(&m, &cluster, &t, &d, 16), &|_, _| {}).unwrap();
+    let best = &out.plans[0];
+    let e = &best.estimate;
+    println!(
+        "{} {:?}: {:.1} GiB, {:.1} s",
+        best.config,
+        best.stage_map,
+        e.peak_memory_bytes / 1024f64.powi(3),
+        e.iteration_time_s
+    );
+    assert!(e.fits && e.peak_memory_bytes <= e.memory_capacity_bytes);
+    assert!(best.config.zero >= 2 || best.config.tp * best.config.pp > 1, "{}", best.config);
+}
+
+/// 1T parameters on one GPU: no plan, the reason, and how many GPUs would do.
+#[test]
+fn a_trillion_parameters_on_one_gpu_is_explained() {
+    let cluster = cluster_preset("dgx-a100-80g").unwrap();
+    let m = model_preset("gpt-1t").unwrap();
+    let t = TrainSpec::new(512, 2048);
+    let d = device_for(&cluster, t.dtype).unwrap();
+    let out = plan(&Request::new(&m, &cluster, &t, &d, 1), &|_, _| {}).unwrap();
+    assert!(out.plans.is_empty());
+    let inf = out.infeasible.expect("infeasible");
+    println!("{inf:?}");
+    // 1.008e12 parameters × 16 bytes over 78 GiB usable per GPU.
+    assert!(inf.min_gpus_lower_bound >= 190, "{inf:?}");
+    let min = inf.min_gpus.expect("some GPU count fits");
+    assert!(min >= inf.min_gpus_lower_bound && min <= 4096, "{inf:?}");
+    assert!(inf.reason.contains("1 GPUs"), "{}", inf.reason);
+}

@@ -1,0 +1,154 @@
+//! Where the transformer blocks go: blocks per pipeline chunk and, per pipeline rank, how
+//! many blocks are recomputed in full. The uniform map is Megatron-LM's default; planners
+//! write uneven ones (fewer blocks beside the embedding or the LM head, recompute only where
+//! memory needs it).
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, SpecError};
+use crate::train::{ParallelConfig, Recompute, Schedule};
+
+/// Blocks of global chunk `chunk` of `chunks` under an even split of `layers`, the remainder
+/// going to the first chunks.
+pub fn even_chunk_blocks(layers: u64, chunks: u64, chunk: u64) -> std::ops::Range<u64> {
+    let (base, extra) = (layers / chunks, layers % chunks);
+    let start = |c: u64| c * base + c.min(extra);
+    start(chunk)..start(chunk + 1)
+}
+
+/// The layout of one configuration's blocks.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct StageMap {
+    /// Blocks of each virtual stage j = c·pp + r (chunk c of rank r), in model order; they
+    /// sum to the model's layers. The embedding sits before virtual stage 0, the head after
+    /// the last.
+    pub chunk_blocks: Vec<u64>,
+    /// Per pipeline rank: blocks recomputed in full (the rank's first blocks, chunk by
+    /// chunk). The other blocks follow the configuration's policy (`none` or `selective`;
+    /// `full` in the configuration means every listed block).
+    pub recompute_blocks: Vec<u64>,
+}
+
+impl StageMap {
+    /// Megatron-LM's layout for `c`: an even split; full recompute on every block of every
+    /// rank, except scp's last rank, whose backward follows its forward at once and keeps
+    /// its activations (Merak).
+    pub fn uniform(layers: u64, c: &ParallelConfig) -> StageMap {
+        let (p, v) = (c.pp, c.vp);
+        let chunk_blocks: Vec<u64> = (0..p * v)
+            .map(|j| even_chunk_blocks(layers, p * v, j).count() as u64)
+            .collect();
+        let mut map = StageMap {
+            recompute_blocks: vec![0; p as usize],
+            chunk_blocks,
+        };
+        if c.recompute == Recompute::Full {
+            for r in 0..p {
+                map.recompute_blocks[r as usize] = map.rank_blocks(r, p);
+            }
+            if c.schedule == Schedule::Scp && p > 1 {
+                map.recompute_blocks[(p - 1) as usize] = 0;
+            }
+        }
+        map
+    }
+
+    /// Blocks on pipeline rank `r` of `p` (over all its chunks).
+    pub fn rank_blocks(&self, r: u64, p: u64) -> u64 {
+        self.chunk_blocks
+            .iter()
+            .skip(r as usize)
+            .step_by(p as usize)
+            .sum()
+    }
+
+    /// Of rank `r`'s chunk `c`, the blocks recomputed in full (the rank's recompute count
+    /// is filled chunk by chunk, in chunk order).
+    pub fn chunk_recompute_blocks(&self, r: u64, c: u64, p: u64) -> u64 {
+        let mut left = self.recompute_blocks[r as usize];
+        for chunk in 0..c {
+            left = left.saturating_sub(self.chunk_blocks[(chunk * p + r) as usize]);
+        }
+        left.min(self.chunk_blocks[(c * p + r) as usize])
+    }
+
+    /// Checks the map against `layers` and `c`.
+    pub fn validate(&self, layers: u64, c: &ParallelConfig) -> Result<()> {
+        let err = |problem: String, allowed: String| {
+            Err(SpecError::new("stage map", "chunk_blocks", problem, allowed))
+        };
+        let (p, v) = (c.pp, c.vp);
+        if self.chunk_blocks.len() as u64 != p * v {
+            return err(
+                format!(
+                    "{} chunks listed for pp×vp = {}",
+                    self.chunk_blocks.len(),
+                    p * v
+                ),
+                format!("{} block counts", p * v),
+            );
+        }
+        let total: u64 = self.chunk_blocks.iter().sum();
+        if total != layers {
+            return err(
+                format!("the chunks hold {total} blocks but the model has {layers}"),
+                format!("counts summing to {layers}"),
+            );
+        }
+        if self.recompute_blocks.len() as u64 != p {
+            return err(
+                format!("{} recompute counts for pp = {p}", self.recompute_blocks.len()),
+                format!("{p} counts"),
+            );
+        }
+        for r in 0..p {
+            if self.recompute_blocks[r as usize] > self.rank_blocks(r, p) {
+                return err(
+                    format!(
+                        "rank {r} recomputes {} blocks but holds {}",
+                        self.recompute_blocks[r as usize],
+                        self.rank_blocks(r, p)
+                    ),
+                    format!("at most {}", self.rank_blocks(r, p)),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether every chunk holds the same number of blocks.
+    pub fn is_even(&self) -> bool {
+        self.chunk_blocks.windows(2).all(|w| w[0] == w[1])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uniform_map_splits_evenly_and_spares_scp_last_rank() {
+        let c = ParallelConfig {
+            pp: 4,
+            vp: 2,
+            recompute: Recompute::Full,
+            schedule: Schedule::Interleaved,
+            ..ParallelConfig::default()
+        };
+        let map = StageMap::uniform(30, &c);
+        assert_eq!(map.chunk_blocks, vec![4, 4, 4, 4, 4, 4, 3, 3]);
+        assert_eq!(map.rank_blocks(0, 4), 8);
+        assert_eq!(map.rank_blocks(3, 4), 7);
+        assert_eq!(map.recompute_blocks, vec![8, 8, 7, 7]);
+        assert_eq!(map.chunk_recompute_blocks(0, 1, 4), 4);
+        map.validate(30, &c).unwrap();
+        let scp = ParallelConfig {
+            vp: 1,
+            schedule: Schedule::Scp,
+            ..c
+        };
+        assert_eq!(StageMap::uniform(30, &scp).recompute_blocks, vec![8, 8, 7, 0]);
+        let e = map.validate(31, &c).unwrap_err();
+        assert!(e.to_string().contains("31"), "{e}");
+    }
+}
