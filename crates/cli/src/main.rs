@@ -4,6 +4,7 @@
 mod estimate_cmd;
 mod inputs;
 mod outputs;
+mod partition_cmd;
 mod schedule_cmd;
 mod simulate_cmd;
 
@@ -27,6 +28,8 @@ enum Command {
     Simulate(simulate_cmd::SimulateArgs),
     /// A pipeline schedule over identical synthetic stages (teaching and testing).
     Schedule(schedule_cmd::ScheduleArgs),
+    /// Optimal split of an ONNX or placement graph into contiguous pipeline stages.
+    Partition(partition_cmd::PartitionArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +38,7 @@ fn main() -> ExitCode {
         Command::Estimate(args) => estimate_cmd::run(args),
         Command::Simulate(args) => simulate_cmd::run(args),
         Command::Schedule(args) => schedule_cmd::run(args),
+        Command::Partition(args) => partition_cmd::run(args),
     };
     match result {
         Ok(text) => {

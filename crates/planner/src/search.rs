@@ -367,7 +367,7 @@ pub fn plan(
         .par_iter()
         .map(|&(index, c)| {
             let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if n % 4096 == 0 {
+            if n.is_multiple_of(4096) {
                 progress(n, total);
             }
             screen(req, &cache, index, c)

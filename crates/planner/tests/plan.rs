@@ -146,3 +146,28 @@ fn a_trillion_parameters_on_one_gpu_is_explained() {
     assert!(min >= inf.min_gpus_lower_bound && min <= 4096, "{inf:?}");
     assert!(inf.reason.contains("1 GPUs"), "{}", inf.reason);
 }
+
+/// A large vocabulary makes the LM head heavy: with the pipeline pinned to 4 stages of one
+/// GPU each, the layout gives the last stage fewer blocks than the others, and the
+/// simulated step is faster than the even layout's.
+#[test]
+fn heavy_head_gets_fewer_blocks() {
+    let cluster = cluster_preset("dgx-h100").unwrap();
+    let m = model_preset("llama3-8b").unwrap();
+    let t = TrainSpec::new(64, 4096);
+    let d = device_for(&cluster, t.dtype).unwrap();
+    let mut req = Request::new(&m, &cluster, &t, &d, 4);
+    req.pins = plait_planner::Pins {
+        pp: Some(4),
+        tp: Some(1),
+        schedule: Some(Schedule::OneFOneB),
+        ..Default::default()
+    };
+    let out = plan(&req, &|_, _| {}).unwrap();
+    let best = &out.plans[0];
+    let blocks = &best.stage_map.chunk_blocks;
+    println!("{} {:?}", best.config, best.stage_map);
+    assert!(blocks[3] < blocks[1], "{blocks:?}");
+    let even = simulate_config(&m, &cluster, &t, &best.config, &d).unwrap();
+    assert!(best.estimate.iteration_time_s < even.estimate.iteration_time_s);
+}

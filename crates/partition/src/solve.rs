@@ -1,0 +1,412 @@
+//! The entry point: [`partition`] a [`Graph`] under [`Limits`] into pipeline stages, exactly
+//! when the ideal lattice is small enough, otherwise heuristically with a lower bound; and
+//! the exact evaluation of every stage's load from the original nodes.
+//!
+//! Infeasible is data: a graph that fits no split is a [`Partition`] with `feasible = false`,
+//! a reason and the least memory per device that would fit. Errors are for bad input only.
+
+use serde::Serialize;
+
+use crate::error::{PartitionError, Result};
+use crate::exact::{self, Budget, Split, WEIGHT_ACC, WEIGHT_CPU, WEIGHT_MIN};
+use crate::graph::{Graph, Indexed};
+use crate::lattice::Lattice;
+use crate::linear;
+use crate::units::Units;
+
+/// Largest ideal lattice the exact search enumerates. The reference implementation gives up
+/// at 60,000 ideals (IDEALS_LIMIT in throughput-dp/dp.cpp). Measured on the 2-core CI
+/// machine: the artifact's GNMT training layer graph (96 units, more than 10⁶ ideals) takes
+/// 1.6 s and 170 MB to reach this cap before the heuristic answers; lattices of 37,000 ideals
+/// (Inception-v3 training) solve exactly in 0.4 s. Above the cap, the heuristic answers
+/// with a lower bound.
+pub const MAX_IDEALS: usize = 1_000_000;
+
+/// Relative slack on the heuristic's load when it bounds the exact search, so that the
+/// optimum is not cut off by rounding differences between summation orders.
+const BOUND_SLACK: f64 = 1e-9;
+
+/// What the devices allow.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Limits {
+    /// Accelerators (pipeline stages on GPUs/FPGAs), at least 1.
+    pub devices: usize,
+    /// CPU cores, each able to take one contiguous segment (no memory limit, no
+    /// communication cost), 0 or more.
+    pub cpus: usize,
+    /// Memory of one accelerator.
+    pub memory_per_device_bytes: f64,
+    /// Ideal-lattice size above which the heuristic is used ([`MAX_IDEALS`] by default).
+    pub max_ideals: usize,
+}
+
+impl Limits {
+    pub fn new(devices: usize, cpus: usize, memory_per_device_bytes: f64) -> Limits {
+        Limits {
+            devices,
+            cpus,
+            memory_per_device_bytes,
+            max_ideals: MAX_IDEALS,
+        }
+    }
+
+    /// The limits a graph file carries (placement graphs), if it carries all of them.
+    pub fn of_graph(g: &Graph) -> Option<Limits> {
+        Some(Limits::new(
+            g.devices?,
+            g.cpus.unwrap_or(0),
+            g.memory_per_device_bytes?,
+        ))
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.devices == 0 {
+            return Err(PartitionError::new(
+                "limits",
+                "devices",
+                "must be at least 1, got 0",
+                "integers ≥ 1",
+            ));
+        }
+        if !(self.memory_per_device_bytes.is_finite() && self.memory_per_device_bytes > 0.0) {
+            return Err(PartitionError::new(
+                "limits",
+                "memory",
+                format!(
+                    "must be a positive number of bytes, got {}",
+                    self.memory_per_device_bytes
+                ),
+                "bytes > 0",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Where a stage runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    Accelerator,
+    Cpu,
+}
+
+impl DeviceKind {
+    pub fn keyword(self) -> &'static str {
+        match self {
+            DeviceKind::Accelerator => "accelerator",
+            DeviceKind::Cpu => "cpu",
+        }
+    }
+}
+
+/// One pipeline stage: a contiguous set of nodes on one device.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Stage {
+    pub device: DeviceKind,
+    /// Node ids, ascending.
+    pub ids: Vec<i64>,
+    /// `compute + communication`.
+    pub load: f64,
+    /// Sum of the nodes' latencies on this kind of device.
+    pub compute: f64,
+    /// Boundary communication (accelerators only; CPUs do not pay it).
+    pub communication: f64,
+    pub memory_bytes: f64,
+}
+
+/// How the answer was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// Dynamic program over the ideal lattice: optimal.
+    Exact,
+    /// Best split of a few topological orders, or a split proven optimal by the lower bound.
+    Heuristic,
+}
+
+/// The answer for one graph and limits.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Partition {
+    /// False when no split fits the limits; then `stages` is empty and `reason` says why.
+    pub feasible: bool,
+    /// Largest stage load (∞ when infeasible).
+    pub max_load: f64,
+    /// Stages in pipeline order (a stage only depends on earlier ones in forward edges).
+    pub stages: Vec<Stage>,
+    /// `max_load` is the optimum.
+    pub optimal: bool,
+    /// No split has a lower max-load (equals `max_load` when optimal).
+    pub lower_bound: f64,
+    pub method: Method,
+    /// Groups of nodes that must share a device (colour classes, fused cycles).
+    pub units: usize,
+    /// Size of the ideal lattice, when it was enumerated (≤ `max_ideals`).
+    pub ideals: Option<usize>,
+    pub reason: Option<String>,
+    /// When infeasible for memory: the least memory per accelerator with which a split
+    /// exists (exact when `optimal`, else the memory of the best split found).
+    pub min_memory_bytes: Option<f64>,
+}
+
+/// Splits `g` into at most `limits.devices` accelerator stages and `limits.cpus` CPU stages,
+/// minimising the largest stage load (FORMAT.md of the placement graphs).
+pub fn partition(g: &Graph, limits: &Limits) -> Result<Partition> {
+    limits.check()?;
+    let ix = g.index()?;
+    let units = Units::build(g, &ix);
+    let budget = Budget {
+        devices: limits.devices,
+        cpus: limits.cpus,
+        memory: limits.memory_per_device_bytes,
+    };
+    let infeasible = |reason: String, min_memory: Option<(f64, bool)>, ideals| Partition {
+        feasible: false,
+        max_load: f64::INFINITY,
+        stages: vec![],
+        optimal: min_memory.is_none_or(|(_, exact)| exact),
+        lower_bound: f64::INFINITY,
+        method: Method::Heuristic,
+        units: units.number(),
+        ideals,
+        reason: Some(reason),
+        min_memory_bytes: min_memory.map(|(m, _)| m),
+    };
+    if limits.cpus == 0 {
+        if let Some(v) = (0..units.number()).find(|&v| !units.supported[v]) {
+            let i = *units.members[v]
+                .iter()
+                .find(|&&i| !g.nodes[i].supported_on_accelerator)
+                .expect("an unsupported unit has an unsupported node");
+            return Ok(infeasible(
+                format!(
+                    "{} is not supported on an accelerator and the limits allow no CPU",
+                    describe(g, &units, v, i)
+                ),
+                None,
+                None,
+            ));
+        }
+        if let Some(v) = (0..units.number())
+            .filter(|&v| units.mem[v] > budget.memory)
+            .max_by(|&a, &b| units.mem[a].total_cmp(&units.mem[b]).then(b.cmp(&a)))
+        {
+            let i = units.members[v][0];
+            let min = min_memory(&units, budget, limits.max_ideals);
+            return Ok(infeasible(
+                format!(
+                    "{} needs {} bytes, more than the {} bytes of one device",
+                    describe(g, &units, v, i),
+                    units.mem[v],
+                    budget.memory
+                ),
+                min,
+                None,
+            ));
+        }
+    }
+    let lower = linear::lower_bound(&units, budget);
+    let heuristic = linear::heuristic(&units, budget);
+    if let Some(h) = &heuristic {
+        if h.max_load <= lower * (1.0 + 1e-12) {
+            return Ok(answer(
+                g,
+                &ix,
+                &units,
+                h,
+                true,
+                lower,
+                Method::Heuristic,
+                None,
+            ));
+        }
+    }
+    let (w, ratio) = exact::weights(&units, &budget);
+    let lattice = Lattice::build(
+        &units.preds,
+        &[&w[WEIGHT_ACC], &w[WEIGHT_CPU], &w[WEIGHT_MIN]],
+        limits.max_ideals,
+    );
+    match (lattice, heuristic) {
+        (Some(lat), h) => {
+            let bound = h
+                .as_ref()
+                .map_or(f64::INFINITY, |h| h.max_load * (1.0 + BOUND_SLACK) + f64::MIN_POSITIVE);
+            match exact::solve(&units, &lat, ratio, budget, bound) {
+                Some(s) => {
+                    let best = match h {
+                        Some(h) if h.max_load < s.max_load => h,
+                        _ => s,
+                    };
+                    let mut p = answer(g, &ix, &units, &best, true, 0.0, Method::Exact, Some(lat.len()));
+                    p.lower_bound = p.max_load;
+                    Ok(p)
+                }
+                None => Ok(infeasible(
+                    format!(
+                        "no split into {} contiguous stages fits {} bytes per device",
+                        limits.devices, budget.memory
+                    ),
+                    min_memory(&units, budget, limits.max_ideals),
+                    Some(lat.len()),
+                )),
+            }
+        }
+        (None, Some(h)) => Ok(answer(g, &ix, &units, &h, false, lower, Method::Heuristic, None)),
+        (None, None) => Ok(infeasible(
+            format!(
+                "the heuristic found no split into {} contiguous stages within {} bytes per device (the graph is too large for the exact search)",
+                limits.devices, budget.memory
+            ),
+            min_memory(&units, budget, limits.max_ideals),
+            None,
+        )),
+    }
+}
+
+fn describe(g: &Graph, units: &Units, v: usize, i: usize) -> String {
+    let n = &g.nodes[i];
+    let others = units.members[v].len() - 1;
+    if others == 0 {
+        format!("node `{}` (id {})", n.name, n.id)
+    } else {
+        format!(
+            "node `{}` (id {}) with the {} node(s) that must share its device",
+            n.name, n.id, others
+        )
+    }
+}
+
+/// Least memory per accelerator with which `budget.devices` accelerators (no CPU) hold all
+/// units in a chain of contiguous stages; `(bytes, exact)`. `None` if a unit can run on no
+/// accelerator.
+fn min_memory(units: &Units, budget: Budget, max_ideals: usize) -> Option<(f64, bool)> {
+    if budget.cpus > 0 || units.supported.iter().any(|s| !s) {
+        return None;
+    }
+    // Same chain problem with memory as the load and no memory limit.
+    let mut by_memory = units.clone();
+    by_memory.acc = units.mem.clone();
+    by_memory.cpu = vec![f64::INFINITY; units.number()];
+    by_memory.mem = vec![0.0; units.number()];
+    by_memory.comm.clear();
+    by_memory.owned_by.iter_mut().for_each(Vec::clear);
+    by_memory.targeted_by.iter_mut().for_each(Vec::clear);
+    let b = Budget {
+        devices: budget.devices,
+        cpus: 0,
+        memory: f64::INFINITY,
+    };
+    let h = linear::heuristic(&by_memory, b)?;
+    let lower = linear::lower_bound(&by_memory, b);
+    if h.max_load <= lower * (1.0 + 1e-12) {
+        return Some((h.max_load, true));
+    }
+    let (w, ratio) = exact::weights(&by_memory, &b);
+    match Lattice::build(
+        &by_memory.preds,
+        &[&w[WEIGHT_ACC], &w[WEIGHT_CPU], &w[WEIGHT_MIN]],
+        max_ideals,
+    ) {
+        Some(lat) => {
+            let bound = h.max_load * (1.0 + BOUND_SLACK);
+            let s = exact::solve(&by_memory, &lat, ratio, b, bound);
+            Some((s.map_or(h.max_load, |s| s.max_load.min(h.max_load)), true))
+        }
+        None => Some((h.max_load, false)),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn answer(
+    g: &Graph,
+    ix: &Indexed,
+    units: &Units,
+    split: &Split,
+    optimal: bool,
+    lower_bound: f64,
+    method: Method,
+    ideals: Option<usize>,
+) -> Partition {
+    let n = g.nodes.len();
+    let mut stage_of = vec![usize::MAX; n];
+    for (s, (seg, _)) in split.segments.iter().enumerate() {
+        for &u in seg {
+            for &i in &units.members[u as usize] {
+                stage_of[i] = s;
+            }
+        }
+    }
+    let kinds: Vec<DeviceKind> = split
+        .segments
+        .iter()
+        .map(|(_, cpu)| {
+            if *cpu {
+                DeviceKind::Cpu
+            } else {
+                DeviceKind::Accelerator
+            }
+        })
+        .collect();
+    let stages = evaluate(g, ix, &stage_of, &kinds);
+    let max_load = stages.iter().map(|s| s.load).fold(0.0, f64::max);
+    Partition {
+        feasible: true,
+        max_load,
+        stages,
+        optimal,
+        lower_bound: lower_bound.min(max_load),
+        method,
+        units: units.number(),
+        ideals,
+        reason: None,
+        min_memory_bytes: None,
+    }
+}
+
+/// Loads of the stages of an assignment (`stage_of[node index]`), computed from scratch
+/// from the original nodes and edges.
+fn evaluate(g: &Graph, ix: &Indexed, stage_of: &[usize], kinds: &[DeviceKind]) -> Vec<Stage> {
+    let mut stages: Vec<Stage> = kinds
+        .iter()
+        .map(|&device| Stage {
+            device,
+            ids: vec![],
+            load: 0.0,
+            compute: 0.0,
+            communication: 0.0,
+            memory_bytes: 0.0,
+        })
+        .collect();
+    for &i in &ix.topo {
+        let node = &g.nodes[i];
+        let st = &mut stages[stage_of[i]];
+        st.ids.push(node.id);
+        st.compute += match st.device {
+            DeviceKind::Accelerator => node.accelerator_latency,
+            DeviceKind::Cpu => node.cpu_latency,
+        };
+        st.memory_bytes += node.memory_bytes;
+        if node.output_cost > 0.0 {
+            let mut others: Vec<usize> = ix.succ[i]
+                .iter()
+                .map(|&d| stage_of[d])
+                .filter(|&s| s != stage_of[i])
+                .collect();
+            others.sort_unstable();
+            others.dedup();
+            if !others.is_empty() {
+                for s in others.into_iter().chain([stage_of[i]]) {
+                    if stages[s].device == DeviceKind::Accelerator {
+                        stages[s].communication += node.output_cost;
+                    }
+                }
+            }
+        }
+    }
+    for s in &mut stages {
+        s.ids.sort_unstable();
+        s.load = s.compute + s.communication;
+    }
+    stages
+}
