@@ -48,8 +48,7 @@ pub fn run(args: &EstimateArgs) -> Result<String> {
         config.validate(&r.model, &r.train, g)?;
     }
     let e = if args.simulate {
-        plait_planner::simulate_config(&r.model, &r.cluster, &r.train, &config, &r.device)?
-            .estimate
+        plait_planner::simulate_config(&r.model, &r.cluster, &r.train, &config, &r.device)?.estimate
     } else {
         estimate(&r.model, &r.cluster, &r.train, &config, &r.device)?
     };
@@ -60,7 +59,11 @@ pub fn run(args: &EstimateArgs) -> Result<String> {
             gpu: &r.cluster.gpu.name,
             gpus: config.gpus(),
             profile: r.profile_name.as_deref(),
-            pipeline: if args.simulate { "simulated" } else { "closed-form" },
+            pipeline: if args.simulate {
+                "simulated"
+            } else {
+                "closed-form"
+            },
             estimate: &e,
             reason: e.reason(),
             layers: first_stage_layers(&r.model, &r.cluster, &r.train, &config, &r.device),

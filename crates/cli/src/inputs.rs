@@ -89,7 +89,9 @@ pub struct ConfigArgs {
     pub schedule: Schedule,
 }
 
-pub(crate) fn parse_keyword<T: std::str::FromStr<Err = String>>(s: &str) -> std::result::Result<T, String> {
+pub(crate) fn parse_keyword<T: std::str::FromStr<Err = String>>(
+    s: &str,
+) -> std::result::Result<T, String> {
     s.parse()
 }
 

@@ -5,6 +5,7 @@ mod estimate_cmd;
 mod inputs;
 mod outputs;
 mod partition_cmd;
+mod plan_cmd;
 mod schedule_cmd;
 mod simulate_cmd;
 
@@ -22,6 +23,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Search every parallel configuration of the GPUs and rank the best plans.
+    Plan(plan_cmd::PlanArgs),
     /// Time, throughput and per-GPU memory of one parallel configuration.
     Estimate(estimate_cmd::EstimateArgs),
     /// Simulate one configuration event by event: timeline, memory, critical path.
@@ -35,6 +38,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
+        Command::Plan(args) => plan_cmd::run(args),
         Command::Estimate(args) => estimate_cmd::run(args),
         Command::Simulate(args) => simulate_cmd::run(args),
         Command::Schedule(args) => schedule_cmd::run(args),

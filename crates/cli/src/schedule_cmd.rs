@@ -164,15 +164,35 @@ pub fn run(args: &ScheduleArgs) -> Result<String> {
 
     let mut out = format!(
         "plait schedule: {kind}, {p} stages × {m} micro-batches{}; F = {f}, B = {b}{}{}{}\n\n",
-        if v > 1 { format!(" × {v} chunks") } else { String::new() },
-        if w > 0.0 { format!(" (W = {w})") } else { String::new() },
-        if r > 0.0 { format!(", recompute {r}") } else { String::new() },
-        if comm > 0.0 { format!(", p2p {comm}") } else { String::new() },
+        if v > 1 {
+            format!(" × {v} chunks")
+        } else {
+            String::new()
+        },
+        if w > 0.0 {
+            format!(" (W = {w})")
+        } else {
+            String::new()
+        },
+        if r > 0.0 {
+            format!(", recompute {r}")
+        } else {
+            String::new()
+        },
+        if comm > 0.0 {
+            format!(", p2p {comm}")
+        } else {
+            String::new()
+        },
     );
     let mut table = Table::new();
-    table
-        .load_preset(UTF8_BORDERS_ONLY)
-        .set_header(["stage", "busy", "idle", "idle %", "peak in flight"]);
+    table.load_preset(UTF8_BORDERS_ONLY).set_header([
+        "stage",
+        "busy",
+        "idle",
+        "idle %",
+        "peak in flight",
+    ]);
     for (k, rank) in sim.ranks.iter().enumerate() {
         table.add_row([
             Cell::new(k),

@@ -89,8 +89,12 @@ pub fn run(args: &SimulateArgs) -> Result<String> {
     );
     let written = write_pictures(&args.pictures, &s.schedule, &s.simulation, Some(&title))?;
     if args.json {
-        let summaries: Vec<RankReportSummary> =
-            s.simulation.ranks.iter().map(RankReportSummary::from).collect();
+        let summaries: Vec<RankReportSummary> = s
+            .simulation
+            .ranks
+            .iter()
+            .map(RankReportSummary::from)
+            .collect();
         let doc = SimulateJson {
             model: &r.model.name,
             cluster: &r.cluster.name,
@@ -187,11 +191,13 @@ fn render(title: &str, s: &Simulated) -> String {
         );
     }
     match e.reason() {
-        None => out += &format!(
-            "fits: {:.1} GiB free on the fullest GPU (stage {})\n",
-            (e.memory_capacity_bytes - e.peak_memory_bytes) / GIB,
-            e.worst_stage
-        ),
+        None => {
+            out += &format!(
+                "fits: {:.1} GiB free on the fullest GPU (stage {})\n",
+                (e.memory_capacity_bytes - e.peak_memory_bytes) / GIB,
+                e.worst_stage
+            )
+        }
         Some(reason) => out += &format!("DOES NOT FIT: {reason}\n"),
     }
     out

@@ -21,10 +21,9 @@ pub enum MapShape {
     /// Any number of blocks per stage (plait's own runtime).
     #[default]
     Any,
-    /// Even, except the first and last stage (Megatron-LM's
-    /// `--decoder-first/last-pipeline-num-layers`), with the same recompute count on every
-    /// stage.
-    FirstLast,
+    /// Any number of blocks per stage, the same full-recompute count on every stage
+    /// (Megatron-LM's `--pipeline-model-parallel-layout` with `--recompute-num-layers`).
+    UniformRecompute,
     /// Even blocks and the same recompute count on every stage.
     Even,
 }
@@ -79,7 +78,13 @@ impl BlockModel {
 }
 
 impl StageModel {
-    fn new(c: &ParallelConfig, e: &Estimate, map: &StageMap, k: usize, policy: &LayerCosts) -> Self {
+    fn new(
+        c: &ParallelConfig,
+        e: &Estimate,
+        map: &StageMap,
+        k: usize,
+        policy: &LayerCosts,
+    ) -> Self {
         let p = c.pp as usize;
         let s = &e.stages[k];
         let m = &s.memory;
@@ -90,7 +95,10 @@ impl StageModel {
         };
         StageModel {
             anchor_blocks: map.rank_blocks(k as u64, c.pp) as f64,
-            anchor_fixed_bytes: m.weights_bytes + m.gradients_bytes + m.optimizer_bytes + m.reserve_bytes,
+            anchor_fixed_bytes: m.weights_bytes
+                + m.gradients_bytes
+                + m.optimizer_bytes
+                + m.reserve_bytes,
             extra_activation_bytes: ends(&|l| l.activation_bytes),
             extra_transient_bytes: ends(&|l| l.transient_bytes).max(policy.block.transient_bytes),
             inflight: m.inflight_microbatches,
@@ -109,7 +117,10 @@ impl StageModel {
         } else {
             self.extra_transient_bytes
         };
-        self.anchor_fixed_bytes + (b - self.anchor_blocks) * blk.state_bytes + self.inflight * act + transient
+        self.anchor_fixed_bytes
+            + (b - self.anchor_blocks) * blk.state_bytes
+            + self.inflight * act
+            + transient
     }
 
     /// Fewest fully recomputed blocks among `b` that fit `capacity`, or None.
@@ -177,13 +188,22 @@ pub fn partition_blocks(
         return None;
     }
     let e = plait_cost::estimate_from_costs(
-        req.model, req.cluster, req.train, c, req.device, policy, full, map,
+        req.model,
+        req.cluster,
+        req.train,
+        c,
+        req.device,
+        policy,
+        full,
+        map,
     );
     let capacity = req.cluster.gpu.memory_bytes;
     let blk = BlockModel::new(c, policy, full);
     let p = c.pp as usize;
     let layers = req.model.layers as usize;
-    let stages: Vec<StageModel> = (0..p).map(|k| StageModel::new(c, &e, map, k, policy)).collect();
+    let stages: Vec<StageModel> = (0..p)
+        .map(|k| StageModel::new(c, &e, map, k, policy))
+        .collect();
     // cost[k][b]: (time, recompute count) of stage k holding b blocks, None if it cannot fit.
     let all_full = c.recompute == Recompute::Full;
     let cost: Vec<Vec<Option<(f64, u64)>>> = stages
@@ -213,8 +233,7 @@ pub fn partition_blocks(
         .fold(0.0, f64::max);
 
     let blocks = match req.shape {
-        MapShape::Any => bottleneck_dp(&cost, layers)?,
-        MapShape::FirstLast => first_last(&cost, layers)?,
+        MapShape::Any | MapShape::UniformRecompute => bottleneck_dp(&cost, layers)?,
         MapShape::Even => return None,
     };
     let time = blocks
@@ -225,7 +244,11 @@ pub fn partition_blocks(
     if time >= even_time {
         return None;
     }
-    let mut recompute: Vec<u64> = blocks.iter().enumerate().map(|(k, &b)| cost[k][b].map_or(0, |(_, x)| x)).collect();
+    let mut recompute: Vec<u64> = blocks
+        .iter()
+        .enumerate()
+        .map(|(k, &b)| cost[k][b].map_or(0, |(_, x)| x))
+        .collect();
     if req.shape != MapShape::Any {
         let x = *recompute.iter().max().unwrap_or(&0);
         for (k, r) in recompute.iter_mut().enumerate() {
@@ -273,33 +296,4 @@ fn bottleneck_dp(cost: &[Vec<Option<(f64, u64)>>], layers: usize) -> Option<Vec<
         s -= blocks[k];
     }
     Some(blocks)
-}
-
-/// The best layout that is even except for the first and last stage.
-fn first_last(cost: &[Vec<Option<(f64, u64)>>], layers: usize) -> Option<Vec<usize>> {
-    let p = cost.len();
-    if p < 3 {
-        return bottleneck_dp(cost, layers);
-    }
-    let mut best: Option<(f64, Vec<usize>)> = None;
-    for first in 1..layers {
-        for last in 1..layers.saturating_sub(first) {
-            let middle = layers - first - last;
-            if middle < p - 2 || !middle.is_multiple_of(p - 2) {
-                continue;
-            }
-            let mut blocks = vec![middle / (p - 2); p];
-            blocks[0] = first;
-            blocks[p - 1] = last;
-            let t = blocks
-                .iter()
-                .enumerate()
-                .map(|(k, &b)| cost[k][b].map_or(f64::INFINITY, |(t, _)| t))
-                .fold(0.0, f64::max);
-            if t.is_finite() && best.as_ref().is_none_or(|(bt, _)| t < *bt) {
-                best = Some((t, blocks));
-            }
-        }
-    }
-    best.map(|(_, b)| b)
 }

@@ -4,6 +4,7 @@
 //!
 //! Pure: no file I/O, no printing; the CLI reads inputs and renders outputs.
 
+pub mod export;
 pub mod layout;
 pub mod plan;
 pub mod search;

@@ -19,6 +19,7 @@ use plait_spec::{
     ClusterSpec, ModelSpec, ParallelConfig, Recompute, Schedule, StageMap, TrainSpec,
 };
 
+use crate::export::Layout;
 use crate::layout::{fit_recompute, partition_blocks, MapShape};
 use crate::simulate::simulate_mapped;
 use crate::{Plan, PlanError};
@@ -55,8 +56,9 @@ pub struct Request<'a> {
     pub simulate: usize,
     /// Block layouts the plans may use (an engine may not express every layout).
     pub shape: MapShape,
-    /// Extra filter on configurations (e.g. what an export engine can run).
-    pub allow: Option<&'a (dyn Fn(&ParallelConfig) -> bool + Sync)>,
+    /// Extra filter on plans (e.g. what an export engine can run): applied to every
+    /// configuration with its even layout, and again to the final layouts.
+    pub allow: Option<&'a (dyn Fn(&Layout) -> bool + Sync)>,
 }
 
 impl<'a> Request<'a> {
@@ -230,9 +232,17 @@ pub fn enumerate(req: &Request) -> Vec<ParallelConfig> {
                         .collect();
                     for mbs in pinned(pins.mbs, mbss) {
                         let micro = per_replica / mbs;
-                        let zeros: Vec<u8> = if dp * cp > 1 { vec![0, 1, 2, 3] } else { vec![0] };
+                        let zeros: Vec<u8> = if dp * cp > 1 {
+                            vec![0, 1, 2, 3]
+                        } else {
+                            vec![0]
+                        };
                         for zero in pinned(pins.zero, zeros) {
-                            let sps = if tp > 1 { vec![false, true] } else { vec![false] };
+                            let sps = if tp > 1 {
+                                vec![false, true]
+                            } else {
+                                vec![false]
+                            };
                             for sp in pinned(pins.sp, sps) {
                                 for (schedule, vp) in schedules(m.layers, pp, micro, pins) {
                                     for &recompute in &recomputes {
@@ -256,9 +266,7 @@ pub fn enumerate(req: &Request) -> Vec<ParallelConfig> {
                                             recompute,
                                             schedule,
                                         };
-                                        if c.validate(m, t, n).is_ok()
-                                            && req.allow.is_none_or(|f| f(&c))
-                                        {
+                                        if c.validate(m, t, n).is_ok() && allowed(req, &c, None) {
                                             out.push(c);
                                         }
                                     }
@@ -273,14 +281,43 @@ pub fn enumerate(req: &Request) -> Vec<ParallelConfig> {
     out
 }
 
+/// Whether `req.allow` accepts `c` with `map` (its even layout when None).
+fn allowed(req: &Request, c: &ParallelConfig, map: Option<&StageMap>) -> bool {
+    let Some(allow) = req.allow else {
+        return true;
+    };
+    let even;
+    let stage_map = match map {
+        Some(m) => m,
+        None => {
+            even = StageMap::uniform(req.model.layers, c);
+            &even
+        }
+    };
+    allow(&Layout {
+        config: c,
+        stage_map,
+        microbatches: c.microbatches(req.train),
+    })
+}
+
 /// The (schedule, chunks) pairs worth trying for `pp` ranks and `micro` micro-batches.
 fn schedules(layers: u64, pp: u64, micro: u64, pins: &Pins) -> Vec<(Schedule, u64)> {
     if pp == 1 {
         let s = pins.schedule.unwrap_or(Schedule::OneFOneB);
-        return if s == Schedule::Interleaved { vec![] } else { vec![(s, 1)] };
+        return if s == Schedule::Interleaved {
+            vec![]
+        } else {
+            vec![(s, 1)]
+        };
     }
     let mut out = Vec::new();
-    for s in [Schedule::OneFOneB, Schedule::Gpipe, Schedule::ZbH1, Schedule::Scp] {
+    for s in [
+        Schedule::OneFOneB,
+        Schedule::Gpipe,
+        Schedule::ZbH1,
+        Schedule::Scp,
+    ] {
         if pins.schedule.is_none_or(|p| p == s) && pins.vp.is_none_or(|v| v == 1) {
             out.push((s, 1));
         }
@@ -323,10 +360,7 @@ struct Screened {
 }
 
 /// Plans `req`: the best `req.top` plans by simulated iteration time, or why nothing fits.
-pub fn plan(
-    req: &Request,
-    progress: &(dyn Fn(usize, usize) + Sync),
-) -> Result<Outcome, PlanError> {
+pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<Outcome, PlanError> {
     let configs = enumerate(req);
     let mut stats = SearchStats {
         candidates: configs.len(),
@@ -400,7 +434,11 @@ pub fn plan(
         .par_iter()
         .map(|s| {
             let map = partition_blocks(req, &cache_for(&cache, &s.config), &s.config, &s.map)
+                .filter(|m| allowed(req, &s.config, Some(m)))
                 .unwrap_or_else(|| s.map.clone());
+            if !allowed(req, &s.config, Some(&map)) {
+                return Ok(None);
+            }
             let sim = simulate_mapped(
                 req.model,
                 req.cluster,
@@ -449,7 +487,10 @@ pub fn plan(
 }
 
 /// The (policy, full) layer costs of `c` from the cache.
-fn cache_for(cache: &HashMap<ShapeKey, LayerCosts>, c: &ParallelConfig) -> (LayerCosts, LayerCosts) {
+fn cache_for(
+    cache: &HashMap<ShapeKey, LayerCosts>,
+    c: &ParallelConfig,
+) -> (LayerCosts, LayerCosts) {
     (
         cache[&ShapeKey::of(c, policy_recompute(c.recompute))],
         cache[&ShapeKey::of(c, Recompute::Full)],
@@ -505,7 +546,11 @@ fn screen(
     if fits.is_empty() {
         let least = out
             .into_iter()
-            .min_by(|a, b| a.estimate.peak_memory_bytes.total_cmp(&b.estimate.peak_memory_bytes))
+            .min_by(|a, b| {
+                a.estimate
+                    .peak_memory_bytes
+                    .total_cmp(&b.estimate.peak_memory_bytes)
+            })
             .expect("one estimate");
         return (estimated, vec![least]);
     }
@@ -519,9 +564,11 @@ fn infeasible(req: &Request, rest: &[Screened]) -> Infeasible {
     let state_bytes = 16.0 * params;
     let usable = req.cluster.gpu.memory_bytes - req.cluster.memory_reserve_bytes;
     let lower = (state_bytes / usable).ceil().max(1.0) as u64;
-    let best = rest
-        .iter()
-        .min_by(|a, b| a.estimate.peak_memory_bytes.total_cmp(&b.estimate.peak_memory_bytes));
+    let best = rest.iter().min_by(|a, b| {
+        a.estimate
+            .peak_memory_bytes
+            .total_cmp(&b.estimate.peak_memory_bytes)
+    });
     let (reason, min_memory_bytes) = match best {
         Some(s) => (
             format!(
@@ -584,8 +631,10 @@ fn min_gpus(req: &Request, from: u64) -> Option<u64> {
                 let w = Workload::new(c, r.train);
                 let policy = layer_costs(r.model, r.device, &g, &w);
                 let map = StageMap::uniform(r.model.layers, c);
-                estimate_from_costs(r.model, r.cluster, r.train, c, r.device, &policy, &policy, &map)
-                    .fits
+                estimate_from_costs(
+                    r.model, r.cluster, r.train, c, r.device, &policy, &policy, &map,
+                )
+                .fits
             })
         })
 }

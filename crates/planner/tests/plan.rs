@@ -49,10 +49,16 @@ fn sc21_plans_beat_the_published_configurations() {
             vp,
             mbs,
             recompute: Recompute::Full,
-            schedule: if vp > 1 { Schedule::Interleaved } else { Schedule::OneFOneB },
+            schedule: if vp > 1 {
+                Schedule::Interleaved
+            } else {
+                Schedule::OneFOneB
+            },
             ..ParallelConfig::default()
         };
-        let baseline = simulate_config(&m, &cluster, &t, &published, &d).unwrap().estimate;
+        let baseline = simulate_config(&m, &cluster, &t, &published, &d)
+            .unwrap()
+            .estimate;
         let out = plan(&Request::new(&m, &cluster, &t, &d, gpus), &|_, _| {}).unwrap();
         let best = &out.plans[0];
         let e = &best.estimate;
@@ -67,7 +73,10 @@ fn sc21_plans_beat_the_published_configurations() {
             out.search.candidates,
         );
         assert!(e.fits && e.peak_memory_bytes <= e.memory_capacity_bytes);
-        assert!(e.tokens_per_s >= baseline.tokens_per_s * (1.0 - 1e-9), "{report}");
+        assert!(
+            e.tokens_per_s >= baseline.tokens_per_s * (1.0 - 1e-9),
+            "{report}"
+        );
     }
     println!("{report}");
 }
@@ -126,7 +135,11 @@ fn llama_70b_on_eight_gpus_is_explained_and_sixteen_fit() {
         e.iteration_time_s
     );
     assert!(e.fits && e.peak_memory_bytes <= e.memory_capacity_bytes);
-    assert!(best.config.zero >= 2 || best.config.tp * best.config.pp > 1, "{}", best.config);
+    assert!(
+        best.config.zero >= 2 || best.config.tp * best.config.pp > 1,
+        "{}",
+        best.config
+    );
 }
 
 /// 1T parameters on one GPU: no plan, the reason, and how many GPUs would do.

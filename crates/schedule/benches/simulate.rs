@@ -31,11 +31,15 @@ fn bench(c: &mut Criterion) {
     let costs = costs();
     let mut g = c.benchmark_group("64 stages x 512 micro-batches x 2 chunks");
     g.sample_size(20);
-    g.bench_function("generate", |b| b.iter(|| generate(black_box(&spec())).unwrap()));
+    g.bench_function("generate", |b| {
+        b.iter(|| generate(black_box(&spec())).unwrap())
+    });
     g.bench_function("simulate", |b| {
         b.iter(|| simulate(black_box(&schedule), black_box(&costs)).unwrap())
     });
-    g.bench_function("validate", |b| b.iter(|| validate(black_box(&schedule)).unwrap()));
+    g.bench_function("validate", |b| {
+        b.iter(|| validate(black_box(&schedule)).unwrap())
+    });
     g.finish();
     eprintln!("instructions: {}", schedule.len());
 }

@@ -298,7 +298,11 @@ fn place_reductions(out: &mut Vec<Instr>, chunks: u32, how: GradReduce) {
     match how {
         GradReduce::None => {}
         GradReduce::AtEnd => {
-            out.extend((0..chunks).rev().map(|c| Instr::new(Op::ReduceGradients, 0, c)));
+            out.extend(
+                (0..chunks)
+                    .rev()
+                    .map(|c| Instr::new(Op::ReduceGradients, 0, c)),
+            );
         }
         GradReduce::Overlapped => {
             // Walk backwards so that insertions do not shift positions still to visit.

@@ -13,5 +13,7 @@ pub mod validate;
 
 pub use generate::{generate, GenerateError, GradReduce, ScheduleSpec};
 pub use ir::{Instr, Op, Schedule};
-pub use simulate::{simulate, ChunkCosts, Costs, RankCosts, RankReport, SimError, Simulation, Span, Stream};
+pub use simulate::{
+    simulate, ChunkCosts, Costs, RankCosts, RankReport, SimError, Simulation, Span, Stream,
+};
 pub use validate::{validate, ValidationError};

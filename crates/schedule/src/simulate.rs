@@ -182,7 +182,10 @@ struct RankState {
 pub fn simulate(s: &Schedule, costs: &Costs) -> Result<Simulation, SimError> {
     let p = s.stages;
     if costs.ranks.len() != p as usize
-        || costs.ranks.iter().any(|r| r.chunks.len() != s.chunks as usize)
+        || costs
+            .ranks
+            .iter()
+            .any(|r| r.chunks.len() != s.chunks as usize)
     {
         return Err(SimError::Shape {
             costs: costs.ranks.len(),
@@ -225,7 +228,11 @@ pub fn simulate(s: &Schedule, costs: &Costs) -> Result<Simulation, SimError> {
         let rc = &costs.ranks[r as usize];
         let st = &mut states[r as usize];
         while let Some(&instr) = prog.get(st.pc) {
-            let cc = rc.chunks.get(instr.chunk as usize).copied().unwrap_or_default();
+            let cc = rc
+                .chunks
+                .get(instr.chunk as usize)
+                .copied()
+                .unwrap_or_default();
             match instr.op {
                 Op::RecvActivation | Op::RecvGradient => {
                     let gradient = instr.op == Op::RecvGradient;
@@ -276,7 +283,8 @@ pub fn simulate(s: &Schedule, costs: &Costs) -> Result<Simulation, SimError> {
                     let issue = st.compute_free;
                     // Launched right after the chunk's last weight-gradient pass, a bucket
                     // reduces as soon as that pass has produced its share of the gradients.
-                    let overlapped = st.last_weight[c].is_some() && st.last_weight[c] == st.last_compute;
+                    let overlapped =
+                        st.last_weight[c].is_some() && st.last_weight[c] == st.last_compute;
                     let buckets = cc.reduce_buckets.max(1);
                     let (ws, wd) = match st.last_weight[c] {
                         Some(w) if overlapped => {
@@ -293,7 +301,11 @@ pub fn simulate(s: &Schedule, costs: &Costs) -> Result<Simulation, SimError> {
                         let ready = ws + wd * f64::from(k + 1) / f64::from(buckets);
                         if ready >= t {
                             t = ready;
-                            pred = if overlapped { st.last_weight[c] } else { st.gate };
+                            pred = if overlapped {
+                                st.last_weight[c]
+                            } else {
+                                st.gate
+                            };
                         }
                         start = start.min(t);
                         t += per_bucket;
@@ -320,8 +332,7 @@ pub fn simulate(s: &Schedule, costs: &Costs) -> Result<Simulation, SimError> {
                         Op::OptimizerStep => rc.optimizer_s,
                         _ => unreachable!("communication handled above"),
                     };
-                    let (start, pred) = if op == Op::OptimizerStep && st.dp_free > st.compute_free
-                    {
+                    let (start, pred) = if op == Op::OptimizerStep && st.dp_free > st.compute_free {
                         (st.dp_free, st.dp_gate)
                     } else {
                         (st.compute_free, st.gate)

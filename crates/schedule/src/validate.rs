@@ -285,8 +285,7 @@ pub(crate) fn link(p: u32, from: u32, to: u32, gradient: bool) -> usize {
 /// prove that sends and receives match and that no rank waits forever.
 fn check_links(s: &Schedule) -> Result<(), ValidationError> {
     let p = s.stages;
-    let mut links: Vec<VecDeque<(u32, usize, Instr)>> =
-        vec![VecDeque::new(); (p * p * 2) as usize];
+    let mut links: Vec<VecDeque<(u32, usize, Instr)>> = vec![VecDeque::new(); (p * p * 2) as usize];
     let mut pc = vec![0usize; p as usize];
     let mut progressed = true;
     while progressed {

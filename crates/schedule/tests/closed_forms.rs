@@ -7,7 +7,14 @@ use proptest::prelude::*;
 
 /// Generates, validates and simulates; `f`, `b`, `w` are one micro-batch's forward, full
 /// backward and weight part on one rank, `r` its recompute.
-fn run(kind: Kind, p: u32, m: u32, v: u32, (f, b, w, r): (f64, f64, f64, f64), recompute: bool) -> Simulation {
+fn run(
+    kind: Kind,
+    p: u32,
+    m: u32,
+    v: u32,
+    (f, b, w, r): (f64, f64, f64, f64),
+    recompute: bool,
+) -> Simulation {
     let mut spec = ScheduleSpec::new(kind, p, m, v);
     if recompute {
         spec.recompute = vec![true; p as usize];
@@ -23,13 +30,32 @@ fn run(kind: Kind, p: u32, m: u32, v: u32, (f, b, w, r): (f64, f64, f64, f64), r
     simulate(&s, &costs).unwrap()
 }
 
-fn check(kind: Kind, p: u32, m: u32, v: u32, fbw: (f64, f64, f64), expected_makespan: f64, expected_inflight: impl Fn(u32) -> f64) {
+fn check(
+    kind: Kind,
+    p: u32,
+    m: u32,
+    v: u32,
+    fbw: (f64, f64, f64),
+    expected_makespan: f64,
+    expected_inflight: impl Fn(u32) -> f64,
+) {
     let (f, b, w) = fbw;
     let sim = run(kind, p, m, v, (f, b, w, 0.0), false);
-    assert_eq!(sim.makespan_s, expected_makespan, "{kind} p={p} m={m} v={v} F={f} B={b} W={w}");
+    assert_eq!(
+        sim.makespan_s, expected_makespan,
+        "{kind} p={p} m={m} v={v} F={f} B={b} W={w}"
+    );
     for (k, rank) in sim.ranks.iter().enumerate() {
-        assert_eq!(rank.peak_inflight_microbatches, expected_inflight(k as u32), "{kind} p={p} m={m} stage {k}");
-        assert_eq!(rank.busy_s, f64::from(m) * (f + b), "every rank computes m(F+B)");
+        assert_eq!(
+            rank.peak_inflight_microbatches,
+            expected_inflight(k as u32),
+            "{kind} p={p} m={m} stage {k}"
+        );
+        assert_eq!(
+            rank.busy_s,
+            f64::from(m) * (f + b),
+            "every rank computes m(F+B)"
+        );
     }
 }
 

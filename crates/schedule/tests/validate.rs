@@ -5,7 +5,13 @@ use plait_schedule::{generate, validate, GradReduce, Instr, Op, Schedule, Schedu
 use plait_spec::Schedule as Kind;
 use proptest::prelude::*;
 
-const KINDS: [Kind; 5] = [Kind::Gpipe, Kind::OneFOneB, Kind::Interleaved, Kind::ZbH1, Kind::Scp];
+const KINDS: [Kind; 5] = [
+    Kind::Gpipe,
+    Kind::OneFOneB,
+    Kind::Interleaved,
+    Kind::ZbH1,
+    Kind::Scp,
+];
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
@@ -45,7 +51,10 @@ fn backward_before_forward_is_named() {
     let f = position(&s, 1, Instr::new(Op::Forward, 0, 0));
     let b = position(&s, 1, Instr::new(Op::Backward, 0, 0));
     s.ranks[1].swap(f, b);
-    check(&s, &format!("rank 1, instruction {f} (B micro-batch 0 chunk 0): backward before its forward"));
+    check(
+        &s,
+        &format!("rank 1, instruction {f} (B micro-batch 0 chunk 0): backward before its forward"),
+    );
 }
 
 #[test]
@@ -60,7 +69,10 @@ fn missing_backward_is_named() {
 fn duplicate_forward_is_named() {
     let mut s = one_f_one_b(1, 2);
     s.ranks[0].insert(1, Instr::new(Op::Forward, 0, 0));
-    check(&s, "rank 0, instruction 1 (F micro-batch 0 chunk 0): forwards this micro-batch a second time");
+    check(
+        &s,
+        "rank 0, instruction 1 (F micro-batch 0 chunk 0): forwards this micro-batch a second time",
+    );
 }
 
 #[test]

@@ -75,7 +75,12 @@ impl StageMap {
     /// Checks the map against `layers` and `c`.
     pub fn validate(&self, layers: u64, c: &ParallelConfig) -> Result<()> {
         let err = |problem: String, allowed: String| {
-            Err(SpecError::new("stage map", "chunk_blocks", problem, allowed))
+            Err(SpecError::new(
+                "stage map",
+                "chunk_blocks",
+                problem,
+                allowed,
+            ))
         };
         let (p, v) = (c.pp, c.vp);
         if self.chunk_blocks.len() as u64 != p * v {
@@ -97,7 +102,10 @@ impl StageMap {
         }
         if self.recompute_blocks.len() as u64 != p {
             return err(
-                format!("{} recompute counts for pp = {p}", self.recompute_blocks.len()),
+                format!(
+                    "{} recompute counts for pp = {p}",
+                    self.recompute_blocks.len()
+                ),
                 format!("{p} counts"),
             );
         }
@@ -147,7 +155,10 @@ mod tests {
             schedule: Schedule::Scp,
             ..c
         };
-        assert_eq!(StageMap::uniform(30, &scp).recompute_blocks, vec![8, 8, 7, 0]);
+        assert_eq!(
+            StageMap::uniform(30, &scp).recompute_blocks,
+            vec![8, 8, 7, 0]
+        );
         let e = map.validate(31, &c).unwrap_err();
         assert!(e.to_string().contains("31"), "{e}");
     }

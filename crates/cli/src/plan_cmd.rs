@@ -1,0 +1,339 @@
+//! `plait plan`: search every parallel configuration of the GPUs and print the best plans,
+//! or why nothing fits and what would; optionally write the launch configuration for a
+//! training engine.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use comfy_table::{presets::UTF8_BORDERS_ONLY, Cell, CellAlignment, Table};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use plait_planner::export::{export, Engine};
+use plait_planner::{
+    plan, simulate_mapped, Infeasible, MapShape, Pins, Plan, Request, SearchStats,
+};
+use plait_spec::{Recompute, Schedule};
+
+use crate::inputs::{parse_keyword, positive, WorkloadArgs};
+use crate::outputs::{write_pictures, Pictures};
+
+/// Configuration flags given to `plan` pin that dimension; the search covers the rest.
+#[derive(Debug, Args)]
+pub struct PinArgs {
+    /// Data-parallel degree.
+    #[arg(long, allow_negative_numbers = true)]
+    pub dp: Option<i64>,
+    /// Tensor-parallel degree.
+    #[arg(long, allow_negative_numbers = true)]
+    pub tp: Option<i64>,
+    /// Pipeline-parallel degree.
+    #[arg(long, allow_negative_numbers = true)]
+    pub pp: Option<i64>,
+    /// Virtual pipeline chunks per rank.
+    #[arg(long, allow_negative_numbers = true)]
+    pub vp: Option<i64>,
+    /// Context-parallel degree.
+    #[arg(long, allow_negative_numbers = true)]
+    pub cp: Option<i64>,
+    /// Expert-parallel degree (MoE).
+    #[arg(long, allow_negative_numbers = true)]
+    pub ep: Option<i64>,
+    /// Micro-batch size.
+    #[arg(long, allow_negative_numbers = true)]
+    pub mbs: Option<i64>,
+    /// ZeRO stage 0–3.
+    #[arg(long, allow_negative_numbers = true)]
+    pub zero: Option<i64>,
+    /// Require Megatron sequence parallelism.
+    #[arg(long, conflicts_with = "no_sp")]
+    pub sp: bool,
+    /// Forbid sequence parallelism.
+    #[arg(long)]
+    pub no_sp: bool,
+    /// none, selective, full, or auto (the planner picks per stage).
+    #[arg(long, default_value = "auto")]
+    pub recompute: String,
+    /// Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, scp.
+    #[arg(long, value_parser = parse_keyword::<Schedule>)]
+    pub schedule: Option<Schedule>,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    #[command(flatten)]
+    pub pins: PinArgs,
+    /// Plans to show.
+    #[arg(long, allow_negative_numbers = true, default_value_t = 5)]
+    pub top: i64,
+    /// Candidates re-ranked by the event simulator.
+    #[arg(long, allow_negative_numbers = true, default_value_t = 16)]
+    pub simulate: i64,
+    /// Worker threads for the search (default: all cores). The plan does not depend on it.
+    #[arg(long, allow_negative_numbers = true)]
+    pub threads: Option<i64>,
+    /// Write the best plan's launch configuration: megatron, deepspeed or torchtitan. The
+    /// search then keeps to what that engine can run.
+    #[arg(long, value_parser = parse_keyword::<Engine>)]
+    pub export: Option<Engine>,
+    /// Directory for --export files.
+    #[arg(long, default_value = ".")]
+    pub out: PathBuf,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Timeline of the best plan.
+    #[command(flatten)]
+    pub pictures: Pictures,
+}
+
+impl PinArgs {
+    fn resolve(&self) -> Result<Pins> {
+        let opt = |flag: &str, v: Option<i64>| v.map(|v| positive(flag, v)).transpose();
+        let zero = match self.zero {
+            Some(z) if !(0..=3).contains(&z) => {
+                bail!("--zero: ZeRO stage {z} does not exist (allowed: 0|1|2|3)")
+            }
+            z => z.map(|z| z as u8),
+        };
+        let recompute = match self.recompute.to_ascii_lowercase().as_str() {
+            "auto" => None,
+            other => Some(
+                other
+                    .parse::<Recompute>()
+                    .map_err(|e| anyhow::anyhow!("--recompute: {e} (or auto)"))?,
+            ),
+        };
+        Ok(Pins {
+            dp: opt("dp", self.dp)?,
+            tp: opt("tp", self.tp)?,
+            pp: opt("pp", self.pp)?,
+            vp: opt("vp", self.vp)?,
+            cp: opt("cp", self.cp)?,
+            ep: opt("ep", self.ep)?,
+            mbs: opt("mbs", self.mbs)?,
+            zero,
+            sp: if self.sp {
+                Some(true)
+            } else if self.no_sp {
+                Some(false)
+            } else {
+                None
+            },
+            recompute,
+            schedule: self.schedule,
+        })
+    }
+}
+
+#[derive(Serialize)]
+struct PlanJson<'a> {
+    model: &'a str,
+    cluster: &'a str,
+    gpus: u64,
+    plans: Vec<PlanEntry<'a>>,
+    search: SearchJson,
+    infeasible: Option<&'a Infeasible>,
+    exported: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct PlanEntry<'a> {
+    #[serde(flatten)]
+    plan: &'a Plan,
+    reason: Option<String>,
+}
+
+#[derive(Serialize)]
+struct SearchJson {
+    #[serde(flatten)]
+    stats: SearchStats,
+    elapsed_s: f64,
+    threads: usize,
+}
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+pub fn run(args: &PlanArgs) -> Result<String> {
+    let r = args.workload.resolve()?;
+    let Some(gpus) = args.workload.gpus()? else {
+        bail!("--gpus: plan needs the number of GPUs to split the work over (integers ≥ 1)");
+    };
+    let pins = args.pins.resolve()?;
+    let top = positive("top", args.top)? as usize;
+    let simulate = positive("simulate", args.simulate)? as usize;
+    let threads = match args.threads {
+        Some(n) => positive("threads", n)? as usize,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let engine = args.export;
+    let allow = move |layout: &plait_planner::export::Layout| {
+        engine.is_none_or(|e| plait_planner::export::supports(e, layout).is_ok())
+    };
+    let mut req = Request::new(&r.model, &r.cluster, &r.train, &r.device, gpus);
+    req.pins = pins;
+    req.top = top;
+    req.simulate = simulate.max(top);
+    req.shape = engine.map_or(MapShape::Any, plait_planner::export::map_shape);
+    req.allow = Some(&allow);
+
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("searching {bar:30} {pos}/{len} configurations")
+            .expect("static template"),
+    );
+    let started = Instant::now();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .context("cannot start the search threads")?;
+    let outcome = pool.install(|| {
+        plan(&req, &|done, total| {
+            // Only draw when the search takes longer than a moment.
+            if started.elapsed().as_secs_f64() > 0.3 {
+                bar.set_length(total as u64);
+                bar.set_position(done as u64);
+            }
+        })
+    })?;
+    let elapsed_s = started.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    if let (Some(engine), 0) = (engine, outcome.search.candidates) {
+        bail!(
+            "--export {engine}: {engine} can run none of the configurations of {gpus} GPUs that the given flags allow"
+        );
+    }
+
+    let mut written = String::new();
+    let mut exported = Vec::new();
+    if let (Some(engine), Some(best)) = (engine, outcome.plans.first()) {
+        let files = export(engine, best, &r.model, &r.train)?;
+        std::fs::create_dir_all(&args.out)
+            .with_context(|| format!("--out: cannot create `{}`", args.out.display()))?;
+        for f in files {
+            let path = args.out.join(&f.name);
+            std::fs::write(&path, &f.contents)
+                .with_context(|| format!("--out: cannot write `{}`", path.display()))?;
+            written += &format!("wrote {} (--export {engine})\n", path.display());
+            exported.push(path.display().to_string());
+        }
+    }
+    if let Some(best) = outcome.plans.first() {
+        if args.pictures.svg.is_some()
+            || args.pictures.trace.is_some()
+            || args.pictures.ir.is_some()
+        {
+            let s = simulate_mapped(
+                &r.model,
+                &r.cluster,
+                &r.train,
+                &best.config,
+                &r.device,
+                &best.stage_map,
+            )?;
+            let title = format!(
+                "{} on {gpus} × {}: {}",
+                r.model.name, r.cluster.gpu.name, best.config
+            );
+            written += &write_pictures(&args.pictures, &s.schedule, &s.simulation, Some(&title))?;
+        }
+    }
+
+    if args.json {
+        let doc = PlanJson {
+            model: &r.model.name,
+            cluster: &r.cluster.name,
+            gpus,
+            plans: outcome
+                .plans
+                .iter()
+                .map(|p| PlanEntry {
+                    plan: p,
+                    reason: p.estimate.reason(),
+                })
+                .collect(),
+            search: SearchJson {
+                stats: outcome.search,
+                elapsed_s,
+                threads,
+            },
+            infeasible: outcome.infeasible.as_ref(),
+            exported,
+        };
+        return Ok(serde_json::to_string_pretty(&doc)? + "\n");
+    }
+
+    let mut out = format!(
+        "plait plan: {} on {gpus} × {} ({}), {} sequences × {} tokens, {}\n",
+        r.model.name, r.cluster.gpu.name, r.cluster.name, r.train.gbs, r.train.seq, r.train.dtype
+    );
+    let s = &outcome.search;
+    out += &format!(
+        "searched {} configurations ({} pruned by memory bounds, {} estimates, {} fit, {} simulated) in {:.3} s on {threads} threads\n\n",
+        s.candidates, s.pruned, s.estimated, s.feasible, s.simulated, elapsed_s
+    );
+    if let Some(inf) = &outcome.infeasible {
+        out += &format!("NO PLAN FITS: {}\n", inf.reason);
+        out += &format!(
+            "needs at least {:.1} GiB per GPU with {gpus} GPUs; the model state alone needs ≥ {} GPUs",
+            inf.min_memory_bytes / GIB,
+            inf.min_gpus_lower_bound
+        );
+        match inf.min_gpus {
+            Some(g) => out += &format!("; the smallest GPU count with a plan is {g}\n"),
+            None => out += "; no GPU count up to 2^20 has a plan\n",
+        }
+        return Ok(out);
+    }
+    let mut table = Table::new();
+    table.load_preset(UTF8_BORDERS_ONLY).set_header([
+        "#",
+        "configuration",
+        "layout",
+        "step",
+        "tokens/s",
+        "TFLOP/s/GPU",
+        "MFU",
+        "GiB (worst)",
+    ]);
+    let right = |s: String| Cell::new(s).set_alignment(CellAlignment::Right);
+    for (i, p) in outcome.plans.iter().enumerate() {
+        let e = &p.estimate;
+        table.add_row([
+            Cell::new(i + 1),
+            Cell::new(p.config.to_string()),
+            Cell::new(layout(p)),
+            right(format!("{:.3} s", e.iteration_time_s)),
+            right(format!("{:.0}", e.tokens_per_s)),
+            right(format!("{:.1}", e.tflops_per_gpu)),
+            right(format!("{:.1} %", e.mfu * 100.0)),
+            right(format!("{:.1}", e.peak_memory_bytes / GIB)),
+        ]);
+    }
+    out += &format!("{table}\n");
+    for (i, p) in outcome.plans.iter().enumerate() {
+        out += &format!("{}. {}\n", i + 1, p.notes.join("; "));
+    }
+    out += &written;
+    Ok(out)
+}
+
+/// "even" or the blocks per stage, with the fully recomputed blocks when they vary.
+fn layout(p: &Plan) -> String {
+    let m = &p.stage_map;
+    let blocks = if m.is_even() {
+        format!("{}×{}", m.chunk_blocks.len(), m.chunk_blocks[0])
+    } else {
+        format!("{:?}", m.chunk_blocks)
+    };
+    let recomputed: u64 = m.recompute_blocks.iter().sum();
+    if recomputed == 0 || p.config.recompute == Recompute::Full {
+        blocks
+    } else {
+        format!("{blocks}, full recompute {:?}", m.recompute_blocks)
+    }
+}

@@ -1,0 +1,177 @@
+//! `plait plan` as a user meets it: the JSON contract, determinism across thread counts,
+//! exports, infeasible requests and bad input.
+
+use std::process::Command;
+
+fn plait(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_plait"))
+        .args(args)
+        .output()
+        .expect("run plait");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn json(args: &[&str]) -> serde_json::Value {
+    let (code, out, err) = plait(args);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+const LLAMA_64: &[&str] = &[
+    "plan",
+    "--model",
+    "llama3-8b",
+    "--cluster",
+    "dgx-h100",
+    "--gpus",
+    "64",
+    "--gbs",
+    "512",
+    "--seq",
+    "4096",
+    "--json",
+];
+
+#[test]
+fn plan_json_has_the_contract_fields() {
+    let v = json(LLAMA_64);
+    let plans = v["plans"].as_array().unwrap();
+    assert_eq!(plans.len(), 5);
+    for p in plans {
+        assert!(p["config"]["tp"].is_u64() && p["config"]["dp"].is_u64());
+        assert!(p["stage_map"]["chunk_blocks"].is_array());
+        for key in [
+            "iteration_time_s",
+            "tokens_per_s",
+            "tflops_per_gpu",
+            "mfu",
+            "peak_memory_bytes",
+            "fits",
+            "breakdown",
+        ] {
+            assert!(p["estimate"].get(key).is_some(), "missing estimate.{key}");
+        }
+        assert_eq!(p["estimate"]["fits"], true);
+    }
+    let times: Vec<f64> = plans
+        .iter()
+        .map(|p| p["estimate"]["iteration_time_s"].as_f64().unwrap())
+        .collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    assert!(v["search"]["candidates"].as_u64().unwrap() > 100);
+    assert!(v["search"]["elapsed_s"].as_f64().unwrap() >= 0.0);
+    assert!(v["infeasible"].is_null());
+}
+
+#[test]
+fn same_plan_on_one_and_two_threads() {
+    let strip = |mut v: serde_json::Value| {
+        v["search"]["elapsed_s"] = serde_json::Value::Null;
+        v["search"]["threads"] = serde_json::Value::Null;
+        v
+    };
+    let mut one = LLAMA_64.to_vec();
+    one.extend(["--threads", "1"]);
+    let mut two = LLAMA_64.to_vec();
+    two.extend(["--threads", "2"]);
+    assert_eq!(strip(json(&one)), strip(json(&two)));
+}
+
+#[test]
+fn pins_fix_dimensions() {
+    let mut args = LLAMA_64.to_vec();
+    args.extend(["--tp", "2", "--pp", "2", "--recompute", "selective"]);
+    let v = json(&args);
+    for p in v["plans"].as_array().unwrap() {
+        assert_eq!(p["config"]["tp"], 2);
+        assert_eq!(p["config"]["pp"], 2);
+        assert_eq!(p["config"]["recompute"], "selective");
+    }
+}
+
+#[test]
+fn export_writes_the_engine_files() {
+    let dir = std::env::temp_dir().join(format!("plait-plan-export-{}", std::process::id()));
+    let mut args = LLAMA_64.to_vec();
+    args.extend(["--export", "megatron", "--out", dir.to_str().unwrap()]);
+    let v = json(&args);
+    let text = std::fs::read_to_string(dir.join("megatron_args.sh")).unwrap();
+    let best = &v["plans"][0]["config"];
+    let flag = |name: &str| {
+        let at = text
+            .find(&format!("{name} "))
+            .unwrap_or_else(|| panic!("{name} in {text}"));
+        text[at + name.len() + 1..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(flag("--tensor-model-parallel-size"), best["tp"].to_string());
+    assert_eq!(
+        flag("--pipeline-model-parallel-size"),
+        best["pp"].to_string()
+    );
+    assert_eq!(flag("--micro-batch-size"), best["mbs"].to_string());
+    assert_eq!(flag("--global-batch-size"), "512");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn infeasible_request_explains_and_names_the_minimum() {
+    let (code, out, err) = plait(&["plan", "--model", "gpt-1t", "--gpus", "1", "--gbs", "8"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("NO PLAN FITS"), "{out}");
+    assert!(
+        out.contains("the smallest GPU count with a plan is"),
+        "{out}"
+    );
+    let v = json(&[
+        "plan", "--model", "gpt-1t", "--gpus", "1", "--gbs", "8", "--json",
+    ]);
+    assert!(v["plans"].as_array().unwrap().is_empty());
+    assert!(v["infeasible"]["min_gpus"].as_u64().unwrap() >= 193);
+}
+
+fn check(args: &[&str], expected: &str) {
+    let (code, out, err) = plait(args);
+    assert_eq!(code, 2, "{args:?}: {out}{err}");
+    let first = err.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("error: ") && first.contains(expected),
+        "{args:?}: {err}"
+    );
+}
+
+#[test]
+fn bad_plan_input_is_a_clear_error() {
+    check(&["plan"], "--gpus");
+    check(&["plan", "--gpus", "8", "--tp", "0"], "--tp");
+    check(&["plan", "--gpus", "8", "--zero", "5"], "--zero");
+    check(
+        &["plan", "--gpus", "8", "--recompute", "most"],
+        "--recompute",
+    );
+    check(
+        &["plan", "--gpus", "8", "--export", "colossal"],
+        "megatron|deepspeed|torchtitan",
+    );
+    check(
+        &[
+            "plan",
+            "--gpus",
+            "64",
+            "--pp",
+            "4",
+            "--schedule",
+            "gpipe",
+            "--export",
+            "megatron",
+        ],
+        "--export megatron",
+    );
+}

@@ -1,0 +1,462 @@
+//! Megatron-LM: the arguments of Megatron-Core's `pretrain_gpt.py`, as a bash array in
+//! `megatron_args.sh`.
+//!
+//! Every flag was checked against NVIDIA/Megatron-LM at commit
+//! d98e8a64ddf34856e74b24714e3bedb2f5a39553:
+//! * `megatron/training/arguments.py` — hand-written flags: `--group-query-attention`,
+//!   `--max-position-embeddings`, `--position-embedding-type {learned_absolute,rope,…}`,
+//!   `--swiglu`, `--untie-embeddings-and-output-weights`, `--seq-length`, `--num-experts`,
+//!   `--decoder-first-pipeline-num-layers`, `--decoder-last-pipeline-num-layers`,
+//!   `--pipeline-model-parallel-layout`, `--num-virtual-stages-per-pipeline-rank`,
+//!   `--overlap-grad-reduce`, `--use-distributed-optimizer`,
+//!   `--data-parallel-sharding-strategy {no_shard,optim,optim_grads,optim_grads_params}`;
+//!   `_add_network_size_args` builds the rest from the `TransformerConfig` dataclass with
+//!   `ArgumentGroupFactory` (`megatron/training/argument_utils.py`: field `a_b` → `--a-b`,
+//!   a `bool` defaulting to false → a store-true switch).
+//! * `megatron/core/model_parallel_config.py` (dataclass fields, hence flags):
+//!   `--tensor-model-parallel-size`, `--pipeline-model-parallel-size`,
+//!   `--context-parallel-size`, `--expert-model-parallel-size`, `--sequence-parallel`,
+//!   `--bf16`, `--fp16`.
+//! * `megatron/core/transformer/transformer_config.py`: `--num-layers`, `--hidden-size`,
+//!   `--num-attention-heads`, `--num-query-groups`, `--ffn-hidden-size`, `--kv-channels`,
+//!   `--normalization {LayerNorm,RMSNorm}`, `--disable-bias-linear` (its `argparse_meta`),
+//!   `--add-qkv-bias`, `--hidden-dropout`, `--attention-dropout`,
+//!   `--attention-backend {flash,fused,unfused,local,auto}` (enum `AttnBackend`),
+//!   `--recompute-granularity {full,selective}`, `--recompute-method {uniform,block}`,
+//!   `--recompute-num-layers`, `--fp8-format {e4m3,hybrid}` (field `fp8`, its
+//!   `argparse_meta`), `--moe-router-topk`.
+//! * `megatron/training/config/training_config.py` (`TrainingConfig`): `--micro-batch-size`,
+//!   `--global-batch-size`; `megatron/training/config/common_config.py`
+//!   (`DistributedInitConfig`): `--use-megatron-fsdp`; `training_config.py`
+//!   (`CheckpointConfig.ckpt_format`): `--ckpt-format fsdp_dtensor`.
+//!
+//! What Megatron cannot run, and where that was read:
+//! * GPipe, ZB-H1 and Merak's scp: `megatron/core/pipeline_parallel/schedules.py` has only
+//!   `forward_backward_no_pipelining`, `…_pipelining_without_interleaving` (1F1B) and
+//!   `…_pipelining_with_interleaving`; `--delay-wgrad-compute` only defers MoE expert weight
+//!   gradients for all-to-all overlap (transformer_config.py), it is no zero-bubble schedule.
+//! * Per-rank recompute counts: `megatron/core/recompute.py` — the `block` method
+//!   recomputes the first `recompute_num_layers` layers of each `TransformerBlock`, i.e. of
+//!   each virtual chunk, the same number everywhere; full and selective granularity are
+//!   exclusive (`recompute_granularity` is one value).
+//! * ZeRO-3 with pp > 1: ZeRO-3 is Megatron-FSDP (`--use-megatron-fsdp
+//!   --data-parallel-sharding-strategy optim_grads_params`, docs/user-guide/features/
+//!   megatron_fsdp.md), whose v2 rejects pipeline parallelism
+//!   (`megatron/core/distributed/fsdp/mcore_fsdp_adapter.py`) and whose examples use pp = 1.
+//!
+//! Stage maps: Megatron splits a rank's layers evenly over its virtual chunks; an even map
+//! needs no flag, first/last-rank differences map to `--decoder-{first,last}-pipeline-num-layers`
+//! (`transformer_block.py`), and anything else to `--pipeline-model-parallel-layout`
+//! (`megatron/core/transformer/pipeline_parallel_layer_layout.py`: stages split by `|`,
+//! stage i = chunk·pp + rank, `E` embedding, `t` a block, `L` the loss, `x*n` repeats).
+
+use plait_spec::{AttentionImpl, Dtype, Family, ModelSpec, Norm, Positions, TrainSpec};
+
+use super::{commented, list, pipe, recompute, summary_lines, ExportFile, Layout, Pipe, Rc};
+use crate::Plan;
+
+pub(super) const FILE: &str = "megatron_args.sh";
+
+pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
+    let c = &plan.config;
+    let mut out = Vec::new();
+    match pipe(c) {
+        Pipe::Gpipe => out.push(
+            "Megatron-LM has no GPipe schedule (megatron/core/pipeline_parallel/schedules.py \
+             offers 1F1B and interleaved 1F1B); use --schedule 1f1b"
+                .to_string(),
+        ),
+        Pipe::ZbH1 => out.push(
+            "Megatron-LM has no zero-bubble (ZB-H1) schedule: its pipeline schedules are 1F1B \
+             and interleaved 1F1B"
+                .to_string(),
+        ),
+        Pipe::Scp => out.push(
+            "the shifted-critical-path schedule (scp) is Merak's; Megatron-LM runs 1F1B or \
+             interleaved 1F1B"
+                .to_string(),
+        ),
+        Pipe::None | Pipe::OneFOneB | Pipe::Interleaved => {}
+    }
+    if c.zero == 3 && c.pp > 1 {
+        out.push(format!(
+            "ZeRO-3 is Megatron-FSDP (--use-megatron-fsdp), which upstream runs without \
+             pipeline parallelism (pp = {})",
+            c.pp
+        ));
+    }
+    if let Err(reason) = recompute_flags(plan) {
+        out.push(reason);
+    }
+    out
+}
+
+pub(super) fn model_reasons(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<String> {
+    let c = &plan.config;
+    let mut out = Vec::new();
+    if model.family == Family::Bert {
+        out.push(format!(
+            "{} is a BERT encoder; plait writes pretrain_gpt.py (decoder) arguments",
+            model.name
+        ));
+    }
+    if c.cp > 1 && !train.seq.is_multiple_of(2 * c.cp) {
+        out.push(format!(
+            "context parallelism needs the sequence ({}) to be a multiple of 2·cp = {} \
+             (megatron/training/arguments.py)",
+            train.seq,
+            2 * c.cp
+        ));
+    }
+    if model.linear_bias && !model.qkv_bias {
+        out.push(
+            "Megatron's linear biases (on unless --disable-bias-linear) include the q/k/v \
+             projection; a model with linear biases but none on q/k/v has no flag"
+                .to_string(),
+        );
+    }
+    out
+}
+
+/// The recompute flags, or why Megatron cannot recompute as the plan does.
+fn recompute_flags(plan: &Layout) -> Result<Vec<(&'static str, String)>, String> {
+    let (c, map) = (&plan.config, &plan.stage_map);
+    Ok(match recompute(plan) {
+        Rc::None => vec![],
+        Rc::Selective => vec![("--recompute-granularity", "selective".into())],
+        // Each block checkpointed on its own: only its input is kept.
+        Rc::Full => vec![
+            ("--recompute-granularity", "full".into()),
+            ("--recompute-method", "uniform".into()),
+            ("--recompute-num-layers", "1".into()),
+        ],
+        Rc::Partial { counts, rest } => {
+            if rest == plait_spec::Recompute::Selective {
+                return Err(format!(
+                    "it recomputes {} blocks per pipeline rank in full and the others \
+                     selectively, but Megatron's --recompute-granularity is either full or \
+                     selective",
+                    list(&counts)
+                ));
+            }
+            // The block method: the first N blocks of every chunk, on every rank.
+            let per_chunk: Vec<(u64, u64)> = (0..c.vp)
+                .flat_map(|ch| (0..c.pp).map(move |r| (r, ch)))
+                .map(|(r, ch)| {
+                    (
+                        map.chunk_recompute_blocks(r, ch, c.pp),
+                        map.chunk_blocks[(ch * c.pp + r) as usize],
+                    )
+                })
+                .collect();
+            let n = per_chunk.iter().map(|&(k, _)| k).max().unwrap_or(0);
+            if per_chunk.iter().any(|&(k, blocks)| k != n.min(blocks)) {
+                let unit = if c.vp > 1 {
+                    "virtual chunk"
+                } else {
+                    "pipeline stage"
+                };
+                return Err(format!(
+                    "it recomputes {} blocks in full on pipeline ranks 0..{} (filled chunk by \
+                     chunk), but Megatron's block recompute method recomputes the same number \
+                     of layers (--recompute-num-layers) in every {unit}",
+                    list(&counts),
+                    c.pp - 1
+                ));
+            }
+            vec![
+                ("--recompute-granularity", "full".into()),
+                ("--recompute-method", "block".into()),
+                ("--recompute-num-layers", n.to_string()),
+            ]
+        }
+    })
+}
+
+/// How the blocks are placed on the pipeline.
+#[derive(Debug, PartialEq, Eq)]
+enum Split {
+    Even,
+    FirstLast {
+        first: Option<u64>,
+        last: Option<u64>,
+    },
+    Layout(String),
+}
+
+fn split(plan: &Plan) -> Split {
+    let (c, blocks) = (&plan.config, &plan.stage_map.chunk_blocks);
+    let (p, v) = (c.pp as usize, c.vp as usize);
+    if blocks.windows(2).all(|w| w[0] == w[1]) {
+        return Split::Even;
+    }
+    // Megatron gives each of a rank's chunks the same share of the rank's layers.
+    let rank_even = (0..p).all(|r| (1..v).all(|ch| blocks[ch * p + r] == blocks[r]));
+    if p >= 2 && rank_even {
+        let totals: Vec<u64> = (0..p).map(|r| blocks[r] * v as u64).collect();
+        let middle = &totals[1..p - 1];
+        let middle_even = middle.windows(2).all(|w| w[0] == w[1]);
+        if p == 2 {
+            return Split::FirstLast {
+                first: Some(totals[0]),
+                last: Some(totals[1]),
+            };
+        }
+        if middle_even && middle[0] > 0 {
+            let m = middle[0];
+            return Split::FirstLast {
+                first: (totals[0] != m).then_some(totals[0]),
+                last: (totals[p - 1] != m).then_some(totals[p - 1]),
+            };
+        }
+    }
+    let last = blocks.len() - 1;
+    let stages: Vec<String> = blocks
+        .iter()
+        .enumerate()
+        .map(|(j, &k)| {
+            let mut s = String::new();
+            if j == 0 {
+                s.push('E');
+            }
+            match k {
+                0 => {}
+                1 => s.push('t'),
+                k => s.push_str(&format!("t*{k}")),
+            }
+            if j == last {
+                s.push('L');
+            }
+            s
+        })
+        .collect();
+    Split::Layout(stages.join("|"))
+}
+
+/// `megatron_args.sh`. Callers have checked `plan_reasons` and `model_reasons`.
+pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<ExportFile> {
+    let c = &plan.config;
+    let mut notes: Vec<String> = Vec::new();
+    let mut groups: Vec<(&str, Vec<(&str, String)>)> = Vec::new();
+    let flag = |name: &'static str| (name, String::new());
+
+    // The model.
+    let mut m: Vec<(&str, String)> = vec![
+        ("--num-layers", model.layers.to_string()),
+        ("--hidden-size", model.hidden.to_string()),
+        ("--num-attention-heads", model.heads.to_string()),
+    ];
+    if model.kv_heads != model.heads {
+        m.push(flag("--group-query-attention"));
+        m.push(("--num-query-groups", model.kv_heads.to_string()));
+    }
+    if model.head_dim * model.heads != model.hidden {
+        m.push(("--kv-channels", model.head_dim.to_string()));
+    }
+    m.push(("--ffn-hidden-size", model.ffn_hidden.to_string()));
+    m.push(("--seq-length", train.seq.to_string()));
+    m.push((
+        "--max-position-embeddings",
+        model.max_positions.max(train.seq).to_string(),
+    ));
+    m.push((
+        "--position-embedding-type",
+        match model.positions {
+            Positions::Rotary => "rope",
+            Positions::Learned => "learned_absolute",
+        }
+        .into(),
+    ));
+    if model.activation == plait_spec::Activation::SwiGlu {
+        m.push(flag("--swiglu"));
+    }
+    m.push((
+        "--normalization",
+        match model.norm {
+            Norm::RmsNorm => "RMSNorm",
+            Norm::LayerNorm => "LayerNorm",
+        }
+        .into(),
+    ));
+    if !model.linear_bias {
+        m.push(flag("--disable-bias-linear"));
+        if model.qkv_bias {
+            m.push(flag("--add-qkv-bias"));
+        }
+    }
+    if !model.tied_embeddings {
+        m.push(flag("--untie-embeddings-and-output-weights"));
+    }
+    if let Some(moe) = model.moe {
+        m.push(("--num-experts", moe.experts.to_string()));
+        m.push(("--moe-router-topk", moe.top_k.to_string()));
+    }
+    if !train.dropout {
+        m.push(("--hidden-dropout", "0.0".into()));
+        m.push(("--attention-dropout", "0.0".into()));
+    }
+    m.push((
+        "--attention-backend",
+        match train.attention {
+            AttentionImpl::Flash => "flash",
+            AttentionImpl::Unfused => "unfused",
+        }
+        .into(),
+    ));
+    groups.push(("model", m));
+
+    // Parallelism.
+    let mut par: Vec<(&str, String)> = vec![
+        ("--tensor-model-parallel-size", c.tp.to_string()),
+        ("--pipeline-model-parallel-size", c.pp.to_string()),
+    ];
+    let interleaved = pipe(c) == Pipe::Interleaved;
+    match split(plan) {
+        Split::Even => {
+            if interleaved {
+                par.push(("--num-virtual-stages-per-pipeline-rank", c.vp.to_string()));
+            }
+        }
+        Split::FirstLast { first, last } => {
+            if interleaved {
+                par.push(("--num-virtual-stages-per-pipeline-rank", c.vp.to_string()));
+            }
+            if let Some(n) = first {
+                par.push(("--decoder-first-pipeline-num-layers", n.to_string()));
+            }
+            if let Some(n) = last {
+                par.push(("--decoder-last-pipeline-num-layers", n.to_string()));
+            }
+        }
+        Split::Layout(layout) => {
+            // The layout also sets the virtual-chunk count (its stages / pp).
+            par.push(("--pipeline-model-parallel-layout", format!("\"{layout}\"")));
+        }
+    }
+    if c.vp > 1 && !interleaved {
+        notes.push(format!(
+            "vp = {} is ignored without the interleaved schedule",
+            c.vp
+        ));
+    }
+    if c.cp > 1 {
+        par.push(("--context-parallel-size", c.cp.to_string()));
+    }
+    if c.ep > 1 {
+        par.push(("--expert-model-parallel-size", c.ep.to_string()));
+    }
+    if c.sp && c.tp > 1 {
+        par.push(flag("--sequence-parallel"));
+    }
+    match c.zero {
+        1 => par.push(flag("--use-distributed-optimizer")),
+        2 => {
+            par.push(flag("--use-distributed-optimizer"));
+            notes.push(
+                "ZeRO-2: Megatron's distributed optimizer shards the optimizer state and \
+                 reduce-scatters gradients, but keeps a full-size gradient buffer (gradient \
+                 memory as with ZeRO-1); the exact ZeRO-2 layout is Megatron-FSDP: --use-megatron-fsdp --data-parallel-sharding-strategy \
+                 optim_grads --ckpt-format fsdp_dtensor"
+                    .into(),
+            );
+        }
+        3 => {
+            par.push(flag("--use-megatron-fsdp"));
+            par.push((
+                "--data-parallel-sharding-strategy",
+                "optim_grads_params".into(),
+            ));
+            par.push(("--ckpt-format", "fsdp_dtensor".into()));
+            notes.push(
+                "ZeRO-3 is Megatron-FSDP (it turns on the distributed optimizer itself and needs \
+                 CUDA_DEVICE_MAX_CONNECTIONS unset or > 1)"
+                    .into(),
+            );
+        }
+        _ => {}
+    }
+    if train.overlap_grad_reduce {
+        par.push(flag("--overlap-grad-reduce"));
+    }
+    groups.push(("parallelism", par));
+
+    // Batch.
+    groups.push((
+        "batch",
+        vec![
+            ("--micro-batch-size", c.mbs.to_string()),
+            ("--global-batch-size", train.gbs.to_string()),
+        ],
+    ));
+
+    // Recompute: `plan_reasons` has accepted it.
+    let rc = recompute_flags(&plan.layout()).unwrap_or_default();
+    if !rc.is_empty() {
+        groups.push(("activation recompute", rc));
+    }
+
+    // Precision.
+    let prec: Vec<(&str, String)> = match train.dtype {
+        Dtype::Bf16 => vec![flag("--bf16")],
+        Dtype::Fp16 => vec![flag("--fp16")],
+        Dtype::Fp8 => vec![flag("--bf16"), ("--fp8-format", "hybrid".into())],
+    };
+    groups.push(("precision", prec));
+
+    let mut head = vec![
+        "Megatron-LM launch arguments written by plait.".to_string(),
+        String::new(),
+    ];
+    head.extend(summary_lines(plan, model, train));
+    head.push(String::new());
+    head.push(format!(
+        "world size = dp×tp×pp×cp = {}×{}×{}×{} = {} (Megatron derives dp from it); the \
+         vocabulary ({}) comes from the tokenizer flags",
+        c.dp,
+        c.tp,
+        c.pp,
+        c.cp,
+        c.gpus(),
+        model.vocab
+    ));
+    head.push(
+        "flag names checked against NVIDIA/Megatron-LM d98e8a6 (megatron/training/arguments.py)"
+            .into(),
+    );
+    head.extend(notes.iter().map(|n| format!("note: {n}")));
+    head.push(String::new());
+    head.push(
+        "usage: source megatron_args.sh; torchrun … pretrain_gpt.py \"${MEGATRON_ARGS[@]}\" \
+         <data, tokenizer, optimizer and checkpoint flags>"
+            .into(),
+    );
+
+    let mut out = String::from("#!/usr/bin/env bash\n");
+    out.push_str(&commented("# ", &head));
+    out.push('\n');
+    if (c.tp > 1 || c.cp > 1) && c.zero != 3 {
+        out.push_str(
+            "# Megatron asserts this with tensor or context parallelism (before Blackwell).\n",
+        );
+        out.push_str("export CUDA_DEVICE_MAX_CONNECTIONS=1\n\n");
+    }
+    out.push_str("MEGATRON_ARGS=(\n");
+    for (i, (title, flags)) in groups.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(&format!("    # {title}\n"));
+        for (name, value) in flags {
+            if value.is_empty() {
+                out.push_str(&format!("    {name}\n"));
+            } else {
+                out.push_str(&format!("    {name} {value}\n"));
+            }
+        }
+    }
+    out.push_str(")\n");
+    vec![ExportFile {
+        name: FILE.into(),
+        contents: out,
+    }]
+}

@@ -1,0 +1,344 @@
+//! A plan as the launch configuration of a training engine: Megatron-LM arguments, a
+//! DeepSpeed `ds_config.json`, a torchtitan job TOML.
+//!
+//! Pure: the exporters return file names and contents; the CLI writes them. Output is
+//! deterministic (same plan, same bytes). An engine that cannot run a plan exactly as plait
+//! modelled it refuses with every reason it finds ([`ExportError`]) rather than writing a
+//! configuration that would run something else; [`expressible`] answers the same question
+//! from the plan alone, so that the search can keep to what an engine runs.
+//!
+//! Every flag and key written is the engine's own; each exporter module names the upstream
+//! file (and commit) it was checked against.
+
+mod deepspeed;
+mod megatron;
+mod torchtitan;
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Serialize;
+use thiserror::Error;
+
+use plait_spec::{ModelSpec, ParallelConfig, Recompute, Schedule, StageMap, TrainSpec};
+
+use crate::Plan;
+
+/// A training engine plait writes launch configurations for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// Megatron-LM (Megatron-Core `pretrain_gpt.py` arguments).
+    Megatron,
+    /// DeepSpeed (`ds_config.json`).
+    DeepSpeed,
+    /// torchtitan (job config TOML).
+    Torchtitan,
+}
+
+impl Engine {
+    pub const ALL: &'static [Engine] = &[Engine::Megatron, Engine::DeepSpeed, Engine::Torchtitan];
+
+    /// The keyword of `--export`.
+    pub fn keyword(self) -> &'static str {
+        match self {
+            Engine::Megatron => "megatron",
+            Engine::DeepSpeed => "deepspeed",
+            Engine::Torchtitan => "torchtitan",
+        }
+    }
+
+    /// The accepted keywords, `|`-separated.
+    pub fn allowed() -> String {
+        Engine::ALL
+            .iter()
+            .map(|e| e.keyword())
+            .collect::<Vec<_>>()
+            .join("|")
+    }
+}
+
+impl fmt::Display for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.keyword())
+    }
+}
+
+impl FromStr for Engine {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Engine::ALL
+            .iter()
+            .copied()
+            .find(|e| e.keyword() == s.to_ascii_lowercase())
+            .ok_or_else(|| format!("`{s}` is not one of {}", Engine::allowed()))
+    }
+}
+
+/// What the engines' checks read of a plan: its configuration, layout and micro-batches.
+#[derive(Debug, Clone, Copy)]
+pub struct Layout<'a> {
+    pub config: &'a ParallelConfig,
+    pub stage_map: &'a StageMap,
+    pub microbatches: u64,
+}
+
+impl Plan {
+    /// The parts of the plan the engines' checks read.
+    pub fn layout(&self) -> Layout<'_> {
+        Layout {
+            config: &self.config,
+            stage_map: &self.stage_map,
+            microbatches: self.microbatches,
+        }
+    }
+}
+
+/// Whether `engine` can run configuration `c` with `layout` (the search filters with it
+/// before any estimate exists); `Err` holds every reason it cannot.
+pub fn supports(engine: Engine, layout: &Layout) -> Result<(), String> {
+    join(plan_reasons(engine, layout))
+}
+
+/// The block layouts `engine` can express: Megatron-LM and torchtitan place any layout
+/// (`--pipeline-model-parallel-layout`, `module_fqns_per_model_part`); DeepSpeed's
+/// `PipelineModule` partitions evenly. None recomputes different block counts per rank.
+pub fn map_shape(engine: Engine) -> crate::MapShape {
+    match engine {
+        Engine::Megatron | Engine::Torchtitan => crate::MapShape::UniformRecompute,
+        Engine::DeepSpeed => crate::MapShape::Even,
+    }
+}
+
+/// One file of an export: its name (no directory) and its text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExportFile {
+    pub name: String,
+    pub contents: String,
+}
+
+/// Why an engine cannot run a plan as plait modelled it: one line naming the engine and
+/// every reason found, `; `-separated.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{engine} cannot express this plan: {reason}")]
+pub struct ExportError {
+    pub engine: Engine,
+    pub reason: String,
+}
+
+/// Whether `engine` can run `plan` (its degrees, schedule, ZeRO stage, block layout and
+/// recompute) exactly; `Err` holds every reason it cannot, `; `-separated. Model- and
+/// batch-dependent limits (model family, dtype, sequence divisibility) are checked by
+/// [`export`] only.
+pub fn expressible(engine: Engine, plan: &Plan) -> Result<(), String> {
+    join(plan_reasons(engine, &plan.layout()))
+}
+
+/// The launch configuration of `plan` for `engine`, or every reason it cannot be written.
+pub fn export(
+    engine: Engine,
+    plan: &Plan,
+    model: &ModelSpec,
+    train: &TrainSpec,
+) -> Result<Vec<ExportFile>, ExportError> {
+    let mut reasons = Vec::new();
+    if let Err(e) = plan.stage_map.validate(model.layers, &plan.config) {
+        reasons.push(format!("its stage map does not fit {}: {e}", model.name));
+    } else {
+        reasons = plan_reasons(engine, &plan.layout());
+    }
+    reasons.extend(match engine {
+        Engine::Megatron => megatron::model_reasons(plan, model, train),
+        Engine::DeepSpeed => deepspeed::model_reasons(plan, model, train),
+        Engine::Torchtitan => torchtitan::model_reasons(plan, model, train),
+    });
+    join(reasons).map_err(|reason| ExportError { engine, reason })?;
+    Ok(match engine {
+        Engine::Megatron => megatron::write(plan, model, train),
+        Engine::DeepSpeed => deepspeed::write(plan, model, train),
+        Engine::Torchtitan => torchtitan::write(plan, model, train),
+    })
+}
+
+fn join(reasons: Vec<String>) -> Result<(), String> {
+    if reasons.is_empty() {
+        Ok(())
+    } else {
+        Err(reasons.join("; "))
+    }
+}
+
+fn plan_reasons(engine: Engine, plan: &Layout) -> Vec<String> {
+    if let Some(reason) = shape_problem(plan) {
+        return vec![reason];
+    }
+    match engine {
+        Engine::Megatron => megatron::plan_reasons(plan),
+        Engine::DeepSpeed => deepspeed::plan_reasons(plan),
+        Engine::Torchtitan => torchtitan::plan_reasons(plan),
+    }
+}
+
+/// A stage map whose lengths do not match the configuration (the helpers below index it).
+fn shape_problem(plan: &Layout) -> Option<String> {
+    let c = &plan.config;
+    let map = &plan.stage_map;
+    if c.pp == 0 || c.vp == 0 {
+        return Some("pp and vp must be ≥ 1".into());
+    }
+    if map.chunk_blocks.len() as u64 != c.pp * c.vp || map.recompute_blocks.len() as u64 != c.pp {
+        return Some(format!(
+            "its stage map lists {} chunks and {} recompute counts for pp×vp = {}×{}",
+            map.chunk_blocks.len(),
+            map.recompute_blocks.len(),
+            c.pp,
+            c.vp
+        ));
+    }
+    None
+}
+
+/// The pipeline schedule that matters: none without pipelining, and interleaving with one
+/// chunk per rank is plain 1F1B.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pipe {
+    None,
+    OneFOneB,
+    Interleaved,
+    Gpipe,
+    ZbH1,
+    Scp,
+}
+
+pub(crate) fn pipe(c: &ParallelConfig) -> Pipe {
+    if c.pp == 1 {
+        return Pipe::None;
+    }
+    match c.schedule {
+        Schedule::OneFOneB => Pipe::OneFOneB,
+        Schedule::Interleaved if c.vp == 1 => Pipe::OneFOneB,
+        Schedule::Interleaved => Pipe::Interleaved,
+        Schedule::Gpipe => Pipe::Gpipe,
+        Schedule::ZbH1 => Pipe::ZbH1,
+        Schedule::Scp => Pipe::Scp,
+    }
+}
+
+/// What the plan recomputes, block by block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Rc {
+    /// Nothing.
+    None,
+    /// The attention core of every block (Korthikanti et al.), nothing in full.
+    Selective,
+    /// Every block in full.
+    Full,
+    /// Some blocks in full (the per-rank counts), the others per `rest`.
+    Partial { counts: Vec<u64>, rest: Recompute },
+}
+
+pub(crate) fn recompute(plan: &Layout) -> Rc {
+    let (c, map) = (plan.config, plan.stage_map);
+    let counts = &map.recompute_blocks;
+    let rank_blocks: Vec<u64> = (0..c.pp).map(|r| map.rank_blocks(r, c.pp)).collect();
+    let rest = match c.recompute {
+        // `full` in the configuration means the listed blocks; the others keep everything.
+        Recompute::Full => Recompute::None,
+        other => other,
+    };
+    if counts.iter().all(|&n| n == 0) {
+        return match rest {
+            Recompute::Selective => Rc::Selective,
+            _ => Rc::None,
+        };
+    }
+    if counts == &rank_blocks {
+        return Rc::Full;
+    }
+    Rc::Partial {
+        counts: counts.clone(),
+        rest,
+    }
+}
+
+/// `[a, b, c]`.
+pub(crate) fn list(values: &[u64]) -> String {
+    let items: Vec<String> = values.iter().map(u64::to_string).collect();
+    format!("[{}]", items.join(", "))
+}
+
+/// The comment lines every export opens with: what plan this is and what plait predicts.
+pub(crate) fn summary_lines(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<String> {
+    let c = &plan.config;
+    let e = &plan.estimate;
+    const GIB: f64 = (1u64 << 30) as f64;
+    let mut lines = vec![
+        format!(
+            "plait plan for {} on {} GPUs: {}",
+            model.name,
+            c.gpus(),
+            c
+        ),
+        format!(
+            "batch: global {} sequences of {} tokens = {} micro-batches of {} per pipeline × dp {}; {}",
+            train.gbs, train.seq, plan.microbatches, c.mbs, c.dp, train.dtype
+        ),
+        format!(
+            "blocks per pipeline chunk (virtual stage j = chunk·pp + rank): {}",
+            list(&plan.stage_map.chunk_blocks)
+        ),
+        format!(
+            "blocks recomputed in full per pipeline rank: {} (others: {})",
+            list(&plan.stage_map.recompute_blocks),
+            match c.recompute {
+                Recompute::Selective => "selective",
+                _ => "none",
+            }
+        ),
+        format!(
+            "predicted by plait: {:.3} s per iteration, {:.0} tokens/s, {:.1} TFLOP/s per GPU (MFU {:.1} %)",
+            e.iteration_time_s,
+            e.tokens_per_s,
+            e.tflops_per_gpu,
+            100.0 * e.mfu
+        ),
+        format!(
+            "predicted peak memory: {:.1} GiB of {:.1} GiB per GPU (worst stage {}){}",
+            e.peak_memory_bytes / GIB,
+            e.memory_capacity_bytes / GIB,
+            e.worst_stage,
+            if e.fits { "" } else { " — does NOT fit" }
+        ),
+    ];
+    lines.extend(plan.notes.iter().map(|n| format!("note: {n}")));
+    lines
+}
+
+/// `lines` as `prefix`-commented text, one per line.
+pub(crate) fn commented(prefix: &str, lines: &[String]) -> String {
+    lines
+        .iter()
+        .map(|l| {
+            if l.is_empty() {
+                format!("{}\n", prefix.trim_end())
+            } else {
+                format!("{prefix}{l}\n")
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_keywords_round_trip() {
+        for e in Engine::ALL {
+            assert_eq!(e.keyword().parse::<Engine>().unwrap(), *e);
+            assert_eq!(e.to_string(), e.keyword());
+        }
+        let err = "colossal".parse::<Engine>().unwrap_err();
+        assert!(err.contains("megatron|deepspeed|torchtitan"), "{err}");
+    }
+}

@@ -1,0 +1,381 @@
+//! torchtitan: a job config TOML (`torchtitan.toml`).
+//!
+//! Keys checked against pytorch/torchtitan v0.2.2 (commit
+//! 73a0e6979dd10b6b1904098eb3c8f62c18ab87ce), `torchtitan/config/job_config.py` — the last
+//! release whose trainer reads TOML (`--job.config_file`, `run_train.sh`'s `CONFIG_FILE`); its
+//! loader (`config/manager.py`, `_dict_to_dataclass`) rejects unknown keys. torchtitan after
+//! #2386 (February 2026) builds the configuration in Python instead; its `--section.key value`
+//! command-line overrides take the same names.
+//! * `[model]` `name`, `flavor`, `converters` (`"quantize.linear.float8"`, registered in
+//!   `components/quantization/float8.py`); flavors from `models/llama3/__init__.py`.
+//! * `[training]` `local_batch_size`, `global_batch_size`, `seq_len`, `max_norm`,
+//!   `mixed_precision_param`, `mixed_precision_reduce` (`train.py`: accumulation steps =
+//!   global / (local × dp)).
+//! * `[parallelism]` `data_parallel_replicate_degree`, `data_parallel_shard_degree`,
+//!   `fsdp_reshard_after_forward` (`default|always|never`), `tensor_parallel_degree`,
+//!   `context_parallel_degree`, `expert_parallel_degree`, `pipeline_parallel_degree`,
+//!   `pipeline_parallel_schedule`, `pipeline_parallel_microbatch_size`,
+//!   `module_fqns_per_model_part` (stage i = chunk·pp + rank for looped schedules,
+//!   `distributed/pipeline_parallel.py`); schedule names from PyTorch's
+//!   `torch/distributed/pipelining/schedules.py` `get_schedule_class` (`1F1B`, `GPipe`,
+//!   `Interleaved1F1B`, `InterleavedZeroBubble` = ZB1P, i.e. ZB-H1 per stage).
+//! * `[activation_checkpoint]` `mode` (`selective|full|memory_budget|none`),
+//!   `selective_ac_option` (`"op"` or a layer frequency; `distributed/activation_checkpoint.py`).
+//! * `[quantize.linear.float8]` `filter_fqns`.
+//!
+//! What torchtitan cannot run, and where that was read:
+//! * ZeRO-0 data parallelism beside other dimensions: `models/llama3/infra/parallelize.py`
+//!   applies DDP only when it is the only dimension ("DDP has not supported > 1D
+//!   parallelism"); any sharded data parallelism is FSDP2 (`fully_shard`), which shards the
+//!   parameters too (ZeRO-3 at rest), over dp_shard × cp (`distributed/parallel_dims.py`).
+//! * Tensor parallelism without sequence parallelism: `apply_tp` always shards the norms along
+//!   the sequence (`SequenceParallel`).
+//! * Per-rank recompute counts: AC wraps every block (`full`), every n-th block by a global
+//!   counter, or ops (`selective`); never "the first k blocks of each stage".
+//! * Merak's scp schedule; sequences not divisible by 2·tp·cp (`parallel_dims.seq_len_divisor`).
+//! * Models other than the llama3 architecture (RMSNorm, SwiGLU, RoPE, no biases, untied head).
+
+use plait_spec::{Activation, AttentionImpl, Dtype, Family, ModelSpec, Norm, Positions, TrainSpec};
+
+use super::{commented, list, pipe, recompute, summary_lines, ExportFile, Layout, Pipe, Rc};
+use crate::Plan;
+
+pub(super) const FILE: &str = "torchtitan.toml";
+
+/// torchtitan v0.2.2's llama3 flavors: (flavor, hidden, layers, heads, kv heads, MLP width,
+/// vocabulary), MLP widths as its `FeedForward` computes them.
+const LLAMA3_FLAVORS: &[(&str, u64, u64, u64, u64, u64, u64)] = &[
+    ("8B", 4096, 32, 32, 8, 14336, 128256),
+    ("70B", 8192, 80, 64, 8, 28672, 128256),
+    ("405B", 16384, 126, 128, 8, 53248, 128256),
+];
+
+pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
+    let c = &plan.config;
+    let mut out = Vec::new();
+    match pipe(c) {
+        Pipe::Scp => out.push(
+            "the shifted-critical-path schedule (scp) is Merak's; torch.distributed.pipelining \
+             has none"
+                .to_string(),
+        ),
+        Pipe::ZbH1 => {
+            // ScheduleInterleavedZeroBubble runs rounds of pp micro-batches.
+            let m = plan.microbatches;
+            let rounds = (m / c.pp).max(1);
+            if !m.is_multiple_of(rounds) {
+                out.push(format!(
+                    "ZB-H1 runs as InterleavedZeroBubble, which needs the micro-batch count \
+                     ({m}) to be a multiple of its rounds (max(1, m / pp) = {rounds})"
+                ));
+            }
+        }
+        Pipe::None | Pipe::OneFOneB | Pipe::Interleaved | Pipe::Gpipe => {}
+    }
+    if c.zero == 0 && c.dp > 1 && (c.tp > 1 || c.pp > 1 || c.cp > 1) {
+        out.push(format!(
+            "replicated data parallelism (ZeRO-0, dp = {}) beside tp/pp/cp: torchtitan's DDP \
+             runs only when data parallelism is the sole dimension; use zero ≥ 1 (FSDP)",
+            c.dp
+        ));
+    }
+    if c.zero == 0 && c.cp > 1 {
+        out.push(format!(
+            "ZeRO-0 with cp = {}: torchtitan shards parameters with FSDP over the \
+             context-parallel ranks; use zero ≥ 1",
+            c.cp
+        ));
+    }
+    if c.tp > 1 && !c.sp {
+        out.push(format!(
+            "tp = {} without sequence parallelism: torchtitan's tensor parallelism always \
+             shards the norms along the sequence; use --sp",
+            c.tp
+        ));
+    }
+    if let Rc::Partial { counts, .. } = recompute(plan) {
+        out.push(format!(
+            "it recomputes {} blocks in full per pipeline rank, but torchtitan checkpoints \
+             every block, every n-th block of the model, or selected ops",
+            list(&counts)
+        ));
+    }
+    out
+}
+
+pub(super) fn model_reasons(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<String> {
+    let c = &plan.config;
+    let mut out = Vec::new();
+    match model.family {
+        Family::Gpt | Family::Bert => out.push(format!(
+            "{} is a {} model (LayerNorm, GELU, learned positions) and torchtitan ships none: \
+             its language models are llama3, llama4, qwen3, deepseek_v3 and gpt_oss",
+            model.name,
+            if model.family == Family::Gpt {
+                "GPT"
+            } else {
+                "BERT"
+            }
+        )),
+        Family::Moe => out.push(format!(
+            "{} is a Mixtral-style MoE and torchtitan ships none (its MoE models, llama4, \
+             qwen3, deepseek_v3 and gpt_oss, differ in routing and shared experts)",
+            model.name
+        )),
+        Family::Llama => {
+            let llama3 = model.norm == Norm::RmsNorm
+                && model.activation == Activation::SwiGlu
+                && model.positions == Positions::Rotary
+                && !model.qkv_bias
+                && !model.linear_bias
+                && !model.tied_embeddings
+                && model.head_dim * model.heads == model.hidden;
+            if !llama3 {
+                out.push(format!(
+                    "{} departs from torchtitan's llama3 block (RMSNorm, SwiGLU, RoPE, no \
+                     biases, untied head, head_dim = hidden / heads)",
+                    model.name
+                ));
+            }
+        }
+    }
+    if train.dtype == Dtype::Fp16 {
+        out.push(
+            "fp16: torchtitan's mixed precision is bfloat16 or float32 \
+             (training.mixed_precision_param)"
+                .to_string(),
+        );
+    }
+    let divisor = 2 * c.tp * c.cp;
+    if !train.seq.is_multiple_of(divisor) {
+        out.push(format!(
+            "torchtitan needs the sequence ({}) to be a multiple of tp × 2·cp = {divisor}",
+            train.seq
+        ));
+    }
+    out
+}
+
+fn quote(s: &str) -> String {
+    let mut out = String::from("\"");
+    for ch in s.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The llama3 flavor of `model`, or the flavor definition to register.
+fn flavor(model: &ModelSpec) -> Result<&'static str, String> {
+    let key = (
+        model.hidden,
+        model.layers,
+        model.heads,
+        model.kv_heads,
+        model.ffn_hidden,
+        model.vocab,
+    );
+    if let Some(f) = LLAMA3_FLAVORS
+        .iter()
+        .find(|f| (f.1, f.2, f.3, f.4, f.5, f.6) == key)
+    {
+        return Ok(f.0);
+    }
+    // FeedForward: hidden = multiple_of · ceil(int(multiplier · int(2·4h/3)) / multiple_of).
+    let base = 8 * model.hidden / 3;
+    let ffn = model.ffn_hidden;
+    let mlp = [256u64, 1024, 4096]
+        .iter()
+        .find(|&&k| base.div_ceil(k) * k == ffn)
+        .map(|k| format!("multiple_of={k}"))
+        .unwrap_or_else(|| {
+            if base <= ffn {
+                format!("multiple_of={ffn}")
+            } else {
+                format!(
+                    "multiple_of={ffn}, ffn_dim_multiplier={}",
+                    ffn as f64 / base as f64
+                )
+            }
+        });
+    Err(format!(
+        "TransformerModelArgs(dim={}, n_layers={}, n_heads={}, n_kv_heads={}, vocab_size={}, \
+         {mlp}, rope_theta=…)",
+        model.hidden, model.layers, model.heads, model.kv_heads, model.vocab
+    ))
+}
+
+/// `torchtitan.toml`. Callers have checked the reasons.
+pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<ExportFile> {
+    let c = &plan.config;
+    let mut notes: Vec<String> = Vec::new();
+    let flavor_name = match flavor(model) {
+        Ok(f) => f.to_string(),
+        Err(definition) => {
+            notes.push(format!(
+                "torchtitan has no llama3 flavor with this shape: add \"{}\": {definition} to \
+                 llama3_args in torchtitan/models/llama3/__init__.py",
+                model.name
+            ));
+            model.name.clone()
+        }
+    };
+    let pipelined = c.pp > 1;
+    // With pipelining, one step's local batch holds all m micro-batches of the pipeline;
+    // without, torchtitan accumulates m local batches of one micro-batch each.
+    let local_batch = if pipelined {
+        c.mbs * plan.microbatches
+    } else {
+        c.mbs
+    };
+    let (replicate, shard, reshard) = match c.zero {
+        0 => (c.dp, 1, None),
+        1 | 2 => (1, c.dp, Some("never")),
+        _ => (1, c.dp, Some("always")),
+    };
+    match c.zero {
+        1 | 2 if c.dp > 1 || c.cp > 1 => notes.push(format!(
+            "ZeRO-{}: torchtitan's sharded data parallelism is FSDP2, which also shards the \
+             parameters at rest; fsdp_reshard_after_forward = \"never\" keeps them gathered \
+             from forward to backward, as ZeRO-1/2 do",
+            c.zero
+        )),
+        3 if c.dp > 1 || c.cp > 1 => notes.push(
+            "ZeRO-3 is FSDP2 resharding after every forward (fsdp_reshard_after_forward = \
+             \"always\")"
+                .into(),
+        ),
+        _ => {}
+    }
+    if c.cp > 1 {
+        notes.push(format!(
+            "FSDP shards over dp_shard × cp = {} ranks",
+            shard * c.cp
+        ));
+    }
+    if recompute(&plan.layout()) == Rc::Selective {
+        notes.push(
+            "selective recompute is torchtitan's op-level policy (selective_ac_option = \"op\": \
+             it keeps attention outputs and every other matmul output and recomputes the rest), \
+             not Megatron's attention-core recompute that plait modelled"
+                .into(),
+        );
+    }
+    if train.attention == AttentionImpl::Unfused {
+        notes.push("torchtitan computes attention with SDPA (flash), not unfused".into());
+    }
+    if train.dropout {
+        notes.push("torchtitan's llama3 has no dropout".into());
+    }
+    if !train.overlap_grad_reduce {
+        notes.push("FSDP2 and DDP always overlap gradient reduction with the backward".into());
+    }
+
+    let mut out = String::new();
+    let mut head = vec![
+        "torchtitan job config written by plait.".to_string(),
+        String::new(),
+    ];
+    head.extend(summary_lines(plan, model, train));
+    head.push(String::new());
+    head.push(
+        "keys checked against pytorch/torchtitan v0.2.2 (torchtitan/config/job_config.py), the \
+         last release that reads TOML; newer torchtitan takes each key as --section.key value"
+            .into(),
+    );
+    head.extend(notes.iter().map(|n| format!("note: {n}")));
+    head.push(String::new());
+    head.push(format!(
+        "usage: NGPU=<GPUs per node> CONFIG_FILE=torchtitan.toml ./run_train.sh over {} GPUs \
+         (dp×tp×pp×cp)",
+        c.gpus()
+    ));
+    out.push_str(&commented("# ", &head));
+
+    out.push_str("\n[job]\n");
+    out.push_str(&format!(
+        "description = {}\n",
+        quote(&format!("plait: {} {}", model.name, c))
+    ));
+
+    out.push_str("\n[model]\n");
+    out.push_str("name = \"llama3\"\n");
+    out.push_str(&format!("flavor = {}\n", quote(&flavor_name)));
+    if train.dtype == Dtype::Fp8 {
+        out.push_str("converters = [\"quantize.linear.float8\"]\n");
+    }
+
+    out.push_str("\n[training]\n");
+    out.push_str(&format!("local_batch_size = {local_batch}\n"));
+    out.push_str(&format!("global_batch_size = {}\n", train.gbs));
+    out.push_str(&format!("seq_len = {}\n", train.seq));
+    out.push_str("max_norm = 1.0\n");
+    out.push_str("mixed_precision_param = \"bfloat16\"\n");
+    out.push_str("mixed_precision_reduce = \"float32\"\n");
+
+    out.push_str("\n[parallelism]\n");
+    out.push_str(&format!("data_parallel_replicate_degree = {replicate}\n"));
+    out.push_str(&format!("data_parallel_shard_degree = {shard}\n"));
+    if let Some(policy) = reshard {
+        out.push_str(&format!("fsdp_reshard_after_forward = \"{policy}\"\n"));
+    }
+    out.push_str(&format!("tensor_parallel_degree = {}\n", c.tp));
+    out.push_str(&format!("context_parallel_degree = {}\n", c.cp));
+    out.push_str(&format!("expert_parallel_degree = {}\n", c.ep));
+    out.push_str(&format!("pipeline_parallel_degree = {}\n", c.pp));
+    if pipelined {
+        let schedule = match pipe(c) {
+            Pipe::Interleaved => "Interleaved1F1B",
+            Pipe::Gpipe => "GPipe",
+            Pipe::ZbH1 => "InterleavedZeroBubble",
+            _ => "1F1B",
+        };
+        out.push_str(&format!("pipeline_parallel_schedule = \"{schedule}\"\n"));
+        out.push_str(&format!("pipeline_parallel_microbatch_size = {}\n", c.mbs));
+        // Stage j = chunk·pp + rank, as plait numbers its virtual stages.
+        out.push_str("module_fqns_per_model_part = [\n");
+        let stages = plan.stage_map.chunk_blocks.len();
+        let mut next = 0u64;
+        for (j, &k) in plan.stage_map.chunk_blocks.iter().enumerate() {
+            let mut names: Vec<String> = Vec::new();
+            if j == 0 {
+                names.push("tok_embeddings".into());
+            }
+            names.extend((next..next + k).map(|i| format!("layers.{i}")));
+            next += k;
+            if j + 1 == stages {
+                names.push("norm".into());
+                names.push("output".into());
+            }
+            let quoted: Vec<String> = names.iter().map(|n| quote(n)).collect();
+            out.push_str(&format!("    [{}],\n", quoted.join(", ")));
+        }
+        out.push_str("]\n");
+    }
+
+    out.push_str("\n[activation_checkpoint]\n");
+    match recompute(&plan.layout()) {
+        Rc::Full => out.push_str("mode = \"full\"\n"),
+        Rc::Selective => {
+            out.push_str("mode = \"selective\"\n");
+            out.push_str("selective_ac_option = \"op\"\n");
+        }
+        // `plan_reasons` refuses partial recompute.
+        Rc::None | Rc::Partial { .. } => out.push_str("mode = \"none\"\n"),
+    }
+
+    if train.dtype == Dtype::Fp8 {
+        out.push_str("\n[quantize.linear.float8]\n");
+        out.push_str("filter_fqns = [\"output\"]\n");
+    }
+
+    vec![ExportFile {
+        name: FILE.into(),
+        contents: out,
+    }]
+}
