@@ -150,6 +150,18 @@ pub fn load_cluster(name: &str) -> Result<ClusterSpec> {
 }
 
 impl WorkloadArgs {
+    /// Whether `--model` names an ONNX file (a general DAG rather than a transformer).
+    pub fn is_onnx(&self) -> bool {
+        self.model.to_ascii_lowercase().ends_with(".onnx")
+    }
+
+    /// The cluster and its device model, for inputs that are not a transformer spec.
+    pub fn resolve_cluster(&self) -> Result<(ClusterSpec, DeviceModel)> {
+        let cluster = load_cluster(&self.cluster)?;
+        let device = device_for(&cluster, self.dtype)?;
+        Ok((cluster, device))
+    }
+
     pub fn resolve(&self) -> Result<Resolved> {
         let model = load_model(&self.model)?;
         let cluster = load_cluster(&self.cluster)?;

@@ -159,6 +159,9 @@ struct SearchJson {
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
 pub fn run(args: &PlanArgs) -> Result<String> {
+    if args.workload.is_onnx() {
+        return run_onnx(args);
+    }
     let r = args.workload.resolve()?;
     let Some(gpus) = args.workload.gpus()? else {
         bail!("--gpus: plan needs the number of GPUs to split the work over (integers ≥ 1)");
@@ -336,4 +339,98 @@ fn layout(p: &Plan) -> String {
     } else {
         format!("{blocks}, full recompute {:?}", m.recompute_blocks)
     }
+}
+
+/// `plait plan --model model.onnx`: data parallel × pipeline stages cut by the optimal DAG
+/// partitioner; `--gbs` counts executions of the graph (its own batch each).
+fn run_onnx(args: &PlanArgs) -> Result<String> {
+    let w = &args.workload;
+    let Some(gpus) = w.gpus()? else {
+        bail!("--gpus: plan needs the number of GPUs to split the work over (integers ≥ 1)");
+    };
+    let batches = positive("gbs", w.gbs)?;
+    let top = positive("top", args.top)? as usize;
+    if args.export.is_some() {
+        bail!("--export: engines take transformer specs; an ONNX model has no engine export");
+    }
+    let (cluster, device) = w.resolve_cluster()?;
+    let bytes =
+        std::fs::read(&w.model).with_context(|| format!("--model: cannot read `{}`", w.model))?;
+    let graph = plait_partition::onnx::import(
+        &bytes,
+        &w.model,
+        &plait_partition::onnx::Costs::new(&device, &cluster),
+    )?;
+    let max_pp = args
+        .pins
+        .pp
+        .map(|p| positive("pp", p))
+        .transpose()?
+        .unwrap_or(64);
+    let started = Instant::now();
+    let out = plait_planner::dag::plan_graph(&graph, &cluster, gpus, batches, max_pp, top)?;
+    let elapsed_s = started.elapsed().as_secs_f64();
+    if args.json {
+        let doc = serde_json::json!({
+            "model": w.model,
+            "cluster": cluster.name,
+            "gpus": gpus,
+            "nodes": graph.nodes.len(),
+            "plans": out.plans,
+            "search": { "candidates": out.candidates, "elapsed_s": elapsed_s },
+            "infeasible": out.infeasible,
+        });
+        return Ok(serde_json::to_string_pretty(&doc)? + "\n");
+    }
+    let mut text = format!(
+        "plait plan: {} ({} nodes) on {gpus} × {} ({}), {batches} executions per iteration\n\
+         searched {} dp × pp splits in {elapsed_s:.3} s\n\n",
+        w.model,
+        graph.nodes.len(),
+        cluster.gpu.name,
+        cluster.name,
+        out.candidates
+    );
+    if let Some(reason) = &out.infeasible {
+        text += &format!("NO PLAN FITS: {reason}\n");
+        return Ok(text);
+    }
+    let mut table = Table::new();
+    table.load_preset(UTF8_BORDERS_ONLY).set_header([
+        "#",
+        "dp",
+        "pp",
+        "micro-batches",
+        "step",
+        "samples/s",
+        "bottleneck",
+        "bubble",
+        "dp comm",
+    ]);
+    let right = |s: String| Cell::new(s).set_alignment(CellAlignment::Right);
+    for (i, p) in out.plans.iter().enumerate() {
+        table.add_row([
+            Cell::new(i + 1),
+            right(p.dp.to_string()),
+            right(p.pp.to_string()),
+            right(p.microbatches.to_string()),
+            right(format!("{:.3} ms", p.iteration_time_s * 1e3)),
+            right(format!("{:.0}", p.samples_per_s)),
+            right(format!("{:.3} ms", p.bottleneck_s * 1e3)),
+            right(format!("{:.3} ms", p.pipeline_bubble_s * 1e3)),
+            right(format!("{:.3} ms", p.dp_comm_s * 1e3)),
+        ]);
+    }
+    text += &format!("{table}\n");
+    if let Some(best) = out.plans.first() {
+        for (k, s) in best.partition.stages.iter().enumerate() {
+            text += &format!(
+                "stage {k}: {} nodes, load {:.3} ms, {:.2} GiB\n",
+                s.ids.len(),
+                s.load * 1e3,
+                s.memory_bytes / GIB
+            );
+        }
+    }
+    Ok(text)
 }

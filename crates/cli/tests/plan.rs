@@ -175,3 +175,39 @@ fn bad_plan_input_is_a_clear_error() {
         "--export megatron",
     );
 }
+
+#[test]
+fn onnx_models_plan_through_the_dag_partitioner() {
+    let onnx = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../partition/tests/data/cnn.onnx"
+    );
+    let v = json(&[
+        "plan",
+        "--model",
+        onnx,
+        "--cluster",
+        "dgx-h100",
+        "--gpus",
+        "8",
+        "--gbs",
+        "64",
+        "--json",
+    ]);
+    assert_eq!(v["nodes"], 12);
+    let plans = v["plans"].as_array().unwrap();
+    assert!(!plans.is_empty());
+    for p in plans {
+        let (dp, pp) = (p["dp"].as_u64().unwrap(), p["pp"].as_u64().unwrap());
+        assert_eq!(dp * pp, 8);
+        // The optimal split may use fewer stages when more cannot lower the bottleneck.
+        assert!(p["partition"]["stages"].as_array().unwrap().len() as u64 <= pp);
+        assert!(p["iteration_time_s"].as_f64().unwrap() > 0.0);
+    }
+    check(
+        &[
+            "plan", "--model", onnx, "--gpus", "8", "--export", "megatron",
+        ],
+        "--export",
+    );
+}

@@ -4,6 +4,7 @@
 //!
 //! Pure: no file I/O, no printing; the CLI reads inputs and renders outputs.
 
+pub mod dag;
 pub mod export;
 pub mod layout;
 pub mod plan;
@@ -29,4 +30,6 @@ pub enum PlanError {
     Invalid(#[from] plait_schedule::ValidationError),
     #[error("simulation: {0}")]
     Simulate(#[from] plait_schedule::SimError),
+    #[error("graph: {0}")]
+    Graph(String),
 }
