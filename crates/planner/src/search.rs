@@ -350,13 +350,24 @@ fn model_state_lower_bound(m: &ModelSpec, c: &ParallelConfig) -> f64 {
         + per(expert / (c.tp * c.pp * c.ep) as f64, dpc / c.ep as f64)
 }
 
-/// One screened candidate.
+/// One screened candidate, kept small: tens of thousands are alive at once.
 #[derive(Debug, Clone)]
 struct Screened {
     index: usize,
     config: ParallelConfig,
-    map: StageMap,
-    estimate: Estimate,
+    /// The layout with per-stage recompute when fitting needed one; None: even.
+    fitted: Option<StageMap>,
+    time_s: f64,
+    fits: bool,
+    peak_bytes: f64,
+}
+
+impl Screened {
+    fn map(&self, layers: u64) -> StageMap {
+        self.fitted
+            .clone()
+            .unwrap_or_else(|| StageMap::uniform(layers, &self.config))
+    }
 }
 
 /// Plans `req`: the best `req.top` plans by simulated iteration time, or why nothing fits.
@@ -397,7 +408,7 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
 
     let done = std::sync::atomic::AtomicUsize::new(0);
     let total = hopeful.len();
-    let screened: Vec<(usize, Vec<Screened>)> = hopeful
+    let screened: Vec<(usize, Option<Screened>)> = hopeful
         .par_iter()
         .map(|&(index, c)| {
             let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -409,9 +420,10 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
         .collect();
     progress(total, total);
     stats.estimated = screened.iter().map(|(n, _)| n).sum();
-    let mut all: Vec<Screened> = screened.into_iter().flat_map(|(_, s)| s).collect();
-    let (mut fits, rest): (Vec<Screened>, Vec<Screened>) =
-        all.drain(..).partition(|s| s.estimate.fits);
+    let (mut fits, rest): (Vec<Screened>, Vec<Screened>) = screened
+        .into_iter()
+        .filter_map(|(_, s)| s)
+        .partition(|s| s.fits);
     stats.feasible = fits.len();
 
     if fits.is_empty() {
@@ -421,21 +433,17 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
             infeasible: Some(infeasible(req, &rest)),
         });
     }
-    fits.sort_by(|a, b| {
-        a.estimate
-            .iteration_time_s
-            .total_cmp(&b.estimate.iteration_time_s)
-            .then(a.index.cmp(&b.index))
-    });
+    fits.sort_by(|a, b| a.time_s.total_cmp(&b.time_s).then(a.index.cmp(&b.index)));
     fits.truncate(req.simulate.max(req.top));
 
     // Second level: optimal block layout, then the event simulator.
     let refined: Vec<Result<Option<(usize, Plan)>, PlanError>> = fits
         .par_iter()
         .map(|s| {
-            let map = partition_blocks(req, &cache_for(&cache, &s.config), &s.config, &s.map)
+            let even = s.map(req.model.layers);
+            let map = partition_blocks(req, &cache_for(&cache, &s.config), &s.config, &even)
                 .filter(|m| allowed(req, &s.config, Some(m)))
-                .unwrap_or_else(|| s.map.clone());
+                .unwrap_or(even);
             if !allowed(req, &s.config, Some(&map)) {
                 return Ok(None);
             }
@@ -505,7 +513,7 @@ fn screen(
     cache: &HashMap<ShapeKey, LayerCosts>,
     index: usize,
     c: ParallelConfig,
-) -> (usize, Vec<Screened>) {
+) -> (usize, Option<Screened>) {
     let (policy, full) = cache_for(cache, &c);
     let map = StageMap::uniform(req.model.layers, &c);
     let est = |map: &StageMap| {
@@ -520,41 +528,31 @@ fn screen(
             map,
         )
     };
-    let e = est(&map);
-    let mut out = vec![Screened {
+    let summary = |e: &Estimate, fitted: Option<StageMap>| Screened {
         index,
         config: c,
-        map: map.clone(),
-        estimate: e,
-    }];
-    let mut estimated = 1;
-    if !out[0].estimate.fits && c.recompute != Recompute::Full {
-        if let Some(fitted) = fit_recompute(req, &c, &map, &out[0].estimate, &policy, &full) {
-            let e = est(&fitted);
-            estimated += 1;
-            out.push(Screened {
-                index,
-                config: c,
-                map: fitted,
-                estimate: e,
-            });
+        fitted,
+        time_s: e.iteration_time_s,
+        fits: e.fits,
+        peak_bytes: e.peak_memory_bytes,
+    };
+    let e = est(&map);
+    if e.fits || c.recompute == Recompute::Full {
+        return (1, Some(summary(&e, None)));
+    }
+    // Does not fit: the fewest fully recomputed blocks per stage that would.
+    match fit_recompute(req, &c, &map, &e, &policy, &full) {
+        Some(fitted) => {
+            let f = est(&fitted);
+            let keep = if f.fits || f.peak_memory_bytes < e.peak_memory_bytes {
+                summary(&f, Some(fitted))
+            } else {
+                summary(&e, None)
+            };
+            (2, Some(keep))
         }
+        None => (1, Some(summary(&e, None))),
     }
-    // Keep only what can matter: feasible candidates, or the least memory-hungry
-    // infeasible one (for the explanation).
-    let fits: Vec<Screened> = out.iter().filter(|s| s.estimate.fits).cloned().collect();
-    if fits.is_empty() {
-        let least = out
-            .into_iter()
-            .min_by(|a, b| {
-                a.estimate
-                    .peak_memory_bytes
-                    .total_cmp(&b.estimate.peak_memory_bytes)
-            })
-            .expect("one estimate");
-        return (estimated, vec![least]);
-    }
-    (estimated, fits)
 }
 
 /// Explains an infeasible request: the least memory any configuration needs, and the
@@ -565,20 +563,31 @@ fn infeasible(req: &Request, rest: &[Screened]) -> Infeasible {
     let usable = req.cluster.gpu.memory_bytes - req.cluster.memory_reserve_bytes;
     let lower = (state_bytes / usable).ceil().max(1.0) as u64;
     let best = rest.iter().min_by(|a, b| {
-        a.estimate
-            .peak_memory_bytes
-            .total_cmp(&b.estimate.peak_memory_bytes)
+        a.peak_bytes
+            .total_cmp(&b.peak_bytes)
+            .then(a.index.cmp(&b.index))
     });
     let (reason, min_memory_bytes) = match best {
-        Some(s) => (
-            format!(
-                "no configuration of {} GPUs fits; the least memory-hungry ({}) {}",
-                req.gpus,
-                s.config,
-                s.estimate.reason().unwrap_or_default()
-            ),
-            s.estimate.peak_memory_bytes,
-        ),
+        Some(s) => {
+            let e = plait_cost::estimate_mapped(
+                req.model,
+                req.cluster,
+                req.train,
+                &s.config,
+                req.device,
+                &s.map(req.model.layers),
+            )
+            .ok();
+            (
+                format!(
+                    "no configuration of {} GPUs fits; the least memory-hungry ({}) {}",
+                    req.gpus,
+                    s.config,
+                    e.and_then(|e| e.reason()).unwrap_or_default()
+                ),
+                s.peak_bytes,
+            )
+        }
         None => (
             format!(
                 "no configuration of {} GPUs fits: {} parameters need {:.0} GiB of weights, \
