@@ -5,20 +5,7 @@
 use plait_spec::Schedule as Kind;
 use thiserror::Error;
 
-use crate::ir::{Instr, Op, Schedule};
-
-/// How the data-parallel gradient reduction is placed in the program.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum GradReduce {
-    /// No data parallelism: no reduction instructions.
-    #[default]
-    None,
-    /// Each chunk's reduction is launched right after its last weight-gradient pass, so it
-    /// overlaps the rest of the backward (Megatron-LM `--overlap-grad-reduce`).
-    Overlapped,
-    /// All reductions are launched after the last backward.
-    AtEnd,
-}
+use crate::ir::{GradReduce, Instr, Op, Schedule};
 
 /// What to generate.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,9 +46,22 @@ pub enum GenerateError {
     ChunksNeedInterleaved { kind: Kind, chunks: u32 },
     #[error("interleaved needs the micro-batches ({microbatches}) to be a multiple of the stages ({stages}), as Megatron-LM's schedule does")]
     InterleavedMicrobatches { microbatches: u32, stages: u32 },
+    #[error("{what} = {value} is larger than the {max} a schedule supports")]
+    TooLarge {
+        what: &'static str,
+        value: u64,
+        max: u64,
+    },
     #[error("recompute lists {got} ranks but the schedule has {stages}")]
     RecomputeLength { got: usize, stages: u32 },
 }
+
+/// Largest pipeline (ranks, or ranks × chunks) a schedule may have: far beyond any published
+/// run (Megatron-LM's largest pipelines have 64–128 virtual stages) and small enough that
+/// every index fits in u32.
+const MAX_STAGES: u64 = 1 << 16;
+/// Largest number of (micro-batch, chunk) steps per rank.
+const MAX_STEPS: u64 = 1 << 24;
 
 /// Where a rank re-runs a chunk's forward relative to waiting for its output gradient.
 #[derive(Clone, Copy, PartialEq)]
@@ -139,6 +139,19 @@ pub fn generate(spec: &ScheduleSpec) -> Result<Schedule, GenerateError> {
             return Err(GenerateError::Zero { field });
         }
     }
+    for (what, value, max) in [
+        ("stages", u64::from(p), MAX_STAGES),
+        (
+            "micro-batches × chunks",
+            u64::from(m) * u64::from(v),
+            MAX_STEPS,
+        ),
+        ("stages × chunks", u64::from(p) * u64::from(v), MAX_STAGES),
+    ] {
+        if value > max {
+            return Err(GenerateError::TooLarge { what, value, max });
+        }
+    }
     if v > 1 && kind != Kind::Interleaved {
         return Err(GenerateError::ChunksNeedInterleaved { kind, chunks: v });
     }
@@ -199,6 +212,7 @@ pub fn generate(spec: &ScheduleSpec) -> Result<Schedule, GenerateError> {
         stages: p,
         chunks: v,
         microbatches: m,
+        grad_reduce: spec.grad_reduce,
         ranks,
     })
 }

@@ -111,6 +111,21 @@ impl fmt::Display for Instr {
     }
 }
 
+/// How the data-parallel gradient reduction is placed in the program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GradReduce {
+    /// No data parallelism: no reduction instructions.
+    #[default]
+    None,
+    /// Each chunk's reduction is launched right after its last weight-gradient pass, bucket
+    /// by bucket as the gradients appear, so it overlaps the rest of the backward
+    /// (Megatron-LM `--overlap-grad-reduce`).
+    Overlapped,
+    /// All reductions are launched after the last backward.
+    AtEnd,
+}
+
 /// A complete pipeline schedule of one training iteration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Schedule {
@@ -122,6 +137,9 @@ pub struct Schedule {
     pub chunks: u32,
     /// Micro-batches per iteration `m`.
     pub microbatches: u32,
+    /// How the `ReduceGradients` instructions behave.
+    #[serde(default)]
+    pub grad_reduce: GradReduce,
     /// `ranks[r]` is rank `r`'s program, in execution order.
     pub ranks: Vec<Vec<Instr>>,
 }

@@ -11,8 +11,8 @@ pub mod render;
 pub mod simulate;
 pub mod validate;
 
-pub use generate::{generate, GenerateError, GradReduce, ScheduleSpec};
-pub use ir::{Instr, Op, Schedule};
+pub use generate::{generate, GenerateError, ScheduleSpec};
+pub use ir::{GradReduce, Instr, Op, Schedule};
 pub use simulate::{
     simulate, ChunkCosts, Costs, RankCosts, RankReport, SimError, Simulation, Span, Stream,
 };

@@ -13,8 +13,9 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::ir::GradReduce;
 use crate::ir::{Instr, Op, Schedule};
-use crate::validate::{destination, link};
+use crate::validate::{destination, queue};
 
 /// One micro-batch through one chunk of one rank.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -102,6 +103,8 @@ pub enum SimError {
     },
     #[error("the schedule deadlocks: {0} (run the validator for details)")]
     Deadlock(String),
+    #[error("the schedule is malformed: {0} (run the validator for details)")]
+    Malformed(String),
 }
 
 /// Where a span ran.
@@ -174,7 +177,39 @@ struct RankState {
     /// Last compute span and, per chunk, its last weight-gradient span.
     last_compute: Option<u32>,
     last_weight: Vec<Option<u32>>,
+    /// Bytes a recompute rebuilt, per (micro-batch, chunk), until its backward frees them.
+    rebuilt: Vec<f64>,
     done: bool,
+}
+
+/// The checks the simulator needs to index safely (the validator does the full job).
+fn check_shape(s: &Schedule) -> Result<(), SimError> {
+    let (p, v, m) = (s.stages, s.chunks, s.microbatches);
+    if p == 0 || v == 0 || m == 0 || s.ranks.len() != p as usize {
+        return Err(SimError::Malformed(format!(
+            "{} rank programs for {p} stages of {v} chunks and {m} micro-batches",
+            s.ranks.len()
+        )));
+    }
+    let last = u64::from(p) * u64::from(v) - 1;
+    for (r, prog) in s.ranks.iter().enumerate() {
+        for (i, instr) in prog.iter().enumerate() {
+            let j = u64::from(instr.chunk) * u64::from(p) + r as u64;
+            let bad = instr.chunk >= v
+                || instr.microbatch >= m
+                || match instr.op {
+                    Op::RecvActivation | Op::SendGradient => j == 0,
+                    Op::RecvGradient | Op::SendActivation => j == last,
+                    _ => false,
+                };
+            if bad {
+                return Err(SimError::Malformed(format!(
+                    "rank {r}, instruction {i} ({instr}) is out of range"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Simulates `s` with `costs`. The schedule should have passed [`crate::validate()`]; a
@@ -194,11 +229,14 @@ pub fn simulate(s: &Schedule, costs: &Costs) -> Result<Simulation, SimError> {
             expected: s.chunks,
         });
     }
+    check_shape(s)?;
     let mut spans: Vec<Span> = Vec::with_capacity(s.len());
-    // In-order message queues per (sender, receiver, kind): arrival time and transfer span.
-    let mut queues: Vec<VecDeque<(f64, u32)>> = vec![VecDeque::new(); (p * p * 2) as usize];
-    // Physical link (sender, receiver): when it is free and the span that occupies it.
-    let mut link_free: Vec<(f64, Option<u32>)> = vec![(0.0, None); (p * p) as usize];
+    // In-order message queues per (sender, kind): arrival time and transfer span.
+    let mut queues: Vec<VecDeque<(f64, u32)>> = vec![VecDeque::new(); p as usize * 2];
+    // Physical link out of each sender, per direction (one link when p ≤ 2, where the next
+    // and the previous rank are the same): when it is free and the span that occupies it.
+    let wire = |from: u32, gradient: bool| queue(from, gradient && p > 2);
+    let mut link_free: Vec<(f64, Option<u32>)> = vec![(0.0, None); p as usize * 2];
     let mut waiting: Vec<Option<u32>> = vec![None; queues.len()];
     let mut states: Vec<RankState> = (0..p)
         .map(|r| {
@@ -215,6 +253,7 @@ pub fn simulate(s: &Schedule, costs: &Costs) -> Result<Simulation, SimError> {
                 peak_inflight: 0,
                 busy: 0.0,
                 timeline: vec![(0.0, static_bytes)],
+                rebuilt: vec![0.0; s.microbatches as usize * s.chunks as usize],
                 last_compute: None,
                 last_weight: vec![None; s.chunks as usize],
                 done: false,
@@ -238,7 +277,7 @@ pub fn simulate(s: &Schedule, costs: &Costs) -> Result<Simulation, SimError> {
                     let gradient = instr.op == Op::RecvGradient;
                     let j = s.virtual_stage(r, instr.chunk);
                     let from = s.locate(if gradient { j + 1 } else { j - 1 }).0;
-                    let q = link(p, from, r, gradient);
+                    let q = queue(from, gradient);
                     let Some((arrival, span)) = queues[q].pop_front() else {
                         waiting[q] = Some(r);
                         break;
@@ -256,7 +295,7 @@ pub fn simulate(s: &Schedule, costs: &Costs) -> Result<Simulation, SimError> {
                     } else {
                         cc.send_activation_s
                     };
-                    let (free, link_gate) = link_free[(r * p + to) as usize];
+                    let (free, link_gate) = link_free[wire(r, gradient)];
                     let (start, pred) = if free > st.compute_free {
                         (free, link_gate)
                     } else {
@@ -271,8 +310,8 @@ pub fn simulate(s: &Schedule, costs: &Costs) -> Result<Simulation, SimError> {
                         end_s: start + dur,
                         pred,
                     });
-                    link_free[(r * p + to) as usize] = (start + dur, Some(id));
-                    let q = link(p, r, to, gradient);
+                    link_free[wire(r, gradient)] = (start + dur, Some(id));
+                    let q = queue(r, gradient);
                     queues[q].push_back((start + dur, id));
                     if let Some(w) = waiting[q].take() {
                         runnable.push(w);
@@ -283,8 +322,9 @@ pub fn simulate(s: &Schedule, costs: &Costs) -> Result<Simulation, SimError> {
                     let issue = st.compute_free;
                     // Launched right after the chunk's last weight-gradient pass, a bucket
                     // reduces as soon as that pass has produced its share of the gradients.
-                    let overlapped =
-                        st.last_weight[c].is_some() && st.last_weight[c] == st.last_compute;
+                    let overlapped = s.grad_reduce == GradReduce::Overlapped
+                        && st.last_weight[c].is_some()
+                        && st.last_weight[c] == st.last_compute;
                     let buckets = cc.reduce_buckets.max(1);
                     let (ws, wd) = match st.last_weight[c] {
                         Some(w) if overlapped => {
@@ -338,17 +378,27 @@ pub fn simulate(s: &Schedule, costs: &Costs) -> Result<Simulation, SimError> {
                         (st.compute_free, st.gate)
                     };
                     let end = start + dur;
-                    // Memory: allocations at the start, releases at the end.
+                    // Memory: allocations at the start, releases at the end; a backward frees
+                    // the rebuilt activations only if a recompute built them.
+                    let unit = instr.microbatch as usize * s.chunks as usize + instr.chunk as usize;
+                    let rebuilt = match op {
+                        Op::Recompute => {
+                            st.rebuilt[unit] = cc.recompute_bytes;
+                            0.0
+                        }
+                        Op::Backward | Op::BackwardInput => std::mem::take(&mut st.rebuilt[unit]),
+                        _ => 0.0,
+                    };
                     let (alloc, release) = match op {
                         Op::Forward => (cc.activation_bytes, 0.0),
                         Op::Recompute => (cc.recompute_bytes, 0.0),
                         Op::Backward => (
                             cc.backward_bytes,
-                            cc.backward_bytes + cc.activation_bytes + cc.recompute_bytes,
+                            cc.backward_bytes + cc.activation_bytes + rebuilt,
                         ),
                         Op::BackwardInput => (
                             cc.backward_bytes,
-                            cc.backward_bytes + cc.activation_bytes + cc.recompute_bytes
+                            cc.backward_bytes + cc.activation_bytes + rebuilt
                                 - cc.weight_grad_bytes,
                         ),
                         Op::BackwardWeight => (0.0, cc.weight_grad_bytes),

@@ -84,17 +84,32 @@ pub fn validate(s: &Schedule) -> Result<(), ValidationError> {
             s.ranks.len()
         )));
     }
+    if u64::from(p) * u64::from(v) > u64::from(u32::MAX) {
+        return Err(ValidationError::whole(format!(
+            "{p} stages × {v} chunks do not fit the IR's 32-bit virtual stage numbers"
+        )));
+    }
+    let mut reductions = 0;
     for (r, prog) in s.ranks.iter().enumerate() {
-        check_rank(s, r as u32, prog)?;
+        reductions += check_rank(s, r as u32, prog)?;
+    }
+    // Data parallelism is all or nothing: every rank reduces every chunk, or none does.
+    let all = p as usize * v as usize;
+    if reductions != 0 && reductions != all {
+        return Err(ValidationError::whole(format!(
+            "{reductions} of the {all} (rank, chunk) gradient reductions are present: every rank must reduce every chunk, or none"
+        )));
     }
     check_links(s)
 }
 
-/// Local order and completeness of one rank's program.
-fn check_rank(s: &Schedule, r: u32, prog: &[Instr]) -> Result<(), ValidationError> {
+/// Local order and completeness of one rank's program; returns its number of gradient
+/// reductions.
+fn check_rank(s: &Schedule, r: u32, prog: &[Instr]) -> Result<usize, ValidationError> {
     let (v, m) = (s.chunks, s.microbatches);
     let last_stage = s.virtual_stages() - 1;
-    let mut units = vec![Unit::default(); (m * v) as usize];
+    let unit = |mb: u32, c: u32| mb as usize * v as usize + c as usize;
+    let mut units = vec![Unit::default(); unit(m, 0)];
     let mut reduced = vec![false; v as usize];
     let mut weights_done = vec![0u32; v as usize];
     let mut stepped = false;
@@ -108,6 +123,12 @@ fn check_rank(s: &Schedule, r: u32, prog: &[Instr]) -> Result<(), ValidationErro
         }
         let j = s.virtual_stage(r, instr.chunk);
         match instr.op {
+            Op::OptimizerStep | Op::ReduceGradients if instr.microbatch != 0 => {
+                return err("names a micro-batch, but it acts on the whole iteration (use 0)");
+            }
+            Op::OptimizerStep if instr.chunk != 0 => {
+                return err("names a chunk, but the step updates every chunk (use 0)");
+            }
             Op::OptimizerStep => {
                 stepped = true;
                 continue;
@@ -133,7 +154,7 @@ fn check_rank(s: &Schedule, r: u32, prog: &[Instr]) -> Result<(), ValidationErro
                 "micro-batch out of range (the schedule has {m} micro-batches)"
             ));
         }
-        let u = &mut units[(instr.microbatch * v + instr.chunk) as usize];
+        let u = &mut units[unit(instr.microbatch, instr.chunk)];
         match instr.op {
             Op::RecvActivation => {
                 if j == 0 {
@@ -229,7 +250,7 @@ fn check_rank(s: &Schedule, r: u32, prog: &[Instr]) -> Result<(), ValidationErro
         }
     }
     for (k, u) in units.iter().enumerate() {
-        let (mb, c) = (k as u32 / v, k as u32 % v);
+        let (mb, c) = ((k / v as usize) as u32, (k % v as usize) as u32);
         let j = s.virtual_stage(r, c);
         let missing = if !u.forward {
             Some("forward")
@@ -261,7 +282,7 @@ fn check_rank(s: &Schedule, r: u32, prog: &[Instr]) -> Result<(), ValidationErro
             problem: "has no optimizer step".into(),
         });
     }
-    Ok(())
+    Ok(reduced.iter().filter(|&&r| r).count())
 }
 
 /// Where the send of `instr` on rank `r` goes, and what the receiver must name.
@@ -276,9 +297,11 @@ pub(crate) fn destination(s: &Schedule, r: u32, instr: Instr) -> (u32, Instr) {
     (rank, Instr::new(op, instr.microbatch, chunk))
 }
 
-/// Index of the in-order link (sender, receiver, activation|gradient).
-pub(crate) fn link(p: u32, from: u32, to: u32, gradient: bool) -> usize {
-    ((from * p + to) * 2 + u32::from(gradient)) as usize
+/// Index of the in-order message queue of (sender, activation|gradient): a rank sends its
+/// activations only to the next virtual stage's rank and its gradients only to the previous
+/// one's, so the sender and the kind name the receiver.
+pub(crate) fn queue(from: u32, gradient: bool) -> usize {
+    from as usize * 2 + usize::from(gradient)
 }
 
 /// Runs the programs abstractly (buffered sends, blocking receives, in-order links) to
@@ -296,17 +319,15 @@ fn check_links(s: &Schedule) -> Result<(), ValidationError> {
                 let i = pc[r as usize];
                 match instr.op {
                     Op::SendActivation | Op::SendGradient => {
-                        let (to, _) = destination(s, r, instr);
                         let gradient = instr.op == Op::SendGradient;
-                        links[link(p, r, to, gradient)].push_back((r, i, instr));
+                        links[queue(r, gradient)].push_back((r, i, instr));
                     }
                     Op::RecvActivation | Op::RecvGradient => {
                         let j = s.virtual_stage(r, instr.chunk);
                         let gradient = instr.op == Op::RecvGradient;
                         let from = if gradient { j + 1 } else { j - 1 };
                         let (from_rank, _) = s.locate(from);
-                        let Some((sr, si, sent)) =
-                            links[link(p, from_rank, r, gradient)].pop_front()
+                        let Some((sr, si, sent)) = links[queue(from_rank, gradient)].pop_front()
                         else {
                             break;
                         };

@@ -154,3 +154,20 @@ fn out_of_range_and_shape_errors() {
     s.ranks.pop();
     check(&s, "the schedule declares 2 stages but has 1 rank programs");
 }
+
+#[test]
+fn partial_reductions_and_misplaced_fields_are_named() {
+    let mut spec = ScheduleSpec::new(Kind::OneFOneB, 2, 2, 1);
+    spec.grad_reduce = GradReduce::AtEnd;
+    let mut s = generate(&spec).unwrap();
+    let at = s.ranks[1]
+        .iter()
+        .position(|i| i.op == Op::ReduceGradients)
+        .unwrap();
+    s.ranks[1].remove(at);
+    check(&s, "1 of the 2 (rank, chunk) gradient reductions are present: every rank must reduce every chunk, or none");
+    let mut s = one_f_one_b(1, 1);
+    let last = s.ranks[0].len() - 1;
+    s.ranks[0][last].microbatch = 999;
+    check(&s, &format!("rank 0, instruction {last} (step): names a micro-batch, but it acts on the whole iteration (use 0)"));
+}
