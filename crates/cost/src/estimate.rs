@@ -107,8 +107,10 @@ pub struct StageEstimate {
     /// Parameters held by this rank (dense + expert, before ZeRO sharding).
     pub params: f64,
     /// Data-parallel gradient reduction of this rank's parameters, unhidden (0 with ZeRO-3,
-    /// whose traffic is per micro-batch).
+    /// whose traffic is per micro-batch), including `dp_param_gather_s`.
     pub dp_reduce_s: f64,
+    /// Of `dp_reduce_s`, the ZeRO-1/2 all-gather of updated parameters after the step.
+    pub dp_param_gather_s: f64,
     /// ZeRO-3 gather/reduce time per micro-batch that compute cannot hide.
     pub zero3_exposed_per_mb_s: f64,
     pub optimizer_s: f64,
@@ -280,6 +282,16 @@ pub fn estimate_mapped(
     ))
 }
 
+/// Bytes of the 16-bit weights ZeRO-3 gathers around a block: the
+/// block in use and the next one being prefetched.
+pub fn zero3_gather_buffer_bytes(c: &ParallelConfig, block: &LayerCost) -> f64 {
+    if c.zero >= 3 {
+        2.0 * (block.params + block.expert_params) * WEIGHT_BYTES
+    } else {
+        0.0
+    }
+}
+
 /// The recompute policy of the blocks a stage map does not list as fully recomputed:
 /// `full` in a configuration means "every block", which the map lists.
 pub fn policy_recompute(r: Recompute) -> Recompute {
@@ -431,12 +443,7 @@ fn assemble(
         let (wd, gd, od) = per_group(params, dense_dp);
         let (we, ge, oe) = per_group(expert_params, expert_dp);
         let inflight = inflight_microbatches(c.schedule, k as u64, c.pp, mb, c.vp);
-        // ZeRO-3 gathers each layer's full weights before use (prefetching the next one).
-        let zero3_buffer = if c.zero >= 3 {
-            2.0 * (policy.block.params + policy.block.expert_params) * WEIGHT_BYTES
-        } else {
-            0.0
-        };
+        let zero3_buffer = zero3_gather_buffer_bytes(c, &policy.block);
         let memory = MemoryBreakdown {
             weights_bytes: wd + we,
             gradients_bytes: gd + ge,
@@ -460,6 +467,13 @@ fn assemble(
             0.0
         } else {
             reduce(&g.dp, params) + reduce(&expert_group, expert_params)
+        };
+        // The ZeRO-1/2 parameter all-gather within `dp_total` (after the optimizer step).
+        let param_gather = if (1..3).contains(&c.zero) {
+            g.dp.all_gather_s(params * WEIGHT_BYTES)
+                + expert_group.all_gather_s(expert_params * WEIGHT_BYTES)
+        } else {
+            0.0
         };
         let exposed = if t.overlap_grad_reduce {
             // Buckets reduce while the last micro-batch's backward runs; the last bucket
@@ -503,6 +517,7 @@ fn assemble(
             p2p_s: p2p_per_mb,
             params: params + expert_params,
             dp_reduce_s: dp_total,
+            dp_param_gather_s: param_gather,
             zero3_exposed_per_mb_s: zero3_exposed,
             optimizer_s,
             peak_memory_bytes: memory.total_bytes(),

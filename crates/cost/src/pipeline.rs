@@ -57,16 +57,32 @@ pub fn pipeline_time(schedule: Schedule, stages: &[StageTime], m: u64, vp: u64) 
     (steady + bubble, bubble)
 }
 
+/// Share of a transformer block's saved activations that its weight-gradient GEMMs read
+/// (their inputs): in Korthikanti et al.'s per-layer account of 34·sbh bytes, the inputs of
+/// the QKV (2sbh), projection (2sbh), fc1 (2sbh) and fc2 (8sbh) GEMMs are 14·sbh. A split
+/// backward (ZB-H1) keeps them from its input pass until its weight pass.
+pub const WEIGHT_GRAD_INPUT_SHARE: f64 = 14.0 / 34.0;
+
 /// Micro-batches whose activations stage `k` of `p` holds at its peak, in units of one
 /// micro-batch's activations of the whole stage (all its chunks).
 pub fn inflight_microbatches(schedule: Schedule, k: u64, p: u64, m: u64, vp: u64) -> f64 {
     match schedule {
         Schedule::Gpipe => m as f64,
-        Schedule::OneFOneB | Schedule::Scp | Schedule::ZbH1 => (p - k).min(m) as f64,
+        Schedule::OneFOneB | Schedule::Scp => (p - k).min(m) as f64,
+        // ZB-H1 holds p − k micro-batches until their input pass, like 1F1B, and rank k
+        // delays its weight passes by k micro-batches, each keeping its GEMM inputs.
+        Schedule::ZbH1 => {
+            (p - k).min(m) as f64 + k.min(m.saturating_sub(p - k)) as f64 * WEIGHT_GRAD_INPUT_SHARE
+        }
         // Megatron-LM's interleaved warm-up: 2(p − k − 1) + (v − 1)p chunk forwards, then one
-        // more before the first backward; each chunk holds 1/v of the stage's activations.
+        // more before the first backward — or every forward first when m = p; each chunk
+        // holds 1/v of the stage's activations.
         Schedule::Interleaved => {
-            let chunks = (2 * (p - k - 1) + (vp - 1) * p + 1).min(m * vp);
+            let chunks = if m == p {
+                m * vp
+            } else {
+                (2 * (p - k - 1) + (vp - 1) * p + 1).min(m * vp)
+            };
             chunks as f64 / vp as f64
         }
     }

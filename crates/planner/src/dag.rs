@@ -107,7 +107,9 @@ pub fn plan_graph(
                 .iter()
                 .map(|s| s.ids.iter().filter_map(|id| params_of.get(id)).sum::<f64>())
                 .fold(0.0, f64::max);
-            let group = Group::place(cluster, dp, pp);
+            // Megatron-LM rank order with tp = 1: data-parallel ranks are adjacent and
+            // pipeline stages outermost, so a dp group has stride 1.
+            let group = Group::place(cluster, dp, 1);
             let reduce = group.all_reduce_s(params * GRAD_REDUCE_BYTES_PER_PARAM);
             let hidden = bottleneck * BACKWARD_PER_FORWARD / (1.0 + BACKWARD_PER_FORWARD);
             let dp_comm = (reduce - hidden).max(0.0);

@@ -8,7 +8,7 @@
 //!   the bottleneck stage time, each stage under its own memory limit (its in-flight
 //!   micro-batches, its embedding or head), choosing its recompute count on the way.
 
-use plait_cost::estimate::LayerCosts;
+use plait_cost::estimate::{estimate_from_costs, zero3_gather_buffer_bytes, LayerCosts};
 use plait_cost::layer::LayerCost;
 use plait_cost::Estimate;
 use plait_spec::{ParallelConfig, Recompute, Schedule, StageMap};
@@ -95,10 +95,13 @@ impl StageModel {
         };
         StageModel {
             anchor_blocks: map.rank_blocks(k as u64, c.pp) as f64,
+            // ZeRO-3's gathered weights sit in the estimate's transient; they do not depend
+            // on the stage's block count.
             anchor_fixed_bytes: m.weights_bytes
                 + m.gradients_bytes
                 + m.optimizer_bytes
-                + m.reserve_bytes,
+                + m.reserve_bytes
+                + zero3_gather_buffer_bytes(c, &policy.block),
             extra_activation_bytes: ends(&|l| l.activation_bytes),
             extra_transient_bytes: ends(&|l| l.transient_bytes).max(policy.block.transient_bytes),
             inflight: m.inflight_microbatches,
@@ -166,13 +169,25 @@ pub fn fit_recompute(
         out.recompute_blocks[k] = stage.min_recompute(&blk, b, capacity)?;
     }
     if req.shape != MapShape::Any {
-        // Engines recompute the same number of blocks on every stage.
-        let x = *out.recompute_blocks.iter().max().unwrap_or(&0);
-        for (k, r) in out.recompute_blocks.iter_mut().enumerate() {
-            *r = x.min(map.rank_blocks(k as u64, c.pp));
-        }
+        uniform_recompute(c, &mut out);
     }
     Some(out)
+}
+
+/// Engines recompute the same number of blocks on every stage: raise every count to the
+/// largest (capped by the stage's blocks), except on scp's last stage, which never
+/// recomputes.
+fn uniform_recompute(c: &ParallelConfig, map: &mut StageMap) {
+    let x = *map.recompute_blocks.iter().max().unwrap_or(&0);
+    let p = c.pp as usize;
+    for k in 0..p {
+        let spared = c.schedule == Schedule::Scp && k + 1 == p && p > 1;
+        map.recompute_blocks[k] = if spared {
+            0
+        } else {
+            x.min(map.rank_blocks(k as u64, c.pp))
+        };
+    }
 }
 
 /// The layout of `c` (one chunk per rank) that minimises the slowest stage's time per
@@ -187,7 +202,7 @@ pub fn partition_blocks(
     if c.vp > 1 || c.pp == 1 || req.shape == MapShape::Even {
         return None;
     }
-    let e = plait_cost::estimate_from_costs(
+    let e = estimate_from_costs(
         req.model,
         req.cluster,
         req.train,
@@ -225,40 +240,34 @@ pub fn partition_blocks(
                 .collect()
         })
         .collect();
-    let even_time = (0..p)
-        .map(|k| {
-            let b = map.rank_blocks(k as u64, c.pp) as usize;
-            cost[k][b].map_or(f64::INFINITY, |(t, _)| t)
-        })
-        .fold(0.0, f64::max);
-
-    let blocks = match req.shape {
-        MapShape::Any | MapShape::UniformRecompute => bottleneck_dp(&cost, layers)?,
-        MapShape::Even => return None,
-    };
-    let time = blocks
-        .iter()
-        .enumerate()
-        .map(|(k, &b)| cost[k][b].map_or(f64::INFINITY, |(t, _)| t))
-        .fold(0.0, f64::max);
-    if time >= even_time {
-        return None;
-    }
-    let mut recompute: Vec<u64> = blocks
-        .iter()
-        .enumerate()
-        .map(|(k, &b)| cost[k][b].map_or(0, |(_, x)| x))
-        .collect();
-    if req.shape != MapShape::Any {
-        let x = *recompute.iter().max().unwrap_or(&0);
-        for (k, r) in recompute.iter_mut().enumerate() {
-            *r = x.min(blocks[k] as u64);
-        }
-    }
-    Some(StageMap {
+    let blocks = bottleneck_dp(&cost, layers)?;
+    let mut candidate = StageMap {
+        recompute_blocks: blocks
+            .iter()
+            .enumerate()
+            .map(|(k, &b)| cost[k][b].map_or(0, |(_, x)| x))
+            .collect(),
         chunk_blocks: blocks.iter().map(|&b| b as u64).collect(),
-        recompute_blocks: recompute,
-    })
+    };
+    if req.shape != MapShape::Any {
+        uniform_recompute(c, &mut candidate);
+    }
+    // The DP minimises the bottleneck per micro-batch; keep its layout only if the whole
+    // iteration (fill and drain, reductions) is faster and it fits.
+    let estimate = |m: &StageMap| {
+        estimate_from_costs(
+            req.model,
+            req.cluster,
+            req.train,
+            c,
+            req.device,
+            policy,
+            full,
+            m,
+        )
+    };
+    let mine = estimate(&candidate);
+    (mine.fits && (!e.fits || mine.iteration_time_s < e.iteration_time_s)).then_some(candidate)
 }
 
 /// best[k][s]: the least bottleneck of stages 0..=k holding s blocks. O(p · L²).

@@ -32,4 +32,6 @@ pub enum PlanError {
     Simulate(#[from] plait_schedule::SimError),
     #[error("graph: {0}")]
     Graph(String),
+    #[error("{0} is too large to schedule (at most 2^32 − 1)")]
+    TooLarge(String),
 }

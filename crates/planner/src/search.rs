@@ -159,7 +159,7 @@ fn divisors(n: u64) -> Vec<u64> {
     let mut small = Vec::new();
     let mut large = Vec::new();
     let mut i = 1;
-    while i * i <= n {
+    while i <= n / i {
         if n.is_multiple_of(i) {
             small.push(i);
             if i != n / i {
@@ -246,13 +246,6 @@ pub fn enumerate(req: &Request) -> Vec<ParallelConfig> {
                             for sp in pinned(pins.sp, sps) {
                                 for (schedule, vp) in schedules(m.layers, pp, micro, pins) {
                                     for &recompute in &recomputes {
-                                        // scp differs from 1F1B only by where it recomputes.
-                                        if schedule == Schedule::Scp
-                                            && recompute != Recompute::Full
-                                            && pins.schedule != Some(Schedule::Scp)
-                                        {
-                                            continue;
-                                        }
                                         let c = ParallelConfig {
                                             dp,
                                             tp,
@@ -305,7 +298,7 @@ fn allowed(req: &Request, c: &ParallelConfig, map: Option<&StageMap>) -> bool {
 fn schedules(layers: u64, pp: u64, micro: u64, pins: &Pins) -> Vec<(Schedule, u64)> {
     if pp == 1 {
         let s = pins.schedule.unwrap_or(Schedule::OneFOneB);
-        return if s == Schedule::Interleaved {
+        return if s == Schedule::Interleaved || pins.vp.is_some_and(|v| v != 1) {
             vec![]
         } else {
             vec![(s, 1)]
@@ -426,57 +419,39 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
         .partition(|s| s.fits);
     stats.feasible = fits.len();
 
-    if fits.is_empty() {
+    if configs.is_empty() {
+        return Ok(Outcome {
+            plans: Vec::new(),
+            search: stats,
+            infeasible: Some(no_candidates(req)),
+        });
+    }
+    fits.sort_by(|a, b| a.time_s.total_cmp(&b.time_s).then(a.index.cmp(&b.index)));
+
+    // Second level: optimal block layout, then the event simulator, batch after batch of
+    // the best screened candidates until `top` plans survive (the simulator's memory peak
+    // must fit) or the candidates run out.
+    let batch = req.simulate.max(req.top);
+    let mut plans: Vec<(usize, Plan)> = Vec::new();
+    for group in fits.chunks(batch) {
+        let refined: Vec<Result<Option<(usize, Plan)>, PlanError>> =
+            group.par_iter().map(|s| refine(req, &cache, s)).collect();
+        stats.simulated += refined.len();
+        for r in refined {
+            if let Some(p) = r? {
+                plans.push(p);
+            }
+        }
+        if plans.len() >= req.top {
+            break;
+        }
+    }
+    if plans.is_empty() {
         return Ok(Outcome {
             plans: Vec::new(),
             search: stats,
             infeasible: Some(infeasible(req, &rest)),
         });
-    }
-    fits.sort_by(|a, b| a.time_s.total_cmp(&b.time_s).then(a.index.cmp(&b.index)));
-    fits.truncate(req.simulate.max(req.top));
-
-    // Second level: optimal block layout, then the event simulator.
-    let refined: Vec<Result<Option<(usize, Plan)>, PlanError>> = fits
-        .par_iter()
-        .map(|s| {
-            let even = s.map(req.model.layers);
-            let map = partition_blocks(req, &cache_for(&cache, &s.config), &s.config, &even)
-                .filter(|m| allowed(req, &s.config, Some(m)))
-                .unwrap_or(even);
-            if !allowed(req, &s.config, Some(&map)) {
-                return Ok(None);
-            }
-            let sim = simulate_mapped(
-                req.model,
-                req.cluster,
-                req.train,
-                &s.config,
-                req.device,
-                &map,
-            )?;
-            if !sim.estimate.fits {
-                return Ok(None);
-            }
-            Ok(Some((
-                s.index,
-                Plan {
-                    config: s.config,
-                    microbatches: s.config.microbatches(req.train),
-                    closed_form_iteration_time_s: sim.closed_form.iteration_time_s,
-                    estimate: sim.estimate,
-                    stage_map: map,
-                    notes: Vec::new(),
-                },
-            )))
-        })
-        .collect();
-    stats.simulated = refined.len();
-    let mut plans: Vec<(usize, Plan)> = Vec::new();
-    for r in refined {
-        if let Some(p) = r? {
-            plans.push(p);
-        }
     }
     plans.sort_by(|(ia, a), (ib, b)| {
         a.estimate
@@ -492,6 +467,61 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
         search: stats,
         infeasible: None,
     })
+}
+
+/// One screened candidate through the second level: the best block layout that fits (the
+/// DP's, else its own), simulated; None when the simulated peak does not fit or the engine
+/// filter refuses it.
+fn refine(
+    req: &Request,
+    cache: &HashMap<ShapeKey, LayerCosts>,
+    s: &Screened,
+) -> Result<Option<(usize, Plan)>, PlanError> {
+    let own = s.map(req.model.layers);
+    let partitioned = partition_blocks(req, &cache_for(cache, &s.config), &s.config, &own)
+        .filter(|m| allowed(req, &s.config, Some(m)));
+    for map in partitioned.into_iter().chain(std::iter::once(own)) {
+        if !allowed(req, &s.config, Some(&map)) {
+            continue;
+        }
+        let sim = simulate_mapped(
+            req.model,
+            req.cluster,
+            req.train,
+            &s.config,
+            req.device,
+            &map,
+        )?;
+        if sim.estimate.fits {
+            return Ok(Some((
+                s.index,
+                Plan {
+                    config: s.config,
+                    microbatches: s.config.microbatches(req.train),
+                    closed_form_iteration_time_s: sim.closed_form.iteration_time_s,
+                    estimate: sim.estimate,
+                    stage_map: map,
+                    notes: Vec::new(),
+                },
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// The answer when the pins leave no well-formed configuration at all.
+fn no_candidates(req: &Request) -> Infeasible {
+    Infeasible {
+        reason: format!(
+            "no well-formed configuration of {} GPUs matches the given flags (degrees must \
+             divide the GPUs, the heads and the batch; see `plait estimate` for the reason a \
+             given configuration is rejected)",
+            req.gpus
+        ),
+        min_memory_bytes: 0.0,
+        min_gpus: None,
+        min_gpus_lower_bound: 0,
+    }
 }
 
 /// The (policy, full) layer costs of `c` from the cache.
@@ -537,13 +567,22 @@ fn screen(
         peak_bytes: e.peak_memory_bytes,
     };
     let e = est(&map);
-    if e.fits || c.recompute == Recompute::Full {
+    // scp differs from 1F1B only in where it recomputes: without recompute it is 1F1B.
+    let scp_without_recompute = c.schedule == Schedule::Scp && c.recompute != Recompute::Full;
+    if c.recompute == Recompute::Full || (e.fits && !scp_without_recompute) {
         return (1, Some(summary(&e, None)));
+    }
+    if e.fits {
+        return (1, None);
     }
     // Does not fit: the fewest fully recomputed blocks per stage that would.
     match fit_recompute(req, &c, &map, &e, &policy, &full) {
         Some(fitted) => {
             let f = est(&fitted);
+            let recomputes = fitted.recompute_blocks.iter().any(|&x| x > 0);
+            if scp_without_recompute && !recomputes {
+                return (2, None);
+            }
             let keep = if f.fits || f.peak_memory_bytes < e.peak_memory_bytes {
                 summary(&f, Some(fitted))
             } else {

@@ -7,6 +7,7 @@
 
 use plait_cost::estimate::{layer_costs, policy_recompute, LayerCosts, GRAD_BUCKET_PARAMS};
 use plait_cost::layer::{LayerCost, Workload};
+use plait_cost::pipeline::WEIGHT_GRAD_INPUT_SHARE;
 use plait_cost::{comm::Groups, DeviceModel, Estimate};
 use plait_schedule::{
     generate, simulate, validate, ChunkCosts, Costs, GradReduce, Op, RankCosts, Schedule,
@@ -17,12 +18,6 @@ use plait_spec::{
 };
 
 use crate::PlanError;
-
-/// Share of a block's saved activations that its weight-gradient GEMMs read (their inputs):
-/// in Korthikanti et al.'s per-layer account of 34·sbh bytes, the inputs of the QKV (2sbh),
-/// projection (2sbh), fc1 (2sbh) and fc2 (8sbh) GEMMs are 14·sbh. A split backward (ZB-H1)
-/// keeps them from its input pass until its weight pass.
-const WEIGHT_GRAD_INPUT_SHARE: f64 = 14.0 / 34.0;
 
 /// A configuration simulated event by event.
 #[derive(Debug, Clone)]
@@ -39,12 +34,19 @@ pub struct Simulated {
 /// The schedule of configuration `c` with its blocks laid out by `map`: ranks with fully
 /// recomputed blocks get Recompute instructions (selective recompute stays inside the
 /// backward and needs none).
-pub fn schedule_spec(c: &ParallelConfig, t: &TrainSpec, map: &StageMap) -> ScheduleSpec {
+pub fn schedule_spec(
+    c: &ParallelConfig,
+    t: &TrainSpec,
+    map: &StageMap,
+) -> Result<ScheduleSpec, PlanError> {
+    let small = |what: &str, v: u64| {
+        u32::try_from(v).map_err(|_| PlanError::TooLarge(format!("{what} = {v}")))
+    };
     let mut spec = ScheduleSpec::new(
         c.schedule,
-        c.pp as u32,
-        c.microbatches(t) as u32,
-        c.vp as u32,
+        small("pp", c.pp)?,
+        small("micro-batches", c.microbatches(t))?,
+        small("vp", c.vp)?,
     );
     spec.recompute = map.recompute_blocks.iter().map(|&x| x > 0).collect();
     spec.grad_reduce = if c.dp * c.cp > 1 && c.zero < 3 {
@@ -56,7 +58,7 @@ pub fn schedule_spec(c: &ParallelConfig, t: &TrainSpec, map: &StageMap) -> Sched
     } else {
         GradReduce::None
     };
-    spec
+    Ok(spec)
 }
 
 /// Per-instruction costs of `c` on every rank and chunk, from the cost model. `estimate` is
@@ -85,12 +87,40 @@ pub fn costs(
         .map(|r| {
             let stage = &estimate.stages[r as usize];
             let p2p_one = stage.p2p_s / (2 * v) as f64;
+            // scp's generator never recomputes on the last rank (Merak), whatever the map.
+            let spared = c.schedule == Kind::Scp && r + 1 == p && p > 1;
+            let layers_of = |chunk: u64| {
+                let j = chunk * p + r;
+                let n = map.chunk_blocks[j as usize] as f64;
+                let x = if spared {
+                    0.0
+                } else {
+                    map.chunk_recompute_blocks(r, chunk, p) as f64
+                };
+                (j, x, chunk_layers(j, p * v, &policy, &full, n, x))
+            };
+            let params_of = |layers: &[(LayerCost, f64); 4]| -> f64 {
+                layers
+                    .iter()
+                    .map(|(l, n)| (l.params + l.expert_params) * n)
+                    .sum()
+            };
+            // Each chunk reduces its share of the rank's gradients (the tied output copy of
+            // the last rank included, by normalising over the chunks).
+            let rank_params: f64 = (0..v).map(|c| params_of(&layers_of(c).2)).sum();
+            // ZeRO-1/2 all-gather the updated parameters after the step; with overlap
+            // (Megatron-LM --overlap-param-gather) the next iteration's first forward hides
+            // what it can, so only the rest is charged here.
+            let gather = stage.dp_param_gather_s;
+            let gather_exposed = if t.overlap_grad_reduce {
+                (gather - stage.forward_s).max(0.0)
+            } else {
+                gather
+            };
+            let rank_reduce_s = stage.dp_reduce_s - gather + gather_exposed;
             let chunks: Vec<ChunkCosts> = (0..v)
                 .map(|chunk| {
-                    let j = chunk * p + r;
-                    let n = map.chunk_blocks[j as usize] as f64;
-                    let x = map.chunk_recompute_blocks(r, chunk, p) as f64;
-                    let layers = chunk_layers(j, p * v, &policy, &full, n, x);
+                    let (j, x, layers) = layers_of(chunk);
                     let sum = |f: &dyn Fn(&LayerCost) -> f64| -> f64 {
                         layers.iter().map(|(l, n)| f(l) * n).sum()
                     };
@@ -112,8 +142,8 @@ pub fn costs(
                         0.0
                     };
                     let stage_fwd = stage.forward_s.max(f64::MIN_POSITIVE);
-                    let share = if stage.params > 0.0 {
-                        params / stage.params
+                    let share = if rank_params > 0.0 {
+                        params / rank_params
                     } else {
                         1.0 / v as f64
                     };
@@ -128,8 +158,8 @@ pub fn costs(
                         weight_grad_bytes: WEIGHT_GRAD_INPUT_SHARE * activation_bytes,
                         recompute_bytes,
                         backward_bytes: stage.memory.transient_bytes,
-                        reduce_s: stage.dp_reduce_s * share,
-                        reduce_buckets: (params / GRAD_BUCKET_PARAMS).ceil().max(1.0) as u32,
+                        reduce_s: rank_reduce_s * share,
+                        reduce_buckets: (params / GRAD_BUCKET_PARAMS).ceil().clamp(1.0, 1e6) as u32,
                     }
                 })
                 .collect();
@@ -188,7 +218,7 @@ pub fn simulate_mapped(
     map: &StageMap,
 ) -> Result<Simulated, PlanError> {
     let closed_form = plait_cost::estimate_mapped(m, cluster, t, c, d, map)?;
-    let spec = schedule_spec(c, t, map);
+    let spec = schedule_spec(c, t, map)?;
     let schedule = generate(&spec)?;
     validate(&schedule)?;
     let costs = costs(m, cluster, t, c, d, &closed_form, map);

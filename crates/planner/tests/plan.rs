@@ -184,3 +184,41 @@ fn heavy_head_gets_fewer_blocks() {
     let even = simulate_config(&m, &cluster, &t, &best.config, &d).unwrap();
     assert!(best.estimate.iteration_time_s < even.estimate.iteration_time_s);
 }
+
+/// Every answer is either plans or the reason there are none — also when the only
+/// candidates fail the simulator's memory check (here interleaved with m = p, where every
+/// forward runs before the first backward).
+#[test]
+fn an_answer_is_plans_or_a_reason() {
+    let cluster = cluster_preset("dgx-h100").unwrap();
+    let m = model_preset("llama3-8b").unwrap();
+    let t = TrainSpec::new(32, 8192);
+    let d = device_for(&cluster, t.dtype).unwrap();
+    let mut req = Request::new(&m, &cluster, &t, &d, 32);
+    req.pins = plait_planner::Pins {
+        dp: Some(8),
+        tp: Some(1),
+        pp: Some(4),
+        vp: Some(2),
+        mbs: Some(1),
+        zero: Some(0),
+        recompute: Some(Recompute::Selective),
+        schedule: Some(Schedule::Interleaved),
+        ..Default::default()
+    };
+    let out = plan(&req, &|_, _| {}).unwrap();
+    assert_ne!(out.plans.is_empty(), out.infeasible.is_none(), "{out:?}");
+    for p in &out.plans {
+        assert!(p.estimate.fits);
+    }
+
+    // Pins that no configuration satisfies say so.
+    let mut req = Request::new(&m, &cluster, &t, &d, 1);
+    req.pins = plait_planner::Pins {
+        zero: Some(1),
+        ..Default::default()
+    };
+    let out = plan(&req, &|_, _| {}).unwrap();
+    let reason = out.infeasible.unwrap().reason;
+    assert!(reason.contains("no well-formed configuration"), "{reason}");
+}
