@@ -282,8 +282,9 @@ pub fn run(args: &PlanArgs) -> Result<String> {
     if let Some(inf) = &outcome.infeasible {
         out += &format!("NO PLAN FITS: {}\n", inf.reason);
         out += &format!(
-            "needs at least {:.1} GiB per GPU with {gpus} GPUs; the model state alone needs ≥ {} GPUs",
+            "needs at least {:.1} GiB per GPU with {gpus} GPU{}; the model state alone needs ≥ {} GPUs",
             inf.min_memory_bytes / GIB,
+            if gpus == 1 { "" } else { "s" },
             inf.min_gpus_lower_bound
         );
         match inf.min_gpus {

@@ -513,10 +513,10 @@ fn refine(
 fn no_candidates(req: &Request) -> Infeasible {
     Infeasible {
         reason: format!(
-            "no well-formed configuration of {} GPUs matches the given flags (degrees must \
+            "no well-formed configuration of {} matches the given flags (degrees must \
              divide the GPUs, the heads and the batch; see `plait estimate` for the reason a \
              given configuration is rejected)",
-            req.gpus
+            gpus(req.gpus)
         ),
         min_memory_bytes: 0.0,
         min_gpus: None,
@@ -619,8 +619,8 @@ fn infeasible(req: &Request, rest: &[Screened]) -> Infeasible {
             .ok();
             (
                 format!(
-                    "no configuration of {} GPUs fits; the least memory-hungry ({}) {}",
-                    req.gpus,
+                    "no configuration of {} fits; the least memory-hungry ({}) {}",
+                    gpus(req.gpus),
                     s.config,
                     e.and_then(|e| e.reason()).unwrap_or_default()
                 ),
@@ -629,12 +629,12 @@ fn infeasible(req: &Request, rest: &[Screened]) -> Infeasible {
         }
         None => (
             format!(
-                "no configuration of {} GPUs fits: {} parameters need {:.0} GiB of weights, \
-                 gradients and optimizer states, more than {} GPUs hold even fully sharded",
-                req.gpus,
+                "no configuration of {} fits: {} parameters need {:.0} GiB of weights, \
+                 gradients and optimizer states, more than {} hold even fully sharded",
+                gpus(req.gpus),
                 params,
                 state_bytes / GIB,
-                req.gpus
+                gpus(req.gpus)
             ),
             state_bytes / req.gpus as f64,
         ),
@@ -648,6 +648,15 @@ fn infeasible(req: &Request, rest: &[Screened]) -> Infeasible {
 }
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// "1 GPU", "8 GPUs".
+fn gpus(n: u64) -> String {
+    if n == 1 {
+        "1 GPU".into()
+    } else {
+        format!("{n} GPUs")
+    }
+}
 
 /// Smallest GPU count ≥ `from` (powers of two below a node, node multiples by powers of
 /// two above) with a feasible plan; the same pins except dp.

@@ -157,7 +157,7 @@ fn a_trillion_parameters_on_one_gpu_is_explained() {
     assert!(inf.min_gpus_lower_bound >= 190, "{inf:?}");
     let min = inf.min_gpus.expect("some GPU count fits");
     assert!(min >= inf.min_gpus_lower_bound && min <= 4096, "{inf:?}");
-    assert!(inf.reason.contains("1 GPUs"), "{}", inf.reason);
+    assert!(inf.reason.contains("1 GPU fits"), "{}", inf.reason);
 }
 
 /// A large vocabulary makes the LM head heavy: with the pipeline pinned to 4 stages of one
