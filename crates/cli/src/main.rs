@@ -6,8 +6,10 @@ mod inputs;
 mod outputs;
 mod partition_cmd;
 mod plan_cmd;
+mod profile_cmd;
 mod schedule_cmd;
 mod simulate_cmd;
+mod train_cmd;
 
 use std::process::ExitCode;
 
@@ -33,6 +35,12 @@ enum Command {
     Schedule(schedule_cmd::ScheduleArgs),
     /// Optimal split of an ONNX or placement graph into contiguous pipeline stages.
     Partition(partition_cmd::PartitionArgs),
+    /// Train a model for real on CPU worker threads under a plan (dp × tp × pp, schedules,
+    /// recompute, ZeRO-1), with checkpoints and resume.
+    Train(train_cmd::TrainArgs),
+    /// Measure this machine's CPU worker (GEMMs, blocks, bandwidth, communicator) and write
+    /// a calibration profile for `train --plan auto`.
+    Profile(profile_cmd::ProfileArgs),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +51,8 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simulate_cmd::run(args),
         Command::Schedule(args) => schedule_cmd::run(args),
         Command::Partition(args) => partition_cmd::run(args),
+        Command::Train(args) => train_cmd::run(args),
+        Command::Profile(args) => profile_cmd::run(args),
     };
     match result {
         Ok(text) => {

@@ -121,6 +121,8 @@ pub fn model_preset_names() -> Vec<&'static str> {
         "llama3-405b",
         "mixtral-8x7b",
         "bert-large",
+        "tiny-gpt",
+        "tiny-llama",
     ]);
     names
 }
@@ -158,6 +160,13 @@ pub fn model_preset(name: &str) -> Result<ModelSpec> {
         ),
         // Devlin et al. 2019: BERT-large, 24 layers, h 1024, 16 heads, WordPiece 30,522.
         "bert-large" => bert("bert-large", 1024, 24, 16, 30522, 512),
+        // Small models for the CPU runtime (`plait train`): GPT-2's and LLaMA's block
+        // structure at a size that trains in minutes on two cores; vocabulary 256 for the
+        // byte-level tokenizer. tiny-llama keeps grouped-query attention (4 heads, 2 kv
+        // heads) and LLaMA's MLP width rule 2/3·4h = 341 rounded up to a multiple of 32
+        // (LLaMA rounds to 256, too coarse at this size).
+        "tiny-gpt" => gpt("tiny-gpt", 128, 4, 4, 256, 128),
+        "tiny-llama" => llama("tiny-llama", 128, 4, 4, 2, 352, 256, None),
         _ => {
             return Err(SpecError::new(
                 "--model",

@@ -1,0 +1,275 @@
+//! `plait train` and `plait profile` as a user meets them: the step log and trace files,
+//! checkpoints and resume, a failing rank, `--plan auto`, and bad input.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn plait(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_plait"))
+        .args(args)
+        .output()
+        .expect("run plait");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("plait-cli-train-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+fn log_lines(path: &PathBuf) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn train_writes_the_step_log_trace_and_checkpoints_and_resumes() {
+    let (log, trace, ck) = (tmp("log.jsonl"), tmp("trace.json"), tmp("ck"));
+    let base = [
+        "train",
+        "--model",
+        "tiny-gpt",
+        "--workers",
+        "4",
+        "--plan",
+        "dp2,pp2",
+        "--gbs",
+        "8",
+        "--checkpoint-every",
+        "2",
+    ];
+    let mut args = base.to_vec();
+    let (l, t, c) = (
+        log.to_str().unwrap(),
+        trace.to_str().unwrap(),
+        ck.to_str().unwrap(),
+    );
+    args.extend([
+        "--steps",
+        "4",
+        "--json-log",
+        l,
+        "--trace",
+        t,
+        "--checkpoint-dir",
+        c,
+    ]);
+    let (code, out, err) = plait(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("plan: dp2 tp1 pp2"), "{out}");
+    assert!(out.contains("loss "), "{out}");
+    let lines = log_lines(&log);
+    assert_eq!(lines.len(), 4);
+    for (i, l) in lines.iter().enumerate() {
+        assert_eq!(l["step"], i as u64 + 1);
+        assert!(l["loss"].as_f64().unwrap() > 0.0);
+        assert!(l["tokens_per_s"].as_f64().unwrap() > 0.0);
+    }
+    // The simulator's trace format: one process per pipeline stage.
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    assert!(events
+        .iter()
+        .any(|e| e["name"] == "process_name" && e["args"]["name"] == "stage 1"));
+    assert!(events
+        .iter()
+        .any(|e| e["ph"] == "X" && e["cat"] == "forward"));
+    assert_eq!(doc["otherData"]["measured"], true);
+    assert_eq!(
+        std::fs::read_to_string(ck.join("latest")).unwrap(),
+        "step-00000004"
+    );
+
+    let log2 = tmp("log2.jsonl");
+    let mut args = base.to_vec();
+    args.extend([
+        "--steps",
+        "6",
+        "--json-log",
+        log2.to_str().unwrap(),
+        "--checkpoint-dir",
+        c,
+        "--resume",
+    ]);
+    let (code, out, err) = plait(&args);
+    // A different run length changes the learning-rate schedule: refused.
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("different run"), "{err}");
+    let mut args = base.to_vec();
+    args.extend([
+        "--steps",
+        "4",
+        "--json-log",
+        log2.to_str().unwrap(),
+        "--checkpoint-dir",
+        c,
+        "--resume",
+    ]);
+    let (code, out, err) = plait(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("resumed after step 4") && out.contains("no steps run"),
+        "{out}"
+    );
+    for p in [&log, &trace, &log2] {
+        let _ = std::fs::remove_file(p);
+    }
+    let _ = std::fs::remove_dir_all(&ck);
+}
+
+#[test]
+fn a_failing_rank_exits_non_zero_within_seconds_naming_it() {
+    let ck = tmp("fail-ck");
+    let start = Instant::now();
+    let (code, _, err) = plait(&[
+        "train",
+        "--model",
+        "tiny-gpt",
+        "--workers",
+        "2",
+        "--plan",
+        "pp2",
+        "--gbs",
+        "4",
+        "--steps",
+        "6",
+        "--checkpoint-dir",
+        ck.to_str().unwrap(),
+        "--checkpoint-every",
+        "2",
+        "--fail-rank",
+        "1",
+        "--fail-step",
+        "3",
+        "--fail-instruction",
+        "2",
+    ]);
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("rank 1 (dp 0, tp 0, pp 1) failed at step 3, instruction 2"),
+        "{err}"
+    );
+    // The checkpoint of step 2 still loads: resuming runs steps 3 and 4.
+    let (code, out, err) = plait(&[
+        "train",
+        "--model",
+        "tiny-gpt",
+        "--workers",
+        "2",
+        "--plan",
+        "pp2",
+        "--gbs",
+        "4",
+        "--steps",
+        "6",
+        "--checkpoint-dir",
+        ck.to_str().unwrap(),
+        "--checkpoint-every",
+        "2",
+        "--resume",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("resumed after step 2"), "{out}");
+    let _ = std::fs::remove_dir_all(&ck);
+}
+
+#[test]
+fn profile_then_plan_auto_trains() {
+    let prof = tmp("profile.json");
+    let p = prof.to_str().unwrap();
+    let (code, out, err) = plait(&["profile", "--quick", "--output", p]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("GFLOP/s") && out.contains("block gpt h128"),
+        "{out}"
+    );
+    let profile: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&prof).unwrap()).unwrap();
+    assert_eq!(profile["format"], "plait-profile/1");
+    assert!(profile["gemm"].as_array().unwrap().len() > 5);
+    assert!(profile["cpu"]["link"]["latency_s"].as_f64().unwrap() > 0.0);
+    let (code, out, err) = plait(&[
+        "train",
+        "--model",
+        "tiny-gpt",
+        "--workers",
+        "2",
+        "--plan",
+        "auto",
+        "--profile",
+        p,
+        "--steps",
+        "2",
+        "--gbs",
+        "4",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("plan (auto): "), "{out}");
+    assert!(out.contains("simulated"), "{out}");
+    let _ = std::fs::remove_file(&prof);
+}
+
+#[test]
+fn bad_input_is_one_clear_error() {
+    let empty = tmp("empty.txt");
+    std::fs::write(&empty, "").unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--workers", "4", "--plan", "dp2,tp2,pp2"],
+            "--workers is 4",
+        ),
+        (
+            vec!["--data", "/nonexistent/corpus.txt", "--plan", "dp1"],
+            "cannot read",
+        ),
+        (
+            vec!["--data", empty.to_str().unwrap(), "--plan", "dp1"],
+            "holds no text",
+        ),
+        (vec!["--plan", "dp1", "--seq", "1000"], "learned positions"),
+        (vec!["--plan", "zz3"], "cannot read `zz3`"),
+        (
+            vec!["--resume", "--plan", "dp1"],
+            "--resume needs --checkpoint-dir",
+        ),
+    ];
+    for (extra, want) in cases {
+        let mut args = vec!["train", "--model", "tiny-gpt", "--steps", "1"];
+        args.extend(extra.iter());
+        let (code, _, err) = plait(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(want),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+    let (code, _, err) = plait(&[
+        "train",
+        "--model",
+        "gpt3-175b",
+        "--plan",
+        "dp1",
+        "--steps",
+        "1",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("GiB"), "{err}");
+    let _ = std::fs::remove_file(&empty);
+}

@@ -1,0 +1,413 @@
+//! Checkpoints: one safetensors file per rank (its parameter shards and its part of Adam's
+//! moments) plus a JSON manifest (step, model, plan, data position, seed, files with sizes
+//! and checksums), in a directory per step:
+//!
+//! ```text
+//! DIR/step-00000010/manifest.json
+//! DIR/step-00000010/rank-00000.safetensors …
+//! DIR/latest                      ← "step-00000010"
+//! ```
+//!
+//! Written atomically: every rank writes into `DIR/.tmp-step-…` and syncs its file; rank 0
+//! then writes the manifest, syncs, renames the directory into place and finally replaces
+//! `latest` by rename. A crash at any point leaves `latest` naming a complete checkpoint.
+//!
+//! All randomness is counter-based (the seed and names, see `rng`), so the seed, the step
+//! and the data position are the whole random state: a resumed run repeats the
+//! uninterrupted run exactly.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use candle_core::{Device, Tensor};
+use plait_spec::{ModelSpec, ParallelConfig, StageMap};
+use safetensors::tensor::{Dtype, SafeTensors, View};
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{Groups, TrainConfig};
+use crate::error::RuntimeError;
+use crate::model::{ParamDef, StageModel};
+use crate::optim::{OptimConfig, Optimizer};
+use crate::rng::fnv1a;
+
+type Result<T> = std::result::Result<T, RuntimeError>;
+
+pub const FORMAT: &str = "plait-checkpoint/1";
+
+/// Where and how often to checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointConfig {
+    pub dir: PathBuf,
+    /// Every this many steps (and always at the run's last step); 0: only at the end.
+    pub every: u64,
+    /// Complete checkpoints kept (older ones are deleted); at least 1.
+    pub keep: usize,
+}
+
+/// One rank's file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileEntry {
+    pub name: String,
+    pub bytes: u64,
+    /// FNV-1a 64 of the file's bytes, hexadecimal.
+    pub fnv1a: String,
+}
+
+/// The random state: everything random is a function of these.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RngState {
+    pub seed: u64,
+    pub scheme: String,
+}
+
+/// What a checkpoint holds, besides the tensors.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: String,
+    /// Steps completed.
+    pub step: u64,
+    /// Steps of the whole run (the learning-rate schedule's length).
+    pub steps: u64,
+    pub model: ModelSpec,
+    pub parallel: ParallelConfig,
+    pub stage_map: StageMap,
+    pub seq: usize,
+    pub gbs: usize,
+    pub optim: OptimConfig,
+    /// Training sequences consumed (the next step starts at this index of the data order).
+    pub data_position: u64,
+    pub rng: RngState,
+    pub world: usize,
+    pub files: Vec<FileEntry>,
+}
+
+impl Manifest {
+    /// Refuses to resume `cfg` from this checkpoint when anything that shapes the tensors
+    /// or the sequence of updates differs.
+    pub fn check_compatible(&self, cfg: &TrainConfig) -> Result<()> {
+        let mut diffs = Vec::new();
+        if self.model != cfg.model {
+            diffs.push(format!("model {} vs {}", self.model.name, cfg.model.name));
+        }
+        if self.parallel != cfg.parallel {
+            diffs.push(format!("plan {:?} vs {:?}", self.parallel, cfg.parallel));
+        }
+        if self.stage_map != cfg.stage_map() {
+            diffs.push("stage map".into());
+        }
+        if self.seq != cfg.seq || self.gbs != cfg.gbs {
+            diffs.push(format!(
+                "batch {}×{} vs {}×{}",
+                self.gbs, self.seq, cfg.gbs, cfg.seq
+            ));
+        }
+        if self.rng.seed != cfg.seed {
+            diffs.push(format!("seed {} vs {}", self.rng.seed, cfg.seed));
+        }
+        if self.optim != cfg.optim || self.steps != cfg.steps {
+            diffs.push(format!(
+                "optimizer or run length ({} vs {} steps)",
+                self.steps, cfg.steps
+            ));
+        }
+        if diffs.is_empty() {
+            Ok(())
+        } else {
+            Err(RuntimeError::Checkpoint(format!(
+                "step {} was written by a different run ({}); resume with the same \
+                 model, plan, batch, seed and steps, or use another --checkpoint-dir",
+                self.step,
+                diffs.join("; ")
+            )))
+        }
+    }
+}
+
+/// An f32 tensor to serialize.
+struct F32View<'a> {
+    shape: Vec<usize>,
+    data: &'a [f32],
+}
+
+impl View for F32View<'_> {
+    fn dtype(&self) -> Dtype {
+        Dtype::F32
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Owned(self.data.iter().flat_map(|x| x.to_le_bytes()).collect())
+    }
+    fn data_len(&self) -> usize {
+        self.data.len() * 4
+    }
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RuntimeError + '_ {
+    move |e| RuntimeError::io(path, e)
+}
+
+fn rank_file(rank: usize) -> String {
+    format!("rank-{rank:05}.safetensors")
+}
+
+fn step_name(step: u64) -> String {
+    format!("step-{step:08}")
+}
+
+/// Writes `bytes` to `path` and syncs it to disk.
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = File::create(path).map_err(io(path))?;
+    f.write_all(bytes).map_err(io(path))?;
+    f.sync_all().map_err(io(path))
+}
+
+/// Syncs a directory's entries (renames, new files) to disk.
+fn sync_dir(path: &Path) -> Result<()> {
+    File::open(path)
+        .and_then(|d| d.sync_all())
+        .map_err(io(path))
+}
+
+/// Every rank calls this at the end of `step`: writes its shard, and rank 0 commits.
+/// Returns the checkpoint's directory.
+pub fn save(
+    ck: &CheckpointConfig,
+    cfg: &TrainConfig,
+    step: u64,
+    g: &Groups,
+    params: &[(ParamDef, Vec<f32>)],
+    optimizer: &Optimizer,
+) -> Result<PathBuf> {
+    let name = step_name(step);
+    let dir = &ck.dir;
+    let tmp = dir.join(format!(".tmp-{name}"));
+    let target = dir.join(&name);
+    g.world.barrier()?;
+    if g.rank == 0 {
+        fs::create_dir_all(dir).map_err(io(dir))?;
+        if tmp.exists() {
+            fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
+        }
+        fs::create_dir(&tmp).map_err(io(&tmp))?;
+    }
+    g.world.barrier()?;
+
+    let mut tensors: Vec<(String, F32View)> = Vec::new();
+    for (def, values) in params {
+        tensors.push((
+            format!("param/{}", def.name),
+            F32View {
+                shape: def.local_shape(g.topology.tp),
+                data: values,
+            },
+        ));
+    }
+    for (i, (m, v)) in optimizer.moments().into_iter().enumerate() {
+        tensors.push((
+            format!("adam_m/{i:05}"),
+            F32View {
+                shape: vec![m.len()],
+                data: m,
+            },
+        ));
+        tensors.push((
+            format!("adam_v/{i:05}"),
+            F32View {
+                shape: vec![v.len()],
+                data: v,
+            },
+        ));
+    }
+    let mut info = HashMap::new();
+    info.insert("format".to_string(), FORMAT.to_string());
+    info.insert("step".to_string(), step.to_string());
+    info.insert("rank".to_string(), g.rank.to_string());
+    info.insert("adam_steps".to_string(), optimizer.steps.to_string());
+    let bytes = safetensors::serialize(tensors, Some(info))
+        .map_err(|e| RuntimeError::Checkpoint(format!("serializing rank {}: {e}", g.rank)))?;
+    write_synced(&tmp.join(rank_file(g.rank)), &bytes)?;
+    g.world.barrier()?;
+
+    if g.rank == 0 {
+        let mut files = Vec::new();
+        for r in 0..g.topology.world() {
+            let path = tmp.join(rank_file(r));
+            let data = fs::read(&path).map_err(io(&path))?;
+            files.push(FileEntry {
+                name: rank_file(r),
+                bytes: data.len() as u64,
+                fnv1a: format!("{:016x}", fnv1a(&data)),
+            });
+        }
+        let manifest = Manifest {
+            format: FORMAT.into(),
+            step,
+            steps: cfg.steps,
+            model: cfg.model.clone(),
+            parallel: cfg.parallel,
+            stage_map: cfg.stage_map(),
+            seq: cfg.seq,
+            gbs: cfg.gbs,
+            optim: cfg.optim,
+            data_position: step * cfg.gbs as u64,
+            rng: RngState {
+                seed: cfg.seed,
+                scheme: "counter-based: SplitMix64 seeded by FNV-1a(seed, stream name)".into(),
+            },
+            world: g.topology.world(),
+            files,
+        };
+        let text = serde_json::to_string_pretty(&manifest)
+            .map_err(|e| RuntimeError::Checkpoint(e.to_string()))?;
+        write_synced(&tmp.join("manifest.json"), text.as_bytes())?;
+        sync_dir(&tmp)?;
+        // A checkpoint of the same step from an earlier run is moved aside, not deleted,
+        // until `latest` no longer names it.
+        let old = dir.join(format!(".old-{name}"));
+        if target.exists() {
+            if old.exists() {
+                fs::remove_dir_all(&old).map_err(io(&old))?;
+            }
+            fs::rename(&target, &old).map_err(io(&target))?;
+        }
+        fs::rename(&tmp, &target).map_err(io(&tmp))?;
+        sync_dir(dir)?;
+        let latest_tmp = dir.join(".latest.tmp");
+        write_synced(&latest_tmp, name.as_bytes())?;
+        let latest = dir.join("latest");
+        fs::rename(&latest_tmp, &latest).map_err(io(&latest))?;
+        sync_dir(dir)?;
+        if old.exists() {
+            fs::remove_dir_all(&old).map_err(io(&old))?;
+        }
+        prune(dir, ck.keep.max(1))?;
+    }
+    g.world.barrier()?;
+    Ok(target)
+}
+
+/// Deletes complete checkpoints beyond the newest `keep`.
+fn prune(dir: &Path, keep: usize) -> Result<()> {
+    let mut steps: Vec<String> = fs::read_dir(dir)
+        .map_err(io(dir))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.starts_with("step-"))
+        .collect();
+    steps.sort();
+    let drop = steps.len().saturating_sub(keep);
+    for n in &steps[..drop] {
+        let p = dir.join(n);
+        fs::remove_dir_all(&p).map_err(io(&p))?;
+    }
+    Ok(())
+}
+
+/// The newest complete checkpoint in `dir` (what `latest` names), verified; `None` when
+/// the directory holds none.
+pub fn latest(dir: &Path) -> Result<Option<(PathBuf, Manifest)>> {
+    let pointer = dir.join("latest");
+    if !pointer.exists() {
+        return Ok(None);
+    }
+    let name = fs::read_to_string(&pointer).map_err(io(&pointer))?;
+    let path = dir.join(name.trim());
+    let manifest = verify(&path)?;
+    Ok(Some((path, manifest)))
+}
+
+/// Reads a checkpoint's manifest and checks every file's size and checksum.
+pub fn verify(path: &Path) -> Result<Manifest> {
+    let mpath = path.join("manifest.json");
+    let text = fs::read_to_string(&mpath).map_err(io(&mpath))?;
+    let manifest: Manifest = serde_json::from_str(&text)
+        .map_err(|e| RuntimeError::Checkpoint(format!("{}: {e}", mpath.display())))?;
+    if manifest.format != FORMAT {
+        return Err(RuntimeError::Checkpoint(format!(
+            "{}: format `{}` (expected {FORMAT})",
+            mpath.display(),
+            manifest.format
+        )));
+    }
+    if manifest.files.len() != manifest.world {
+        return Err(RuntimeError::Checkpoint(format!(
+            "{}: {} files for {} ranks",
+            mpath.display(),
+            manifest.files.len(),
+            manifest.world
+        )));
+    }
+    for f in &manifest.files {
+        let p = path.join(&f.name);
+        let data = fs::read(&p).map_err(io(&p))?;
+        let sum = format!("{:016x}", fnv1a(&data));
+        if data.len() as u64 != f.bytes || sum != f.fnv1a {
+            return Err(RuntimeError::Checkpoint(format!(
+                "{}: {} bytes with checksum {sum}, the manifest says {} bytes, {}",
+                p.display(),
+                data.len(),
+                f.bytes,
+                f.fnv1a
+            )));
+        }
+    }
+    Ok(manifest)
+}
+
+/// Loads `rank`'s shard from the checkpoint at `path` into `models` and `optimizer`.
+pub fn load_rank(
+    path: &Path,
+    rank: usize,
+    models: &[StageModel],
+    optimizer: &mut Optimizer,
+    step: u64,
+) -> Result<()> {
+    let file = path.join(rank_file(rank));
+    let bytes = fs::read(&file).map_err(io(&file))?;
+    let st = SafeTensors::deserialize(&bytes)
+        .map_err(|e| RuntimeError::Checkpoint(format!("{}: {e}", file.display())))?;
+    let read = |name: &str| -> Result<(Vec<usize>, Vec<f32>)> {
+        let t = st
+            .tensor(name)
+            .map_err(|e| RuntimeError::Checkpoint(format!("{}: `{name}`: {e}", file.display())))?;
+        if t.dtype() != Dtype::F32 {
+            return Err(RuntimeError::Checkpoint(format!(
+                "{}: `{name}` is {:?}, expected F32",
+                file.display(),
+                t.dtype()
+            )));
+        }
+        let values = t
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        Ok((t.shape().to_vec(), values))
+    };
+    for m in models {
+        for p in &m.params {
+            let (shape, values) = read(&format!("param/{}", p.def.name))?;
+            if shape != p.var.dims() {
+                return Err(RuntimeError::Checkpoint(format!(
+                    "{}: `{}` has shape {shape:?}, this run needs {:?}",
+                    file.display(),
+                    p.def.name,
+                    p.var.dims()
+                )));
+            }
+            p.var.set(&Tensor::from_vec(values, shape, &Device::Cpu)?)?;
+        }
+    }
+    let mut moments = Vec::new();
+    for i in 0..optimizer.buckets.len() {
+        let (_, m) = read(&format!("adam_m/{i:05}"))?;
+        let (_, v) = read(&format!("adam_v/{i:05}"))?;
+        moments.push((m, v));
+    }
+    optimizer.restore(moments, step)
+}

@@ -1,0 +1,482 @@
+//! Measures this machine for the planner: a worker (one CPU core running candle in f32) is
+//! the "GPU". `plait profile` writes a calibration profile in the planning core's format
+//! (`plait-profile/1`: GEMM times by shape, memory bandwidth, whole-block times) plus a
+//! `cpu` section (cores, memory, the in-process communicator's latency and bandwidth);
+//! [`CpuProfile::cluster`] turns it into the `ClusterSpec` that `--plan auto` plans for and
+//! [`predict`] simulates a run with.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use candle_core::{Device, Tensor, Var};
+use plait_cost::profile::{GemmSample, LayerSample};
+use plait_cost::{DeviceModel, Profile};
+use plait_planner::{Request, Simulated};
+use plait_spec::{
+    ClusterSpec, Dtype, Family, GpuSpec, LinkSpec, ModelSpec, ParallelConfig, Recompute, Shard,
+    StageMap,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::comm::{Communicator, ReduceOp, World};
+use crate::engine::{available_memory_bytes, TrainConfig};
+use crate::error::RuntimeError;
+use crate::model::StageModel;
+use crate::rng::SplitMix64;
+use crate::tp::TpGroup;
+
+type Result<T> = std::result::Result<T, RuntimeError>;
+
+/// Each timing repeats its operation for at least this long and keeps the median (a
+/// quarter of it with `quick`).
+const MIN_TIMING: Duration = Duration::from_millis(40);
+/// Bytes of the buffer copied to measure memory bandwidth: 64 MiB, well beyond the
+/// last-level caches of current CPUs (≤ 32 MiB per socket on desktop parts).
+const COPY_BYTES: usize = 64 << 20;
+/// Square GEMM sizes of the shape grid (every m, n, k combination).
+const GRID: [u64; 3] = [64, 256, 1024];
+/// Blocks stacked when timing one (see `time_block`).
+const MAX_STACK: usize = 8;
+
+/// The in-process communicator as a link: alpha–beta numbers of a 2-rank all-reduce.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CpuLink {
+    /// Latency of one step (half the 2-rank all-reduce of one element).
+    pub latency_s: f64,
+    /// Bytes per second of a large 2-rank all-reduce (its bytes over its time, less latency).
+    pub bandwidth_bytes_per_s: f64,
+}
+
+/// Machine facts recorded beside the calibration profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CpuInfo {
+    /// Cores available to the process (workers beyond this share cores).
+    pub cores: usize,
+    /// Memory of the machine (MemTotal), bytes.
+    pub memory_bytes: f64,
+    pub link: CpuLink,
+}
+
+/// A calibration profile of this machine's CPU workers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CpuProfile {
+    pub profile: Profile,
+    pub cpu: CpuInfo,
+}
+
+/// What to measure besides the shape grid: whole blocks and GEMM shapes of these models.
+#[derive(Debug, Clone)]
+pub struct MeasureOptions {
+    /// Models with the sequence length they will train with.
+    pub models: Vec<(ModelSpec, usize)>,
+    /// Micro-batch sizes to measure the models' blocks and GEMMs at (the planner picks
+    /// among them; it scales the nearest for others).
+    pub mbs: Vec<usize>,
+    /// Skip the 1024³ grid shapes and time each operation for 10 ms instead of 40 ms.
+    pub quick: bool,
+}
+
+impl CpuProfile {
+    /// The profile JSON with the `cpu` section.
+    pub fn to_json(&self) -> Result<String> {
+        let mut v =
+            serde_json::to_value(&self.profile).map_err(|e| RuntimeError::Config(e.to_string()))?;
+        let cpu =
+            serde_json::to_value(&self.cpu).map_err(|e| RuntimeError::Config(e.to_string()))?;
+        if let Some(o) = v.as_object_mut() {
+            o.insert("cpu".into(), cpu);
+        }
+        serde_json::to_string_pretty(&v).map_err(|e| RuntimeError::Config(e.to_string()))
+    }
+
+    /// Reads a profile written by [`CpuProfile::to_json`].
+    pub fn parse(text: &str, source: &str) -> Result<CpuProfile> {
+        let profile =
+            Profile::parse(text, source).map_err(|e| RuntimeError::Config(e.to_string()))?;
+        let v: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| RuntimeError::Config(format!("{source}: {e}")))?;
+        let cpu = v.get("cpu").ok_or_else(|| {
+            RuntimeError::Config(format!(
+                "{source}: no `cpu` section; CPU profiles are written by `plait profile`"
+            ))
+        })?;
+        let cpu: CpuInfo = serde_json::from_value(cpu.clone())
+            .map_err(|e| RuntimeError::Config(format!("{source}: `cpu`: {e}")))?;
+        Ok(CpuProfile { profile, cpu })
+    }
+
+    /// The profile as one of `workers` workers sees it: workers beyond the cores share
+    /// them, so each one's times stretch by `workers / cores` (at least 1).
+    pub fn shared_by(&self, workers: usize) -> CpuProfile {
+        let f = (workers as f64 / self.cpu.cores.max(1) as f64).max(1.0);
+        let mut p = self.clone();
+        for g in &mut p.profile.gemm {
+            g.time_s *= f;
+        }
+        for l in &mut p.profile.layers {
+            l.forward_s *= f;
+            l.backward_s *= f;
+        }
+        p.profile.memory_bandwidth_bytes_per_s /= f;
+        p.cpu.link.latency_s *= f;
+        p.cpu.link.bandwidth_bytes_per_s /= f;
+        p
+    }
+
+    /// `workers` CPU workers on this machine as a cluster and its device model: one node,
+    /// a "GPU" per worker with the measured GEMM rate and bandwidth (shared when workers
+    /// outnumber cores), the in-process communicator as the link.
+    pub fn cluster(&self, workers: usize) -> Result<(ClusterSpec, DeviceModel)> {
+        let shared = self.shared_by(workers);
+        let rate = shared.profile.max_gemm_flops_per_s();
+        let link = LinkSpec {
+            bandwidth_bytes_per_s: shared.cpu.link.bandwidth_bytes_per_s,
+            latency_s: shared.cpu.link.latency_s,
+            // Measured as achieved: nothing to discount.
+            collective_efficiency: 1.0,
+        };
+        let cluster = ClusterSpec {
+            name: format!("{workers} CPU workers on {} cores", self.cpu.cores),
+            gpu: GpuSpec {
+                name: shared.profile.gpu.clone(),
+                peak_bf16_flops_per_s: rate,
+                peak_fp16_flops_per_s: rate,
+                peak_fp8_flops_per_s: None,
+                // The peak is the measured best rate: efficiency and clock are in it.
+                matmul_efficiency: 1.0,
+                sustained_clock_ratio: 1.0,
+                memory_bytes: self.cpu.memory_bytes / workers.max(1) as f64,
+                memory_bandwidth_bytes_per_s: shared.profile.memory_bandwidth_bytes_per_s,
+                // One core: no wave quantisation over parallel units.
+                sms: 1,
+            },
+            gpus_per_node: workers.max(1) as u64,
+            intra_node: link,
+            inter_node: link,
+            nics_per_node: 0,
+            memory_reserve_bytes: 0.0,
+        };
+        let device = plait_cost::device_for(&cluster, Dtype::Bf16)
+            .map_err(|e| RuntimeError::Config(e.to_string()))?
+            .with_profile(&shared.profile, Dtype::Bf16);
+        Ok((cluster, device))
+    }
+}
+
+/// Median of `f`'s run times, repeating for at least `min` (3 to 200 runs) after
+/// one warm-up run.
+fn time<F: FnMut() -> Result<()>>(min: Duration, mut f: F) -> Result<f64> {
+    f()?;
+    let mut times = Vec::new();
+    let begin = Instant::now();
+    while times.len() < 3 || (begin.elapsed() < min && times.len() < 200) {
+        let t = Instant::now();
+        f()?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+fn random(shape: &[usize], seed: u64) -> Result<Tensor> {
+    let n: usize = shape.iter().product();
+    let v = SplitMix64::new(seed).normals(n, 1.0);
+    Ok(Tensor::from_vec(v, shape, &Device::Cpu)?)
+}
+
+/// Time of `[m×k]·[k×n]` as the runtime runs it (`x · Wᵀ`, W stored `[n, k]`).
+fn time_gemm(min: Duration, m: u64, n: u64, k: u64) -> Result<f64> {
+    let x = random(&[m as usize, k as usize], 1)?;
+    let w = random(&[n as usize, k as usize], 2)?;
+    let wt = w.t()?;
+    time(min, || {
+        x.matmul(&wt)?;
+        Ok(())
+    })
+}
+
+/// GEMM shapes a model's training runs per block and head on one worker of tp = `tp`, as
+/// the cost model names them (forward, input gradient, weight gradient; attention scores).
+fn model_shapes(m: &ModelSpec, seq: u64, mbs: u64, tp: u64) -> Vec<(u64, u64, u64)> {
+    let tokens = seq * mbs;
+    let mut out = Vec::new();
+    let mut add = |mm: u64, n: u64, k: u64| {
+        for s in [(mm, n, k), (mm, k, n), (k, n, mm)] {
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+    };
+    for g in m.block_gemms(tokens, Shard { tp, ep: 1 }).iter() {
+        add(g.m, g.n, g.k);
+    }
+    add(tokens, m.vocab.div_ceil(tp), m.hidden);
+    add(seq, seq, m.head_dim);
+    add(seq, m.head_dim, seq);
+    out
+}
+
+/// Forward and backward time of one block of `m` on one worker of tp = `tp`, measured as
+/// in training: through a stack of the model's distinct blocks (at most [`MAX_STACK`]), so
+/// the weights come from memory as they do in a step rather than from a warm cache.
+fn time_block(
+    min: Duration,
+    m: &ModelSpec,
+    seq: usize,
+    mbs: usize,
+    tp: usize,
+) -> Result<LayerSample> {
+    let group = TpGroup {
+        comm: None,
+        rank: 0,
+        size: tp,
+        sp: false,
+    };
+    let n = (m.layers as usize).clamp(1, MAX_STACK);
+    // A middle stage: blocks only, no embedding or head.
+    let model = StageModel::new(m, 1, 3, 0..n, group, seq, mbs, 0)?;
+    let h = m.hidden as usize;
+    let x = Var::from_tensor(&(random(&[mbs, seq, h], 3)? * 0.1)?)?;
+    let g = random(&[mbs, seq, h], 4)?;
+    let forward = || -> Result<Tensor> {
+        let mut y = x.as_tensor().clone();
+        for b in 0..n {
+            y = model.block(&y, b)?;
+        }
+        Ok(y)
+    };
+    let forward_s = time(min, || forward().map(|_| ()))? / n as f64;
+    let total_s = time(min, || {
+        forward()?.mul(&g)?.sum_all()?.backward()?;
+        Ok(())
+    })? / n as f64;
+    Ok(LayerSample {
+        family: match m.family {
+            Family::Llama => "llama".into(),
+            _ => "gpt".into(),
+        },
+        hidden: m.hidden,
+        heads: m.heads,
+        seq: seq as u64,
+        mbs: mbs as u64,
+        tp: tp as u64,
+        forward_s,
+        backward_s: (total_s - forward_s).max(f64::MIN_POSITIVE),
+        activation_bytes: None,
+    })
+}
+
+/// Read + write bandwidth of a large copy.
+fn memory_bandwidth(min: Duration) -> Result<f64> {
+    let t = Tensor::zeros(COPY_BYTES / 4, candle_core::DType::F32, &Device::Cpu)?;
+    let s = time(min, || {
+        t.copy()?;
+        Ok(())
+    })?;
+    Ok(2.0 * COPY_BYTES as f64 / s)
+}
+
+/// Alpha–beta numbers of the in-process communicator: 2-rank all-reduces of 1 element and
+/// of 1 Mi elements.
+fn measure_link(min: Duration) -> Result<CpuLink> {
+    let world = World::new(2, Duration::from_secs(60));
+    const BIG: usize = 1 << 20;
+    let times = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|r| {
+                let world = world.clone();
+                s.spawn(move || -> Result<(f64, f64)> {
+                    let c: Arc<dyn Communicator> = Arc::new(world.group("link", &[0, 1], r)?);
+                    let mut one = [1.0f32];
+                    let small = time(min, || Ok(c.all_reduce(&mut one, ReduceOp::Sum)?))?;
+                    let mut big = vec![1.0f32; BIG];
+                    let large = time(min, || Ok(c.all_reduce(&mut big, ReduceOp::Sum)?))?;
+                    Ok((small, large))
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(RuntimeError::Config("link measurement panicked".into()))
+                })
+            })
+            .collect::<Result<Vec<_>>>()
+    })?;
+    let (small, large) = times[0];
+    let latency_s = small / 2.0;
+    // Ring all-reduce over 2 ranks moves the buffer once: time = 2·latency + bytes / bw.
+    let bytes = (BIG * 4) as f64;
+    let bandwidth_bytes_per_s = bytes / (large - small).max(small);
+    Ok(CpuLink {
+        latency_s,
+        bandwidth_bytes_per_s,
+    })
+}
+
+/// Cores this process may run on.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn total_memory_bytes() -> f64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            let line = t.lines().find(|l| l.starts_with("MemTotal:"))?.to_string();
+            line.split_whitespace().nth(1)?.parse::<f64>().ok()
+        })
+        .map(|kib| kib * 1024.0)
+        .or_else(available_memory_bytes)
+        .unwrap_or(8.0 * f64::from(1u32 << 30))
+}
+
+/// Measures this machine on one core (single-threaded candle, as one worker runs), calling
+/// `progress(done, total)` as it goes.
+pub fn measure(
+    opts: &MeasureOptions,
+    progress: &mut (dyn FnMut(usize, usize) + Send),
+) -> Result<CpuProfile> {
+    crate::engine::pin_compute_threads(1);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .map_err(|e| RuntimeError::Config(format!("cannot start a measuring thread: {e}")))?;
+    let mut shapes: Vec<(u64, u64, u64)> = Vec::new();
+    for &m in &GRID {
+        for &n in &GRID {
+            for &k in &GRID {
+                if !(opts.quick && m.max(n).max(k) > 256) {
+                    shapes.push((m, n, k));
+                }
+            }
+        }
+    }
+    let mut blocks = Vec::new();
+    for (spec, seq) in &opts.models {
+        for tp in [1u64, 2, 4, 8] {
+            if spec.heads % tp != 0 || spec.kv_heads % tp != 0 || spec.ffn_hidden % tp != 0 {
+                continue;
+            }
+            for &mbs in &opts.mbs {
+                for s in model_shapes(spec, *seq as u64, mbs as u64, tp) {
+                    if !shapes.contains(&s) {
+                        shapes.push(s);
+                    }
+                }
+                blocks.push((spec.clone(), *seq, mbs, tp as usize));
+            }
+        }
+    }
+    let min = if opts.quick {
+        MIN_TIMING / 4
+    } else {
+        MIN_TIMING
+    };
+    let total = shapes.len() + blocks.len() + 2;
+    let mut done = 0;
+    pool.install(|| -> Result<CpuProfile> {
+        let mut gemm = Vec::new();
+        for &(m, n, k) in &shapes {
+            gemm.push(GemmSample {
+                m,
+                n,
+                k,
+                time_s: time_gemm(min, m, n, k)?,
+            });
+            done += 1;
+            progress(done, total);
+        }
+        let mut layers = Vec::new();
+        for (spec, seq, mbs, tp) in &blocks {
+            layers.push(time_block(min, spec, *seq, *mbs, *tp)?);
+            done += 1;
+            progress(done, total);
+        }
+        let bandwidth = memory_bandwidth(min)?;
+        done += 1;
+        progress(done, total);
+        let link = measure_link(min)?;
+        progress(total, total);
+        Ok(CpuProfile {
+            profile: Profile {
+                format: "plait-profile/1".into(),
+                gpu: "CPU core (candle f32, 1 thread)".into(),
+                // The planner's dtype names 16-bit formats only; leaving it unset applies the
+                // measurements to whatever dtype it plans with.
+                dtype: None,
+                source: Some(format!(
+                    "plait profile: candle {} f32 on one core, median of repeated runs",
+                    "0.11"
+                )),
+                memory_bandwidth_bytes_per_s: bandwidth,
+                gemm,
+                layers,
+            },
+            cpu: CpuInfo {
+                cores: cores(),
+                memory_bytes: total_memory_bytes(),
+                link,
+            },
+        })
+    })
+}
+
+/// The simulator's prediction of `cfg` on this machine's workers (`plait simulate` for
+/// the runtime's own run).
+pub fn predict(cfg: &TrainConfig, profile: &CpuProfile) -> Result<Simulated> {
+    let (cluster, device) = profile.cluster(cfg.topology().world())?;
+    plait_planner::simulate_mapped(
+        &cfg.model,
+        &cluster,
+        &cfg.train_spec(),
+        &cfg.parallel,
+        &device,
+        &cfg.stage_map(),
+    )
+    .map_err(|e| RuntimeError::Config(format!("simulation: {e}")))
+}
+
+/// Whether the runtime can execute a configuration the planner proposes.
+pub fn runtime_supports(model: &ModelSpec, c: &ParallelConfig, seq: u64) -> bool {
+    c.cp == 1
+        && c.ep == 1
+        && c.zero <= 1
+        && c.recompute != Recompute::Selective
+        && model.heads.is_multiple_of(c.tp)
+        && model.kv_heads.is_multiple_of(c.tp)
+        && model.ffn_hidden.is_multiple_of(c.tp)
+        && (!c.sp || seq.is_multiple_of(c.tp))
+}
+
+/// The planner's best plan for `cfg`'s model and batch on `workers` CPU workers, among the
+/// configurations the runtime executes.
+pub fn plan_auto(
+    cfg: &TrainConfig,
+    workers: usize,
+    profile: &CpuProfile,
+) -> Result<(ParallelConfig, StageMap, plait_planner::Plan)> {
+    let (cluster, device) = profile.cluster(workers)?;
+    let train = cfg.train_spec();
+    let model = cfg.model.clone();
+    let seq = cfg.seq as u64;
+    let allow = move |l: &plait_planner::export::Layout| runtime_supports(&model, l.config, seq);
+    let mut req = Request::new(&cfg.model, &cluster, &train, &device, workers as u64);
+    req.pins.cp = Some(1);
+    req.pins.ep = Some(1);
+    req.top = 1;
+    req.allow = Some(&allow);
+    let outcome = plait_planner::plan(&req, &|_, _| {})
+        .map_err(|e| RuntimeError::Config(format!("planner: {e}")))?;
+    match outcome.plans.into_iter().next() {
+        Some(p) => Ok((p.config, p.stage_map.clone(), p)),
+        None => Err(RuntimeError::Config(format!(
+            "the planner found no plan for {} on {workers} CPU workers: {}",
+            cfg.model.name,
+            outcome
+                .infeasible
+                .map(|i| i.reason)
+                .unwrap_or_else(|| "no configuration the runtime can execute".into())
+        ))),
+    }
+}

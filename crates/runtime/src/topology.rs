@@ -1,0 +1,110 @@
+//! Where each worker sits: world rank ↔ (data, tensor, pipeline) coordinates in Megatron-LM's
+//! order (tensor parallel fastest, then data parallel, then pipeline), the same order the
+//! cost model assumes (`plait_cost::comm`).
+
+use serde::{Deserialize, Serialize};
+
+/// The parallel degrees of one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Topology {
+    pub dp: usize,
+    pub tp: usize,
+    pub pp: usize,
+}
+
+/// One rank's coordinates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Coords {
+    pub dp: usize,
+    pub tp: usize,
+    pub pp: usize,
+}
+
+impl Topology {
+    pub fn world(&self) -> usize {
+        self.dp * self.tp * self.pp
+    }
+
+    pub fn coords(&self, rank: usize) -> Coords {
+        Coords {
+            tp: rank % self.tp,
+            dp: (rank / self.tp) % self.dp,
+            pp: rank / (self.tp * self.dp),
+        }
+    }
+
+    pub fn rank(&self, c: Coords) -> usize {
+        c.tp + self.tp * (c.dp + self.dp * c.pp)
+    }
+
+    /// World ranks of `rank`'s tensor-parallel group, in group-rank order.
+    pub fn tp_group(&self, rank: usize) -> Vec<usize> {
+        let c = self.coords(rank);
+        (0..self.tp)
+            .map(|tp| self.rank(Coords { tp, ..c }))
+            .collect()
+    }
+
+    /// World ranks of `rank`'s data-parallel group.
+    pub fn dp_group(&self, rank: usize) -> Vec<usize> {
+        let c = self.coords(rank);
+        (0..self.dp)
+            .map(|dp| self.rank(Coords { dp, ..c }))
+            .collect()
+    }
+
+    /// World ranks of `rank`'s pipeline: group rank r holds pipeline rank r.
+    pub fn pp_group(&self, rank: usize) -> Vec<usize> {
+        let c = self.coords(rank);
+        (0..self.pp)
+            .map(|pp| self.rank(Coords { pp, ..c }))
+            .collect()
+    }
+
+    /// The first and last pipeline ranks of `rank`'s pipeline (the tied-embedding group).
+    pub fn embedding_group(&self, rank: usize) -> Vec<usize> {
+        let c = self.coords(rank);
+        vec![
+            self.rank(Coords { pp: 0, ..c }),
+            self.rank(Coords {
+                pp: self.pp - 1,
+                ..c
+            }),
+        ]
+    }
+}
+
+impl std::fmt::Display for Coords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "dp {}, tp {}, pp {}", self.dp, self.tp, self.pp)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn megatron_order_round_trips() {
+        let t = Topology {
+            dp: 2,
+            tp: 2,
+            pp: 2,
+        };
+        assert_eq!(
+            t.coords(5),
+            Coords {
+                tp: 1,
+                dp: 0,
+                pp: 1
+            }
+        );
+        for r in 0..t.world() {
+            assert_eq!(t.rank(t.coords(r)), r);
+        }
+        assert_eq!(t.tp_group(5), vec![4, 5]);
+        assert_eq!(t.dp_group(5), vec![5, 7]);
+        assert_eq!(t.pp_group(5), vec![1, 5]);
+        assert_eq!(t.embedding_group(3), vec![3, 7]);
+    }
+}

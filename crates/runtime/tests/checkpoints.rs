@@ -1,0 +1,184 @@
+//! Checkpoints, resume and failures: a resumed run repeats the uninterrupted one exactly; a
+//! failing rank stops the run quickly with its name, and the last checkpoint still loads.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use plait_runtime::checkpoint::{latest, verify};
+use plait_runtime::{
+    parse_plan, train, CheckpointConfig, Dataset, Fault, RuntimeError, TrainConfig,
+};
+use plait_spec::model_preset;
+
+fn data() -> &'static Dataset {
+    static DATA: OnceLock<Dataset> = OnceLock::new();
+    DATA.get_or_init(Dataset::builtin)
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("plait-runtime-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn config(plan: &str, workers: usize, dir: Option<&PathBuf>) -> TrainConfig {
+    let mut cfg = TrainConfig::new(
+        model_preset("tiny-gpt").unwrap(),
+        parse_plan(plan, workers).unwrap(),
+        64,
+        8,
+        10,
+    );
+    cfg.seed = 7;
+    cfg.checkpoint = dir.map(|d| CheckpointConfig {
+        dir: d.clone(),
+        every: 5,
+        keep: 2,
+    });
+    cfg
+}
+
+#[test]
+fn resume_after_step_5_repeats_steps_6_to_10_exactly() {
+    // ZeRO-1 over dp and a pipeline: sharded optimizer states and parameters.
+    let plan = "dp2,pp2,zero1";
+    let full = train(&config(plan, 4, None), data(), |_| {}).unwrap();
+    let dir = tmpdir("resume");
+    let mut first = config(plan, 4, Some(&dir));
+    first.stop_after = Some(5);
+    let head = train(&first, data(), |_| {}).unwrap();
+    assert_eq!(head.logs.len(), 5);
+    assert_eq!(head.checkpoints.len(), 1);
+    let mut second = config(plan, 4, Some(&dir));
+    second.resume = true;
+    let tail = train(&second, data(), |_| {}).unwrap();
+    assert_eq!(tail.resumed_from, 5);
+    let steps: Vec<u64> = tail.logs.iter().map(|l| l.step).collect();
+    assert_eq!(steps, vec![6, 7, 8, 9, 10]);
+    for (a, b) in head.logs.iter().chain(&tail.logs).zip(&full.logs) {
+        assert_eq!(a.step, b.step);
+        assert_eq!(
+            a.loss.to_bits(),
+            b.loss.to_bits(),
+            "step {}: {} vs {}",
+            a.step,
+            a.loss,
+            b.loss
+        );
+    }
+    // A different plan cannot resume from these shards.
+    let mut other = config("dp4", 4, Some(&dir));
+    other.resume = true;
+    let e = train(&other, data(), |_| {}).unwrap_err().to_string();
+    assert!(e.contains("different run"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_failing_rank_stops_every_rank_and_is_named() {
+    for panic in [false, true] {
+        let dir = tmpdir(&format!("fail-{panic}"));
+        let mut cfg = config("dp2,pp2", 4, Some(&dir));
+        // Rank 3 (dp 1, pp 1) fails at its fourth instruction of step 7, after the
+        // checkpoint of step 5; the other ranks are blocked in receives or collectives.
+        cfg.fault = Some(Fault {
+            rank: 3,
+            step: 7,
+            instruction: 3,
+            panic,
+        });
+        let start = Instant::now();
+        let err = train(&cfg, data(), |_| {}).unwrap_err();
+        let elapsed = start.elapsed();
+        assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
+        match &err {
+            RuntimeError::RankFailed { rank, step, at, .. } => {
+                assert_eq!((*rank, *step), (3, 7));
+                assert!(at.starts_with("instruction 3 ("), "{at}");
+            }
+            other => panic!("unexpected error {other}"),
+        }
+        let text = err.to_string();
+        assert!(
+            text.starts_with("rank 3 (dp 1, tp 0, pp 1) failed at step 7, instruction 3"),
+            "{text}"
+        );
+        assert!(text.contains("injected failure"), "{text}");
+        // The checkpoint of step 5 is intact and training resumes from it.
+        let (path, manifest) = latest(&dir).unwrap().unwrap();
+        assert_eq!(manifest.step, 5);
+        verify(&path).unwrap();
+        let mut again = config("dp2,pp2", 4, Some(&dir));
+        again.resume = true;
+        again.stop_after = Some(6);
+        let r = train(&again, data(), |_| {}).unwrap();
+        assert_eq!(r.logs.iter().map(|l| l.step).collect::<Vec<_>>(), vec![6]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn an_interrupted_write_leaves_the_previous_checkpoint() {
+    let dir = tmpdir("interrupted");
+    let mut cfg = config("dp2", 2, Some(&dir));
+    cfg.stop_after = Some(5);
+    train(&cfg, data(), |_| {}).unwrap();
+    // A crash while writing step 10: a partial temporary directory and pointer.
+    let tmp = dir.join(".tmp-step-00000010");
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::write(tmp.join("rank-00000.safetensors"), b"partial").unwrap();
+    std::fs::write(dir.join(".latest.tmp"), b"step-000").unwrap();
+    let (_, m) = latest(&dir).unwrap().unwrap();
+    assert_eq!(m.step, 5);
+    // A corrupted shard is detected, not loaded.
+    let shard = dir.join("step-00000005").join("rank-00001.safetensors");
+    let good = std::fs::read(&shard).unwrap();
+    let mut bad = good.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 0xff;
+    std::fs::write(&shard, &bad).unwrap();
+    let e = latest(&dir).unwrap_err().to_string();
+    assert!(e.contains("checksum"), "{e}");
+    std::fs::write(&shard, &good).unwrap();
+    // Resuming writes step 10 over the debris.
+    let mut cfg = config("dp2", 2, Some(&dir));
+    cfg.resume = true;
+    train(&cfg, data(), |_| {}).unwrap();
+    let (_, m) = latest(&dir).unwrap().unwrap();
+    assert_eq!(m.step, 10);
+    assert!(!tmp.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_requests_are_clear_errors() {
+    let e = parse_plan("dp2,tp2,pp2", 4).unwrap_err().to_string();
+    assert!(e.contains("--workers is 4"), "{e}");
+    let big = TrainConfig::new(
+        model_preset("gpt3-175b").unwrap(),
+        Default::default(),
+        64,
+        8,
+        1,
+    );
+    let e = train(&big, data(), |_| {}).unwrap_err().to_string();
+    assert!(e.contains("GiB") && e.contains("available"), "{e}");
+    let e = Dataset::from_text("  \n", "empty.txt")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("empty.txt") && e.contains("no text"), "{e}");
+    let short = Dataset::from_text("short text", "short.txt").unwrap();
+    let e = train(&config("dp1", 1, None), &short, |_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("needs at least 65"), "{e}");
+    let e = train(&config("tp8", 8, None), data(), |_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("tp"), "{e}");
+    let mut gqa = config("tp4", 4, None);
+    gqa.model = model_preset("tiny-llama").unwrap();
+    let e = train(&gqa, data(), |_| {}).unwrap_err().to_string();
+    assert!(e.contains("key/value heads"), "{e}");
+}
