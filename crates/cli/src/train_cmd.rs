@@ -101,6 +101,8 @@ fn load_profile(path: &PathBuf) -> Result<CpuProfile> {
 
 pub fn run(args: &TrainArgs) -> Result<String> {
     let model = load_model(&args.model)?;
+    // Before anything slow (measuring the machine for --plan auto): does it fit at all?
+    plait_runtime::check_memory(&model)?;
     let workers = positive("workers", args.workers)? as usize;
     let steps = positive("steps", args.steps)?;
     let seq = positive("seq", args.seq)? as usize;

@@ -271,5 +271,9 @@ fn bad_input_is_one_clear_error() {
     ]);
     assert_eq!(code, 2);
     assert!(err.contains("GiB"), "{err}");
+    // The same with the default --plan auto: refused before measuring the machine.
+    let (code, _, err) = plait(&["train", "--model", "llama3-405b", "--steps", "1"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("GiB"), "{err}");
     let _ = std::fs::remove_file(&empty);
 }

@@ -235,7 +235,7 @@ impl TrainConfig {
 /// Refuses models whose weights, gradients and Adam states (16 bytes per parameter in
 /// f32, plus one more copy for the checkpoint and the gathered full weights) would not fit
 /// in this machine's memory.
-fn check_memory(m: &ModelSpec) -> Result<()> {
+pub fn check_memory(m: &ModelSpec) -> Result<()> {
     let need = m.parameter_count() as f64 * 20.0;
     if let Some(avail) = available_memory_bytes() {
         if need > 0.8 * avail {
