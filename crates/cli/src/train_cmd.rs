@@ -209,6 +209,12 @@ pub fn run(args: &TrainArgs) -> Result<String> {
     );
     let mut log_error = None;
     let started = Instant::now();
+    // A panicking rank is caught and reported once, with its rank, step and instruction;
+    // keep Rust's own panic print-out for RUST_BACKTRACE debugging only.
+    let quiet_panics = std::env::var_os("RUST_BACKTRACE").is_none();
+    if quiet_panics {
+        std::panic::set_hook(Box::new(|_| {}));
+    }
     let result = train(&cfg, &data, |l: &StepLog| {
         bar.set_position(l.step);
         bar.set_message(format!(
@@ -223,6 +229,9 @@ pub fn run(args: &TrainArgs) -> Result<String> {
         }
     });
     bar.finish_and_clear();
+    if quiet_panics {
+        let _ = std::panic::take_hook();
+    }
     let report = result?;
     if let (Some(e), Some(path)) = (log_error, &args.json_log) {
         bail!("--json-log: cannot write `{}`: {e}", path.display());
