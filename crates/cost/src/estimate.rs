@@ -495,13 +495,15 @@ fn assemble(
         worst_dp_exposed = worst_dp_exposed.max(exposed - slack);
         let mut zero3_exposed = 0.0;
         if c.zero >= 3 {
-            // Per micro-batch: gather weights for forward and backward, reduce-scatter the
-            // gradients; prefetching overlaps them with compute.
-            let comm = 2.0 * g.dp.all_gather_s(params * WEIGHT_BYTES)
-                + g.dp.reduce_scatter_s(params * grad_reduce_bytes)
-                + 2.0 * expert_group.all_gather_s(expert_params * WEIGHT_BYTES)
+            // Per micro-batch: gather the weights for the forward, gather them again for the
+            // backward and reduce-scatter the gradients. Prefetching hides each phase's
+            // traffic behind that phase's compute only: the forward's spare time cannot
+            // carry the backward's collectives.
+            let gather = g.dp.all_gather_s(params * WEIGHT_BYTES)
+                + expert_group.all_gather_s(expert_params * WEIGHT_BYTES);
+            let scatter = g.dp.reduce_scatter_s(params * grad_reduce_bytes)
                 + expert_group.reduce_scatter_s(expert_params * grad_reduce_bytes);
-            zero3_exposed = (comm - (fwd + bwd)).max(0.0);
+            zero3_exposed = (gather - fwd).max(0.0) + (gather + scatter - bwd).max(0.0);
             zero3_per_mb_worst = zero3_per_mb_worst.max(zero3_exposed);
         }
         let opt_params = params / if c.zero >= 1 { dense_dp } else { 1.0 }
