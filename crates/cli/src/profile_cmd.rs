@@ -39,6 +39,8 @@ pub struct ProfileArgs {
 }
 
 pub fn run(args: &ProfileArgs) -> Result<String> {
+    // Measure with the threading training uses (one compute thread per worker).
+    plait_runtime::init_compute_threads(1);
     let seq = positive("seq", args.seq)? as usize;
     let mbs = args
         .mbs

@@ -11,9 +11,12 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use plait_runtime::checkpoint::{self, Manifest};
+use plait_runtime::engine::min_activation_bytes;
 use plait_runtime::profile::{measure, plan_auto, predict, CpuProfile, MeasureOptions};
 use plait_runtime::{
-    parse_plan, train, CheckpointConfig, Dataset, Fault, OptimConfig, StepLog, TrainConfig,
+    init_compute_threads, parse_plan, train, CheckpointConfig, Dataset, Fault, OptimConfig,
+    StepLog, TrainConfig,
 };
 use plait_spec::Schedule;
 
@@ -54,7 +57,8 @@ pub struct TrainArgs {
     #[arg(long)]
     pub lr: Option<f64>,
     /// Write one JSON object per step (step, loss, grad_norm, lr, tokens, step_time_s,
-    /// tokens_per_s).
+    /// tokens_per_s). With --resume the file continues: the lines of steps after the
+    /// checkpoint resumed from are dropped first, so each step is in it once.
     #[arg(long, value_name = "FILE")]
     pub json_log: Option<PathBuf>,
     /// Write the measured per-rank timeline of pipeline 0 as a Perfetto trace (the
@@ -64,10 +68,11 @@ pub struct TrainArgs {
     /// Write sharded checkpoints (safetensors per rank + manifest) here.
     #[arg(long, value_name = "DIR")]
     pub checkpoint_dir: Option<PathBuf>,
-    /// Steps between checkpoints (and always at the end).
+    /// Steps between checkpoints (and always at the end); 0: only at the end.
     #[arg(long, allow_negative_numbers = true, default_value_t = 50)]
     pub checkpoint_every: i64,
-    /// Continue from the newest checkpoint in --checkpoint-dir.
+    /// Continue from the newest checkpoint in --checkpoint-dir (with --plan auto, under the
+    /// checkpoint's plan). Without it, --checkpoint-dir must hold no checkpoints.
     #[arg(long)]
     pub resume: bool,
     /// Calibration profile from `plait profile` (for --plan auto and the simulated step
@@ -100,13 +105,23 @@ fn load_profile(path: &PathBuf) -> Result<CpuProfile> {
 }
 
 pub fn run(args: &TrainArgs) -> Result<String> {
+    // First, while this is the only thread: candle's thread counts come from the
+    // environment, which may only change before threads exist (see the function).
+    init_compute_threads(1);
     let model = load_model(&args.model)?;
-    // Before anything slow (measuring the machine for --plan auto): does it fit at all?
-    plait_runtime::check_memory(&model)?;
     let workers = positive("workers", args.workers)? as usize;
     let steps = positive("steps", args.steps)?;
     let seq = positive("seq", args.seq)? as usize;
     let gbs = positive("gbs", args.gbs)? as usize;
+    // Before anything slow (measuring the machine for --plan auto): does it fit at all,
+    // under the plan that needs the least memory? The chosen plan is checked again.
+    plait_runtime::check_memory(&model, seq, min_activation_bytes(&model, seq))?;
+    if args.checkpoint_every < 0 {
+        bail!(
+            "--checkpoint-every must be 0 (only at the end) or more, got {}",
+            args.checkpoint_every
+        );
+    }
     let timeout = positive("timeout", args.timeout)?;
     let data = match &args.data {
         Some(path) => Dataset::from_path(path).map_err(|e| anyhow::anyhow!("--data: {e}"))?,
@@ -129,7 +144,7 @@ pub fn run(args: &TrainArgs) -> Result<String> {
     if let Some(dir) = &args.checkpoint_dir {
         cfg.checkpoint = Some(CheckpointConfig {
             dir: dir.clone(),
-            every: args.checkpoint_every.max(0) as u64,
+            every: args.checkpoint_every as u64,
             keep: 2,
         });
     } else if args.resume {
@@ -144,12 +159,45 @@ pub fn run(args: &TrainArgs) -> Result<String> {
         panic: args.fail_panic,
     });
 
+    // The checkpoint a resumed run continues (train() verifies it again); a fresh run's
+    // directory must hold none (train() checks too: here it is before measuring).
+    let resumed: Option<(PathBuf, Manifest)> = match (&args.checkpoint_dir, args.resume) {
+        (Some(dir), true) => checkpoint::latest(dir)?,
+        (Some(dir), false) => {
+            checkpoint::refuse_existing(dir)?;
+            None
+        }
+        (None, _) => None,
+    };
+
     let mut out = String::new();
     let mut profile = match &args.profile {
         Some(p) => Some(load_profile(p)?),
         None => None,
     };
-    if args.plan.trim().eq_ignore_ascii_case("auto") {
+    let auto = args.plan.trim().eq_ignore_ascii_case("auto");
+    if let (true, Some((path, m))) = (auto, &resumed) {
+        // Planning again would measure this machine again, and timing noise can change
+        // the choice: a resumed run keeps the plan its checkpoint was written under.
+        if m.world != workers {
+            bail!(
+                "--resume: {} was written by {} workers, this run has --workers {workers}",
+                path.display(),
+                m.world
+            );
+        }
+        let mut config = m.parallel;
+        if let Some(s) = args.schedule {
+            config.schedule = s;
+        }
+        cfg.parallel = config;
+        cfg.stage_map = Some(m.stage_map.clone());
+        out += &format!(
+            "plan (auto): {} — the plan of the checkpoint resumed from ({}), not planned again\n",
+            cfg.parallel,
+            path.display()
+        );
+    } else if auto {
         let prof = match profile.take() {
             Some(p) => p,
             None => {
@@ -190,17 +238,12 @@ pub fn run(args: &TrainArgs) -> Result<String> {
         out += &format!("plan: {}\n", cfg.parallel);
     }
 
-    // A resumed run appends to the log of the run it continues.
+    // A resumed run continues the log of the run it resumes, from its checkpoint's step.
+    let resumed_step = args
+        .resume
+        .then(|| resumed.as_ref().map_or(0, |(_, m)| m.step));
     let mut log = match &args.json_log {
-        Some(path) => Some(BufWriter::new(
-            File::options()
-                .create(true)
-                .write(true)
-                .append(args.resume)
-                .truncate(!args.resume)
-                .open(path)
-                .with_context(|| format!("--json-log: cannot write `{}`", path.display()))?,
-        )),
+        Some(path) => Some(open_log(path, resumed_step)?),
         None => None,
     };
     let bar = ProgressBar::new(steps);
@@ -261,6 +304,37 @@ pub fn run(args: &TrainArgs) -> Result<String> {
         out += &format!("checkpoint: {}\n", last.display());
     }
     Ok(out)
+}
+
+/// Opens the step log: a new file, or (resuming after `resumed_step`) the existing one
+/// without the lines of later steps, which the resumed run writes again.
+fn open_log(path: &PathBuf, resumed_step: Option<u64>) -> Result<BufWriter<File>> {
+    let cannot = || format!("--json-log: cannot write `{}`", path.display());
+    let kept = match resumed_step {
+        None => String::new(),
+        Some(step) => match std::fs::read_to_string(path) {
+            Ok(text) => text
+                .lines()
+                .filter(|l| {
+                    serde_json::from_str::<serde_json::Value>(l)
+                        .ok()
+                        .and_then(|v| v.get("step").and_then(serde_json::Value::as_u64))
+                        .is_some_and(|s| s <= step)
+                })
+                .map(|l| format!("{l}\n"))
+                .collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("--json-log: cannot read `{}`", path.display()))
+            }
+        },
+    };
+    let mut w = BufWriter::new(File::create(path).with_context(cannot)?);
+    w.write_all(kept.as_bytes())
+        .and_then(|_| w.flush())
+        .with_context(cannot)?;
+    Ok(w)
 }
 
 /// The run in a few lines: losses at tenths of the run, speed.

@@ -190,6 +190,76 @@ fn a_failing_rank_exits_non_zero_within_seconds_naming_it() {
 }
 
 #[test]
+fn a_resumed_run_keeps_its_plan_its_directory_and_one_line_per_step() {
+    let (ck, log) = (tmp("resume-ck"), tmp("resume-log.jsonl"));
+    let (c, l) = (ck.to_str().unwrap(), log.to_str().unwrap());
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--model",
+            "tiny-gpt",
+            "--seq",
+            "32",
+            "--gbs",
+            "4",
+            "--steps",
+            "6",
+            "--checkpoint-dir",
+            c,
+            "--checkpoint-every",
+            "2",
+            "--json-log",
+            l,
+        ];
+        args.extend(extra);
+        plait(&args)
+    };
+    let steps = |path: &PathBuf| -> Vec<u64> {
+        log_lines(path)
+            .iter()
+            .map(|l| l["step"].as_u64().unwrap())
+            .collect()
+    };
+    // Stopped at step 4: the log has steps 1 to 3, the checkpoint is step 2's.
+    let (code, _, err) = run(&[
+        "--workers",
+        "2",
+        "--plan",
+        "pp2",
+        "--fail-rank",
+        "1",
+        "--fail-step",
+        "4",
+    ]);
+    assert_ne!(code, 0, "{err}");
+    assert_eq!(steps(&log), [1, 2, 3]);
+    // A fresh run may not reuse the directory (its steps would mix with these).
+    let (code, _, err) = run(&["--workers", "2", "--plan", "dp2"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("already holds checkpoints") && err.contains(c),
+        "{err}"
+    );
+    // --plan auto with --resume takes the checkpoint's plan: nothing is measured or
+    // planned again (which made it fail at random when timing noise changed the plan).
+    let (code, _, err) = run(&["--plan", "auto", "--resume", "--workers", "4"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("written by 2 workers"), "{err}");
+    let (code, out, err) = run(&["--workers", "2", "--plan", "auto", "--resume"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("plan (auto): dp1 tp1 pp2") && out.contains("not planned again"),
+        "{out}"
+    );
+    assert!(!out.contains("measured this machine"), "{out}");
+    assert!(out.contains("resumed after step 2"), "{out}");
+    // Step 3 is in the log once: the lines after the checkpoint were dropped first.
+    assert_eq!(steps(&log), [1, 2, 3, 4, 5, 6]);
+    let _ = std::fs::remove_dir_all(&ck);
+    let _ = std::fs::remove_file(&log);
+}
+
+#[test]
 fn profile_then_plan_auto_trains() {
     let prof = tmp("profile.json");
     let p = prof.to_str().unwrap();
@@ -248,6 +318,15 @@ fn bad_input_is_one_clear_error() {
             vec!["--resume", "--plan", "dp1"],
             "--resume needs --checkpoint-dir",
         ),
+        (
+            vec!["--plan", "dp1", "--checkpoint-every", "-1"],
+            "--checkpoint-every must be 0",
+        ),
+        (vec!["--plan", "dp1,dp2"], "`dp` is given twice"),
+        (
+            vec!["--plan", "tp9223372036854775809,dp2", "--workers", "2"],
+            "more than 2⁶⁴",
+        ),
     ];
     for (extra, want) in cases {
         let mut args = vec!["train", "--model", "tiny-gpt", "--steps", "1"];
@@ -275,5 +354,28 @@ fn bad_input_is_one_clear_error() {
     let (code, _, err) = plait(&["train", "--model", "llama3-405b", "--steps", "1"]);
     assert_eq!(code, 2);
     assert!(err.contains("GiB"), "{err}");
+    // Attention activations grow with seq²: a sequence far too long for this machine is
+    // one error naming --seq (it used to abort on a failed allocation, exit 134).
+    for plan in ["dp1", "auto"] {
+        let (code, _, err) = plait(&[
+            "train",
+            "--model",
+            "tiny-llama",
+            "--plan",
+            plan,
+            "--seq",
+            "1000000",
+            "--gbs",
+            "1",
+            "--steps",
+            "1",
+        ]);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.starts_with("error: --seq 1000000 is too long") && err.contains("GiB"),
+            "{err}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
     let _ = std::fs::remove_file(&empty);
 }

@@ -15,6 +15,8 @@ const GBS: usize = 8;
 const STEPS: u64 = 16;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // Before any thread: one core per worker, as `plait train` runs.
+    plait_runtime::init_compute_threads(1);
     let args: Vec<String> = std::env::args().collect();
     let model = model_preset(
         args.iter()

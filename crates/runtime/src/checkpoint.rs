@@ -9,8 +9,20 @@
 //! ```
 //!
 //! Written atomically: every rank writes into `DIR/.tmp-step-…` and syncs its file; rank 0
-//! then writes the manifest, syncs, renames the directory into place and finally replaces
-//! `latest` by rename. A crash at any point leaves `latest` naming a complete checkpoint.
+//! then writes the manifest, syncs, renames the directory to a name no other directory has
+//! (`step-00000010`, or `step-00000010.1`, `.2`, … when a directory of that step is
+//! already there: a run resumed from an earlier step writes it again), syncs `DIR`, and
+//! finally replaces `latest` by a synced temporary file renamed over it (and syncs `DIR`
+//! again). Nothing
+//! that `latest` names is moved or deleted before `latest` names something else, so a
+//! crash at any point leaves `latest` naming a complete checkpoint. Should `latest` still
+//! name a missing directory (deleted by hand), [`latest`] falls back to the newest
+//! complete `step-*` directory.
+//!
+//! One directory holds one run: a fresh run refuses a directory that already holds
+//! checkpoints ([`refuse_existing`]) rather than mixing its steps with an earlier run's,
+//! and after each commit only this run's older steps beyond [`CheckpointConfig::keep`] are
+//! deleted, never the step just written.
 //!
 //! All randomness is counter-based (the seed and names, see `rng`), so the seed, the step
 //! and the data position are the whole random state: a resumed run repeats the
@@ -43,7 +55,8 @@ pub struct CheckpointConfig {
     pub dir: PathBuf,
     /// Every this many steps (and always at the run's last step); 0: only at the end.
     pub every: u64,
-    /// Complete checkpoints kept (older ones are deleted); at least 1.
+    /// Complete checkpoints kept: the one just written and the newest older ones (older
+    /// steps beyond are deleted); at least 1.
     pub keep: usize,
 }
 
@@ -159,6 +172,71 @@ fn step_name(step: u64) -> String {
     format!("step-{step:08}")
 }
 
+/// A checkpoint directory's step and copy number: `step-00000010` → (10, 0),
+/// `step-00000010.2` → (10, 2); `None` for any other name.
+fn parse_step_dir(name: &str) -> Option<(u64, u32)> {
+    let rest = name.strip_prefix("step-")?;
+    let (step, copy) = match rest.split_once('.') {
+        Some((s, c)) => (s, c.parse().ok()?),
+        None => (rest, 0),
+    };
+    if step.is_empty() || !step.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((step.parse().ok()?, copy))
+}
+
+/// The checkpoint directories in `dir` as (step, copy, name), oldest first; none when
+/// `dir` does not exist.
+fn step_dirs(dir: &Path) -> Result<Vec<(u64, u32, String)>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(RuntimeError::io(dir, e)),
+    };
+    let mut out: Vec<(u64, u32, String)> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter_map(|n| parse_step_dir(&n).map(|(s, c)| (s, c, n)))
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// A name for a new checkpoint of `step` that no directory in `dir` has.
+fn free_name(dir: &Path, step: u64) -> String {
+    let base = step_name(step);
+    if !dir.join(&base).exists() {
+        return base;
+    }
+    (1u32..)
+        .map(|k| format!("{base}.{k}"))
+        .find(|n| !dir.join(n).exists())
+        .unwrap_or(base)
+}
+
+/// Refuses to start a fresh run in `dir` when it already holds checkpoints (or a
+/// `latest`): their steps would mix with the new run's, and `latest` could end up naming
+/// the other run's. A run continues with `resume`; a new one needs another directory.
+pub fn refuse_existing(dir: &Path) -> Result<()> {
+    let steps = step_dirs(dir)?;
+    if steps.is_empty() && !dir.join("latest").exists() {
+        return Ok(());
+    }
+    let names: Vec<&str> = steps.iter().map(|(_, _, n)| n.as_str()).collect();
+    Err(RuntimeError::Config(format!(
+        "--checkpoint-dir `{}` already holds checkpoints of an earlier run ({}): continue \
+         that run with --resume, or give a new run an empty directory",
+        dir.display(),
+        if names.is_empty() {
+            "`latest`".to_string()
+        } else {
+            names.join(", ")
+        }
+    )))
+}
+
 /// Writes `bytes` to `path` and syncs it to disk.
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut f = File::create(path).map_err(io(path))?;
@@ -174,7 +252,7 @@ fn sync_dir(path: &Path) -> Result<()> {
 }
 
 /// Every rank calls this at the end of `step`: writes its shard, and rank 0 commits.
-/// Returns the checkpoint's directory.
+/// Returns the checkpoint's directory on rank 0 (`None` on the others).
 pub fn save(
     ck: &CheckpointConfig,
     cfg: &TrainConfig,
@@ -182,11 +260,11 @@ pub fn save(
     g: &Groups,
     params: &[(ParamDef, Vec<f32>)],
     optimizer: &Optimizer,
-) -> Result<PathBuf> {
+) -> Result<Option<PathBuf>> {
     let name = step_name(step);
     let dir = &ck.dir;
     let tmp = dir.join(format!(".tmp-{name}"));
-    let target = dir.join(&name);
+    let mut committed = None;
     g.world.barrier()?;
     if g.rank == 0 {
         fs::create_dir_all(dir).map_err(io(dir))?;
@@ -266,59 +344,89 @@ pub fn save(
             .map_err(|e| RuntimeError::Checkpoint(e.to_string()))?;
         write_synced(&tmp.join("manifest.json"), text.as_bytes())?;
         sync_dir(&tmp)?;
-        // A checkpoint of the same step from an earlier run is moved aside, not deleted,
-        // until `latest` no longer names it.
-        let old = dir.join(format!(".old-{name}"));
-        if target.exists() {
-            if old.exists() {
-                fs::remove_dir_all(&old).map_err(io(&old))?;
-            }
-            fs::rename(&target, &old).map_err(io(&target))?;
-        }
+        // Committed under a name no directory has: whatever `latest` names stays in place
+        // until `latest` names the new checkpoint.
+        let final_name = free_name(dir, step);
+        let target = dir.join(&final_name);
         fs::rename(&tmp, &target).map_err(io(&tmp))?;
         sync_dir(dir)?;
-        let latest_tmp = dir.join(".latest.tmp");
-        write_synced(&latest_tmp, name.as_bytes())?;
-        let latest = dir.join("latest");
-        fs::rename(&latest_tmp, &latest).map_err(io(&latest))?;
-        sync_dir(dir)?;
-        if old.exists() {
-            fs::remove_dir_all(&old).map_err(io(&old))?;
-        }
-        prune(dir, ck.keep.max(1))?;
+        set_latest(dir, &final_name)?;
+        prune(dir, ck.keep.max(1), step, &final_name)?;
+        committed = Some(target);
     }
     g.world.barrier()?;
-    Ok(target)
+    Ok(committed)
 }
 
-/// Deletes complete checkpoints beyond the newest `keep`.
-fn prune(dir: &Path, keep: usize) -> Result<()> {
-    let mut steps: Vec<String> = fs::read_dir(dir)
-        .map_err(io(dir))?
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n.starts_with("step-"))
-        .collect();
-    steps.sort();
-    let drop = steps.len().saturating_sub(keep);
-    for n in &steps[..drop] {
-        let p = dir.join(n);
+/// Points `latest` at `name` atomically: a synced temporary file renamed over it, then the
+/// directory synced so that the rename is durable.
+fn set_latest(dir: &Path, name: &str) -> Result<()> {
+    let latest_tmp = dir.join(".latest.tmp");
+    write_synced(&latest_tmp, name.as_bytes())?;
+    let latest = dir.join("latest");
+    fs::rename(&latest_tmp, &latest).map_err(io(&latest))?;
+    sync_dir(dir)
+}
+
+/// After committing `current` (a checkpoint of `step`): deletes other copies of `step`
+/// (superseded by `current`) and the steps older than `step` beyond the newest `keep − 1`.
+/// Never deletes `current`, nor steps newer than `step` (a fresh run never meets them:
+/// [`refuse_existing`]).
+fn prune(dir: &Path, keep: usize, step: u64, current: &str) -> Result<()> {
+    let mut older = Vec::new();
+    for (s, _, name) in step_dirs(dir)? {
+        if name == current || s > step {
+            continue;
+        }
+        if s == step {
+            let p = dir.join(&name);
+            fs::remove_dir_all(&p).map_err(io(&p))?;
+        } else {
+            older.push(name);
+        }
+    }
+    // `older` is oldest first.
+    let drop = older.len().saturating_sub(keep.saturating_sub(1));
+    for name in &older[..drop] {
+        let p = dir.join(name);
         fs::remove_dir_all(&p).map_err(io(&p))?;
     }
     Ok(())
 }
 
-/// The newest complete checkpoint in `dir` (what `latest` names), verified; `None` when
-/// the directory holds none.
+/// The newest complete checkpoint in `dir`, verified: the one `latest` names or, when
+/// `latest` is missing or names a directory that is gone, the newest `step-*` directory
+/// that verifies. `None` when the directory holds none. A checkpoint that `latest` names
+/// but that fails verification is an error, not skipped.
 pub fn latest(dir: &Path) -> Result<Option<(PathBuf, Manifest)>> {
     let pointer = dir.join("latest");
-    if !pointer.exists() {
-        return Ok(None);
+    let named = if pointer.exists() {
+        let text = fs::read_to_string(&pointer).map_err(io(&pointer))?;
+        let name = text.trim().to_string();
+        let path = dir.join(&name);
+        if parse_step_dir(&name).is_some() && path.is_dir() {
+            let manifest = verify(&path)?;
+            return Ok(Some((path, manifest)));
+        }
+        Some(name)
+    } else {
+        None
+    };
+    for (_, _, name) in step_dirs(dir)?.into_iter().rev() {
+        let path = dir.join(&name);
+        if let Ok(manifest) = verify(&path) {
+            return Ok(Some((path, manifest)));
+        }
     }
-    let name = fs::read_to_string(&pointer).map_err(io(&pointer))?;
-    let path = dir.join(name.trim());
-    let manifest = verify(&path)?;
-    Ok(Some((path, manifest)))
+    match named {
+        Some(name) => Err(RuntimeError::Checkpoint(format!(
+            "{} names `{name}`, which is missing (or not a checkpoint directory), and {} \
+             holds no other complete checkpoint; delete `latest` to start afresh",
+            pointer.display(),
+            dir.display()
+        ))),
+        None => Ok(None),
+    }
 }
 
 /// Reads a checkpoint's manifest and checks every file's size and checksum.

@@ -528,6 +528,17 @@ impl Communicator for InProcessComm {
 
     fn broadcast(&self, buf: &mut [f32], root: usize) -> Result<(), CommError> {
         let out = self.collective(Kind::Broadcast(root), buf.to_vec())?;
+        if out.len() != buf.len() {
+            return Err(self.invalid(
+                "broadcast",
+                format!(
+                    "group rank {} has a buffer of {} elements, root {root} sent {}",
+                    self.rank,
+                    buf.len(),
+                    out.len()
+                ),
+            ));
+        }
         buf.copy_from_slice(&out);
         Ok(())
     }
@@ -628,6 +639,17 @@ mod tests {
         });
         assert!(out[0].contains("rank 1 failed"), "{}", out[0]);
         assert!(start.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_broadcast_into_a_buffer_of_another_length_is_an_error() {
+        let out = run(2, Duration::from_secs(10), |c, _| {
+            let mut buf = vec![1.0; 2 + c.rank()];
+            c.broadcast(&mut buf, 0).err().map(|e| e.to_string())
+        });
+        assert_eq!(out[0], None);
+        let e = out[1].as_deref().unwrap_or("");
+        assert!(e.contains("3 elements, root 0 sent 2"), "{e}");
     }
 
     #[test]

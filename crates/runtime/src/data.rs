@@ -1,11 +1,11 @@
-//! Training data: text through a byte-level tokenizer (every UTF-8 byte is one token of a
+//! Training data: bytes through a byte-level tokenizer (every byte is one token of a
 //! 256-token vocabulary), cut into windows of `seq + 1` tokens, visited in a seeded
 //! shuffled order epoch by epoch. The position in that order is one number (sequences
 //! consumed), so a resumed run sees exactly the batches the uninterrupted run saw.
 //!
-//! Inputs: plain text, or JSON lines whose objects carry a `text` string (documents are
-//! joined by a blank line). Without a file, a built-in corpus is generated (see
-//! [`builtin_corpus`]).
+//! Inputs: a plain file of any bytes (UTF-8 or not), or JSON lines whose objects carry a
+//! `text` string (documents are joined by a blank line). Without a file, a built-in corpus
+//! is generated (see [`builtin_corpus`]).
 
 use std::path::Path;
 
@@ -32,7 +32,12 @@ pub struct Sample {
 
 /// Byte-level tokenization.
 pub fn tokenize(text: &str) -> Vec<u32> {
-    text.bytes().map(u32::from).collect()
+    tokenize_bytes(text.as_bytes())
+}
+
+/// Byte-level tokenization of any bytes.
+pub fn tokenize_bytes(bytes: &[u8]) -> Vec<u32> {
+    bytes.iter().map(|&b| u32::from(b)).collect()
 }
 
 /// Byte-level detokenization (lossy for sequences cut inside a UTF-8 character).
@@ -42,31 +47,45 @@ pub fn detokenize(tokens: &[u32]) -> String {
 }
 
 impl Dataset {
-    /// Reads a plain-text file, or JSON lines (`.jsonl`/`.json` or a first line that is a
-    /// JSON object) taking each object's `text` field.
+    /// Reads a file: JSON lines taking each object's `text` field when the name ends in
+    /// `.jsonl` or `.json` (a line that is not such an object is an error naming it), or
+    /// when every non-empty line is a JSON object with a string `text` field; otherwise its
+    /// bytes as they are (any encoding: the tokenizer is byte-level).
     pub fn from_path(path: &Path) -> Result<Dataset, RuntimeError> {
-        let text = std::fs::read_to_string(path)
+        let bytes = std::fs::read(path)
             .map_err(|e| RuntimeError::Data(format!("cannot read `{}`: {e}", path.display())))?;
         let name = path.display().to_string();
-        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-        let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-        let is_jsonl = matches!(ext, "jsonl" | "json")
-            || serde_json::from_str::<serde_json::Value>(first).is_ok_and(|v| v.is_object());
-        let body = if is_jsonl {
-            jsonl_text(&text, &name)?
-        } else {
-            text
-        };
-        Dataset::from_text(&body, &name)
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        if matches!(ext.as_str(), "jsonl" | "json") {
+            let text = std::str::from_utf8(&bytes).map_err(|e| {
+                RuntimeError::Data(format!("{name}: JSON lines must be UTF-8: {e}"))
+            })?;
+            return Dataset::from_text(&jsonl_text(text, &name)?, &name);
+        }
+        if let Ok(text) = std::str::from_utf8(&bytes) {
+            if looks_like_jsonl(text) {
+                return Dataset::from_text(&jsonl_text(text, &name)?, &name);
+            }
+        }
+        Dataset::from_bytes(&bytes, &name)
     }
 
     pub fn from_text(text: &str, source: &str) -> Result<Dataset, RuntimeError> {
-        if text.trim().is_empty() {
+        Dataset::from_bytes(text.as_bytes(), source)
+    }
+
+    /// Any bytes, one token each; refused when there are none besides whitespace.
+    pub fn from_bytes(bytes: &[u8], source: &str) -> Result<Dataset, RuntimeError> {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
             return Err(RuntimeError::Data(format!("`{source}` holds no text")));
         }
         Ok(Dataset {
             source: source.into(),
-            tokens: tokenize(text),
+            tokens: tokenize_bytes(bytes),
         })
     }
 
@@ -153,6 +172,17 @@ fn permutation(seed: u64, n: u64) -> Vec<u32> {
         order.swap(i, j);
     }
     order
+}
+
+/// Whether every non-empty line is a JSON object with a string `text` field (and there is
+/// one): a plain-text file whose first line happens to be JSON is not taken for JSON lines.
+fn looks_like_jsonl(text: &str) -> bool {
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty()).peekable();
+    lines.peek().is_some()
+        && lines.all(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .is_ok_and(|v| v.get("text").is_some_and(|t| t.is_string()))
+        })
 }
 
 fn jsonl_text(text: &str, source: &str) -> Result<String, RuntimeError> {
@@ -341,5 +371,35 @@ mod tests {
         assert_eq!(t, "a\n\nb");
         let e = jsonl_text("{\"text\": \"a\"}\n{\"body\": 1}\n", "x").unwrap_err();
         assert!(e.to_string().contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn files_are_bytes_unless_they_are_json_lines() {
+        let dir = std::env::temp_dir().join(format!("plait-data-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Not UTF-8: read as bytes, one token each.
+        let latin1 = dir.join("latin1.txt");
+        std::fs::write(&latin1, b"caf\xe9 cr\xe8me\n").unwrap();
+        let d = Dataset::from_path(&latin1).unwrap();
+        assert_eq!(d.tokens.len(), 11);
+        assert_eq!(d.tokens[3], 0xe9);
+        // Plain text whose first line is a JSON object: still plain text.
+        let notes = dir.join("notes.txt");
+        let text = "{\"text\": \"a\"}\nand then some prose\n";
+        std::fs::write(&notes, text).unwrap();
+        assert_eq!(Dataset::from_path(&notes).unwrap().tokens, tokenize(text));
+        // Every line an object with `text`: JSON lines, whatever the name.
+        let lines = dir.join("corpus.txt");
+        std::fs::write(&lines, "{\"text\": \"ab\"}\n\n{\"text\": \"cd\"}\n").unwrap();
+        assert_eq!(
+            Dataset::from_path(&lines).unwrap().tokens,
+            tokenize("ab\n\ncd")
+        );
+        // `.jsonl`: JSON lines, and a bad line is an error naming it.
+        let bad = dir.join("bad.jsonl");
+        std::fs::write(&bad, "{\"text\": \"ab\"}\nprose\n").unwrap();
+        let e = Dataset::from_path(&bad).unwrap_err().to_string();
+        assert!(e.contains("line 2"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

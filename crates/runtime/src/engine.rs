@@ -196,7 +196,7 @@ impl TrainConfig {
             .validate(self.model.layers, c)
             .map_err(|e| RuntimeError::Config(e.to_string()))?;
         check_model(&self.model, c.tp as usize, self.seq)?;
-        check_memory(&self.model)?;
+        check_memory(&self.model, self.seq, activation_bytes(self))?;
         data.check(self.seq)?;
         if self.threads_per_worker == 0 {
             return bad("threads per worker must be at least 1".into());
@@ -232,22 +232,94 @@ impl TrainConfig {
     }
 }
 
-/// Refuses models whose weights, gradients and Adam states (16 bytes per parameter in
-/// f32, plus one more copy for the checkpoint and the gathered full weights) would not fit
-/// in this machine's memory.
-pub fn check_memory(m: &ModelSpec) -> Result<()> {
-    let need = m.parameter_count() as f64 * 20.0;
-    if let Some(avail) = available_memory_bytes() {
-        if need > 0.8 * avail {
-            return Err(RuntimeError::Config(format!(
-                "{} has {:.2} B parameters: training it needs about {:.1} GiB (f32 weights, \
-                 gradients and Adam states) but this machine has {:.1} GiB available",
-                m.name,
-                m.parameter_count() as f64 / 1e9,
-                need / f64::from(1u32 << 30),
-                avail / f64::from(1u32 << 30)
-            )));
-        }
+/// The share of the available memory (`MemAvailable`) a run may be estimated to need. A
+/// safety margin, not a measurement: the estimates below leave out the allocator's slack
+/// and fragmentation, transient tensors (gradients in flight, GEMM packing buffers),
+/// thread stacks, and what the OS and other processes take while the run lasts.
+const MEMORY_HEADROOM: f64 = 0.8;
+
+/// Bytes per parameter: f32 weights, gradients and Adam's two moments (16), plus one more
+/// copy for the checkpoint and the gathered full weights.
+const BYTES_PER_PARAMETER: f64 = 20.0;
+
+/// `seq × seq` f32 tensors per attention head that one block keeps for its backward
+/// (`StageModel::block`): q·kᵀ, its scaled and masked versions, the scores shifted by
+/// their row maximum, their exponentials and the probabilities. candle's graph holds every
+/// operation's inputs until the backward has run.
+const SCORE_TENSORS_PER_BLOCK: f64 = 6.0;
+
+/// Attention activations of `blocks` blocks for one micro-batch of `mbs` sequences, all
+/// heads (summed over the tensor-parallel group), in bytes:
+/// `blocks · 6 · mbs · heads · seq² · 4`.
+fn attention_bytes(m: &ModelSpec, seq: usize, mbs: u64, blocks: u64) -> f64 {
+    let seq2 = (seq as f64).powi(2);
+    blocks as f64 * SCORE_TENSORS_PER_BLOCK * mbs as f64 * m.heads as f64 * seq2 * 4.0
+}
+
+/// The activation memory `cfg` needs at least, in bytes over all workers: every worker's
+/// causal masks (one `seq × seq` f32 per chunk it runs), plus the score tensors of the
+/// largest chunk for one micro-batch on each of its data- and tensor-parallel ranks
+/// (between a chunk's forward, or its `Recompute`, and its backward, every block of the
+/// chunk holds them):
+///
+/// ```text
+/// dp·tp·pp · vp · seq² · 4  +  dp · max chunk blocks · 6 · mbs · heads · seq² · 4
+/// ```
+///
+/// Only the terms in seq² are counted (hidden states and MLP activations grow with seq
+/// only), and only one micro-batch in flight, so a run this estimate refuses cannot fit.
+pub fn activation_bytes(cfg: &TrainConfig) -> f64 {
+    let c = &cfg.parallel;
+    let seq2 = (cfg.seq as f64).powi(2);
+    let chunks = [c.dp, c.tp, c.pp, c.vp]
+        .iter()
+        .map(|&x| x as f64)
+        .product::<f64>();
+    let masks = chunks * seq2 * 4.0;
+    let blocks = cfg.stage_map().chunk_blocks.into_iter().max().unwrap_or(0);
+    masks + c.dp as f64 * attention_bytes(&cfg.model, cfg.seq, c.mbs, blocks)
+}
+
+/// [`activation_bytes`] for the smallest plan (one sequence per micro-batch, one block per
+/// chunk): what any run of `m` at `seq` needs at least, before a plan is chosen.
+pub fn min_activation_bytes(m: &ModelSpec, seq: usize) -> f64 {
+    (seq as f64).powi(2) * 4.0 + attention_bytes(m, seq, 1, 1)
+}
+
+/// Refuses a run whose weights, gradients and Adam states (16 bytes per parameter in f32,
+/// plus one more copy for the checkpoint and the gathered full weights) and attention
+/// activations (`activation_bytes`, from [`activation_bytes`] or [`min_activation_bytes`])
+/// would not fit in 80 % of this machine's available memory (`MEMORY_HEADROOM`: a safety
+/// margin, not a measurement).
+pub fn check_memory(m: &ModelSpec, seq: usize, activation_bytes: f64) -> Result<()> {
+    let Some(avail) = available_memory_bytes() else {
+        return Ok(());
+    };
+    let budget = MEMORY_HEADROOM * avail;
+    let params = m.parameter_count() as f64 * BYTES_PER_PARAMETER;
+    let gib = |bytes: f64| bytes / f64::from(1u32 << 30);
+    if params > budget {
+        return Err(RuntimeError::Config(format!(
+            "{} has {:.2} B parameters: training it needs about {:.1} GiB (f32 weights, \
+             gradients and Adam states) but this machine has {:.1} GiB available",
+            m.name,
+            m.parameter_count() as f64 / 1e9,
+            gib(params),
+            gib(avail)
+        )));
+    }
+    if params + activation_bytes > budget {
+        return Err(RuntimeError::Config(format!(
+            "--seq {seq} is too long for this machine: {}'s attention activations need \
+             about {:.1} GiB (they grow with seq²), {:.1} GiB with its weights, gradients \
+             and Adam states, but this machine has {:.1} GiB available (a run may plan on \
+             {:.0} % of it); use a shorter --seq or a smaller micro-batch",
+            m.name,
+            gib(activation_bytes),
+            gib(params + activation_bytes),
+            gib(avail),
+            MEMORY_HEADROOM * 100.0
+        )));
     }
     Ok(())
 }
@@ -406,6 +478,9 @@ struct Worker<'a> {
     stash: HashMap<(u32, u32), Vec<Option<Tensor>>>,
     /// Sub-pipelined tensor parallelism: per chunk, the model run by each half.
     halves: Vec<[StageModel; 2]>,
+    /// The compute threads of the second half (sub-pipelined tensor parallelism): its own
+    /// pool, so that both halves compute with `threads_per_worker` threads each.
+    half_pool: Option<rayon::ThreadPool>,
     live_halves: HashMap<(u32, u32), [Half; 2]>,
     /// This step's micro-batches of this data-parallel rank: (inputs, targets) flattened.
     batch: Vec<(Vec<u32>, Vec<u32>)>,
@@ -487,6 +562,14 @@ impl<'a> Worker<'a> {
                 .collect(),
             None => Vec::new(),
         };
+        let half_pool = if halves.is_empty() {
+            None
+        } else {
+            Some(rayon_pool(
+                cfg.threads_per_worker,
+                format!("plait-rank-{}.half", g.rank),
+            )?)
+        };
         Ok(Worker {
             cfg,
             data,
@@ -503,6 +586,7 @@ impl<'a> Worker<'a> {
             outbox_grad: HashMap::new(),
             stash: HashMap::new(),
             halves,
+            half_pool,
             live_halves: HashMap::new(),
             batch: Vec::new(),
             loss_sum: 0.0,
@@ -642,7 +726,8 @@ impl<'a> Worker<'a> {
         Ok(())
     }
 
-    /// Full backward (`keep_weights == false`) or its input half.
+    /// Full backward (`hold_weights == false`), or its input half (`hold_weights == true`:
+    /// the weight gradients are stashed until the matching `BackwardWeight`).
     fn backward(&mut self, mb: u32, c: u32, hold_weights: bool) -> Result<()> {
         if !self.halves.is_empty() {
             return self.backward_halves(mb, c, hold_weights);
@@ -744,12 +829,16 @@ impl<'a> Worker<'a> {
                 Ok((x, 0.0))
             }
         };
+        let pool = self.half_pool.as_ref();
         let (r0, r1) = std::thread::scope(|s| {
-            let h = s.spawn(|| run(m1, 1, &inputs[1]));
+            let h = s.spawn(|| in_pool(pool, || run(m1, 1, &inputs[1])));
             let a = run(m0, 0, &inputs[0]);
-            let b = h
-                .join()
-                .unwrap_or_else(|_| Err(RuntimeError::Tensor("half micro-batch panicked".into())));
+            let b = h.join().unwrap_or_else(|p| {
+                Err(RuntimeError::Panicked(format!(
+                    "half micro-batch: {}",
+                    panic_text(&p)
+                )))
+            });
             (a, b)
         });
         let ((o0, l0), (o1, l1)) = (r0?, r1?);
@@ -824,12 +913,16 @@ impl<'a> Worker<'a> {
                 .and_then(|v| store.get(v.as_tensor()).cloned());
             Ok((params, input))
         };
+        let pool = self.half_pool.as_ref();
         let (r0, r1) = std::thread::scope(|s| {
-            let t = s.spawn(|| run(&h1, &grads[1]));
+            let t = s.spawn(|| in_pool(pool, || run(&h1, &grads[1])));
             let a = run(&h0, &grads[0]);
-            let b = t
-                .join()
-                .unwrap_or_else(|_| Err(RuntimeError::Tensor("half micro-batch panicked".into())));
+            let b = t.join().unwrap_or_else(|p| {
+                Err(RuntimeError::Panicked(format!(
+                    "half micro-batch: {}",
+                    panic_text(&p)
+                )))
+            });
             (a, b)
         });
         let ((p0, g0), (p1, g1)) = (r0?, r1?);
@@ -973,9 +1066,7 @@ impl<'a> Worker<'a> {
                     if f.panic {
                         panic!("injected failure (test switch)");
                     }
-                    return Err(RuntimeError::Tensor(
-                        "injected failure (test switch)".into(),
-                    ));
+                    return Err(RuntimeError::Injected);
                 }
             }
             let t0 = self.start.elapsed().as_secs_f64();
@@ -1024,7 +1115,6 @@ pub fn train(
     mut on_step: impl FnMut(&StepLog),
 ) -> Result<TrainReport> {
     cfg.check(data)?;
-    pin_compute_threads(cfg.threads_per_worker);
     let schedule = cfg.schedule()?;
     let topology = cfg.topology();
     let n = topology.world();
@@ -1036,30 +1126,49 @@ pub fn train(
             }
             None => (0, None),
         },
-        _ => (0, None),
+        (Some(ck), false) => {
+            checkpoint::refuse_existing(&ck.dir)?;
+            (0, None)
+        }
+        (None, _) => (0, None),
     };
     let end = cfg.stop_after.unwrap_or(cfg.steps).min(cfg.steps);
     let world = World::new(n, cfg.timeout);
     let start = Instant::now();
     let (tx, rx) = mpsc::channel::<Event>();
-    let failure: Arc<Mutex<Option<RuntimeError>>> = Arc::new(Mutex::new(None));
+    let failure: Mutex<Option<RuntimeError>> = Mutex::new(None);
     let tied = cfg.model.tied_embeddings;
     let mut logs = Vec::new();
     let mut checkpoints = Vec::new();
+    // A rank's failure is recorded before the world is aborted (under the same lock, so
+    // the abort's reason is the recorded failure), and any error a rank meets once the
+    // world is aborted is a consequence (a bystander's), whatever its type (a collective
+    // inside a tensor-parallel op comes back as a candle error): so the first failure is
+    // the one reported, once, independently of timing.
+    let fail = |failed: RuntimeError| {
+        let text = failed.to_string();
+        let mut f = failure.lock().unwrap_or_else(|e| e.into_inner());
+        if f.is_none() {
+            *f = Some(failed);
+        }
+        world.abort(text);
+    };
     let results: Vec<Option<WorkerOut>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..n)
             .map(|rank| {
-                let (world, tx, failure) = (world.clone(), tx.clone(), failure.clone());
+                let (world, tx) = (world.clone(), tx.clone());
                 let schedule = &schedule;
                 let manifest = manifest.clone();
-                std::thread::Builder::new()
+                let fail = &fail;
+                let spawned = std::thread::Builder::new()
                     .name(format!("plait-rank-{rank}"))
                     .stack_size(64 << 20)
                     .spawn_scoped(scope, move || {
                         let position = Arc::new(Mutex::new(Position::default()));
                         let pos2 = position.clone();
                         let run = || -> Result<WorkerOut> {
-                            let pool = rayon_pool(cfg.threads_per_worker, rank)?;
+                            let pool =
+                                rayon_pool(cfg.threads_per_worker, format!("plait-rank-{rank}"))?;
                             pool.install(|| {
                                 let g =
                                     Groups::new(&world, topology, rank, tied, cfg.sub_pipeline_tp)?;
@@ -1080,16 +1189,16 @@ pub fn train(
                         let err = match outcome {
                             Ok(Ok(out)) => return Some(out),
                             Ok(Err(e)) => e,
-                            Err(panic) => {
-                                RuntimeError::Tensor(format!("panicked: {}", panic_text(&panic)))
-                            }
+                            Err(panic) => RuntimeError::Panicked(panic_text(&panic)),
                         };
-                        if matches!(err, RuntimeError::Comm(crate::comm::CommError::Aborted(_))) {
+                        if world.is_aborted()
+                            || matches!(err, RuntimeError::Comm(crate::comm::CommError::Aborted(_)))
+                        {
                             // Stopped because another rank failed: that rank reports.
                             return None;
                         }
                         let p = position.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                        let failed = RuntimeError::RankFailed {
+                        fail(RuntimeError::RankFailed {
                             rank,
                             coords: topology.coords(rank).to_string(),
                             step: p.step,
@@ -1099,14 +1208,20 @@ pub fn train(
                                 p.at
                             },
                             message: err.to_string(),
-                        };
-                        world.abort(failed.to_string());
-                        let mut f = failure.lock().unwrap_or_else(|e| e.into_inner());
-                        if f.is_none() {
-                            *f = Some(failed);
-                        }
+                        });
                         None
-                    })
+                    });
+                if let Err(e) = &spawned {
+                    // The ranks already started would wait for this one until the timeout.
+                    fail(RuntimeError::RankFailed {
+                        rank,
+                        coords: topology.coords(rank).to_string(),
+                        step: resume_step,
+                        at: "start-up".into(),
+                        message: format!("cannot start its worker thread: {e}"),
+                    });
+                }
+                spawned
             })
             .collect();
         drop(tx);
@@ -1158,13 +1273,27 @@ pub fn train(
     })
 }
 
-/// Makes candle compute with `threads` threads per call, unless the caller chose otherwise
-/// through the environment. candle 0.11 reads `RAYON_NUM_THREADS` on every GEMM (its
-/// parallel split) and `CANDLE_NUM_THREADS` once for a process-wide element-wise pool whose
-/// calls serialise on one lock: with one worker per core, both must be 1, or concurrent
-/// workers slow each other down (measured here: a 2-worker pipeline ran 3.5× slower).
-/// Rust's environment functions are synchronised, and candle reads it through them.
-pub fn pin_compute_threads(threads: usize) {
+/// Makes candle compute each operation with `threads` threads (1: a worker is one core, as
+/// `plait profile` measures), unless the user chose otherwise through the environment.
+///
+/// candle 0.11 has no per-call or per-pool setting for this; it reads two variables:
+/// * `CANDLE_NUM_THREADS`, once, when it starts the process-wide pool of its element-wise
+///   operations, whose calls serialise on one lock: with one worker per core, concurrent
+///   workers would wait for each other (measured here: a 2-worker pipeline ran 3.5× slower);
+/// * `RAYON_NUM_THREADS`, on every GEMM, as the number of parts to split it into (default:
+///   the cores). Split in a worker's one-thread pool, the parts run one after the other
+///   and cost a third of the throughput (measured here: 1,810 instead of 2,700 tokens/s
+///   for tiny-gpt on one worker).
+///
+/// Both are set here, once, at the start of the program, before any thread exists:
+/// changing the environment while other threads may read it is a data race (C's `getenv`),
+/// and candle would not see a later change of the first anyway. The library never changes
+/// the environment itself. Work that wants every core (the planner's search in
+/// [`crate::profile::plan_auto`]) runs in an explicit pool, not in rayon's global one, which
+/// `RAYON_NUM_THREADS` also sizes.
+///
+/// Call it first thing in `main`, or in a command's entry point before it starts threads.
+pub fn init_compute_threads(threads: usize) {
     for var in ["RAYON_NUM_THREADS", "CANDLE_NUM_THREADS"] {
         if std::env::var_os(var).is_none() {
             std::env::set_var(var, threads.max(1).to_string());
@@ -1172,12 +1301,21 @@ pub fn pin_compute_threads(threads: usize) {
     }
 }
 
-fn rayon_pool(threads: usize, rank: usize) -> Result<rayon::ThreadPool> {
+/// A pool of `threads` compute threads named `name.i`.
+fn rayon_pool(threads: usize, name: String) -> Result<rayon::ThreadPool> {
     rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .thread_name(move |i| format!("plait-rank-{rank}.{i}"))
+        .num_threads(threads.max(1))
+        .thread_name(move |i| format!("{name}.{i}"))
         .build()
         .map_err(|e| RuntimeError::Config(format!("cannot start worker threads: {e}")))
+}
+
+/// Runs `f` in `pool` (or on this thread without one).
+fn in_pool<R: Send>(pool: Option<&rayon::ThreadPool>, f: impl FnOnce() -> R + Send) -> R {
+    match pool {
+        Some(p) => p.install(f),
+        None => f(),
+    }
 }
 
 fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
@@ -1223,8 +1361,7 @@ fn run_worker(
             if (ck.every > 0 && step % ck.every == 0) || step == end {
                 w.set_position(step, "writing the checkpoint".into());
                 let params = w.local_params()?;
-                let path = checkpoint::save(ck, cfg, step, &w.g, &params, &w.optimizer)?;
-                if w.g.rank == 0 {
+                if let Some(path) = checkpoint::save(ck, cfg, step, &w.g, &params, &w.optimizer)? {
                     let _ = tx.send(Event::Checkpoint(path));
                 }
             }
@@ -1292,16 +1429,27 @@ pub fn unshard(def: &ParamDef, parts: &[Vec<f32>]) -> Vec<f32> {
 }
 
 /// Parses an explicit plan `dp2,tp2,pp2` (also `vp2`, `mbs2`, `zero1`, `sp`,
-/// `recompute=full`, `schedule=gpipe`) against `workers`.
+/// `recompute=full`, `schedule=gpipe`) against `workers`. Each item at most once.
 pub fn parse_plan(text: &str, workers: usize) -> Result<ParallelConfig> {
     let mut c = ParallelConfig::default();
     let mut dp = None;
+    let mut seen: Vec<&str> = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let bad = || {
             RuntimeError::Config(format!(
                 "--plan: cannot read `{part}` (expected auto, or items like dp2,tp2,pp2,vp2,mbs1,zero1,sp,recompute=full,schedule=1f1b)"
             ))
         };
+        let key = match part.find(|ch: char| ch.is_ascii_digit() || ch == '=') {
+            Some(i) => &part[..i],
+            None => part,
+        };
+        if seen.contains(&key) {
+            return Err(RuntimeError::Config(format!(
+                "--plan {text}: `{key}` is given twice"
+            )));
+        }
+        seen.push(key);
         if part == "sp" {
             c.sp = true;
             continue;
@@ -1336,16 +1484,19 @@ pub fn parse_plan(text: &str, workers: usize) -> Result<ParallelConfig> {
             _ => return Err(bad()),
         }
     }
-    let mp = c.tp * c.pp;
-    c.dp = match dp {
-        Some(d) => d,
-        None if (workers as u64).is_multiple_of(mp) => workers as u64 / mp,
-        None => 0,
+    // Degrees multiply without wrapping: `tp9223372036854775809,dp2` ((2⁶³ + 1) · 2 ≡ 2
+    // in u64) must not pass for 2 workers.
+    let mp = c.tp.checked_mul(c.pp);
+    c.dp = match (dp, mp) {
+        (Some(d), _) => d,
+        (None, Some(mp)) if (workers as u64).is_multiple_of(mp) => workers as u64 / mp,
+        (None, _) => 0,
     };
     if c.vp > 1 && c.schedule == Kind::OneFOneB {
         c.schedule = Kind::Interleaved;
     }
-    if c.dp * mp != workers as u64 {
+    let product = mp.and_then(|mp| mp.checked_mul(c.dp));
+    if product != Some(workers as u64) {
         return Err(RuntimeError::Config(format!(
             "--plan {text}: dp×tp×pp = {}×{}×{} = {} but --workers is {workers}",
             if c.dp == 0 {
@@ -1355,7 +1506,7 @@ pub fn parse_plan(text: &str, workers: usize) -> Result<ParallelConfig> {
             },
             c.tp,
             c.pp,
-            c.dp * mp
+            product.map_or_else(|| "more than 2⁶⁴".to_string(), |p| p.to_string())
         )));
     }
     Ok(c)
@@ -1376,6 +1527,28 @@ mod tests {
         assert!(e.contains("--workers is 3"), "{e}");
         assert!(parse_plan("xx2", 1).is_err());
         assert!(parse_plan("pp2,schedule=gpipe", 2).unwrap().schedule == Kind::Gpipe);
+    }
+
+    #[test]
+    fn plans_refuse_repeated_items_and_overflowing_degrees() {
+        for plan in [
+            "dp1,dp2",
+            "tp2,pp1,tp2",
+            "sp,sp",
+            "recompute=full,recompute=none",
+        ] {
+            let e = parse_plan(plan, 2).unwrap_err().to_string();
+            assert!(e.contains("given twice"), "{plan}: {e}");
+        }
+        // (2⁶³ + 1) · 2 wraps to 2 in u64: it must not pass for 2 workers.
+        let e = parse_plan("tp9223372036854775809,dp2", 2)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("more than 2⁶⁴"), "{e}");
+        let e = parse_plan("tp4294967296,pp4294967296", 4)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--workers is 4"), "{e}");
     }
 
     #[test]

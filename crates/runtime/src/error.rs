@@ -15,16 +15,20 @@ pub enum RuntimeError {
     Data(String),
     #[error("checkpoint: {0}")]
     Checkpoint(String),
-    #[error("{path}: {source}")]
-    Io {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    /// The I/O error is part of the message and deliberately not a `source`: printing the
+    /// chain (`{err:#}`) would repeat it.
+    #[error("{path}: {error}")]
+    Io { path: String, error: std::io::Error },
     #[error(transparent)]
     Comm(#[from] CommError),
     #[error("tensor: {0}")]
     Tensor(String),
+    /// A worker thread panicked (the panic's message).
+    #[error("panicked: {0}")]
+    Panicked(String),
+    /// The test switch [`crate::Fault`] fired.
+    #[error("injected failure (test switch)")]
+    Injected,
     /// A worker failed (error or panic); every other rank was stopped.
     #[error("rank {rank} ({coords}) failed at step {step}, {at}: {message}")]
     RankFailed {
@@ -49,7 +53,7 @@ impl RuntimeError {
     pub fn io(path: impl AsRef<std::path::Path>, source: std::io::Error) -> Self {
         RuntimeError::Io {
             path: path.as_ref().display().to_string(),
-            source,
+            error: source,
         }
     }
 }

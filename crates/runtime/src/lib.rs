@@ -31,6 +31,8 @@ pub mod trace;
 pub use checkpoint::CheckpointConfig;
 pub use comm::{CommError, Communicator, InProcessComm, ReduceOp, Tag, World};
 pub use data::Dataset;
-pub use engine::{check_memory, parse_plan, train, Fault, StepLog, TrainConfig, TrainReport};
+pub use engine::{
+    check_memory, init_compute_threads, parse_plan, train, Fault, StepLog, TrainConfig, TrainReport,
+};
 pub use error::RuntimeError;
 pub use optim::OptimConfig;

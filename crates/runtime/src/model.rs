@@ -410,11 +410,10 @@ impl StageModel {
                 let angles: Vec<f64> = (0..half)
                     .map(|i| pos as f64 / ROPE_THETA.powf(2.0 * i as f64 / d as f64))
                     .collect();
-                for rep in 0..2 {
-                    let _ = rep;
-                    cos.extend(angles.iter().map(|a| a.cos() as f32));
-                    sin.extend(angles.iter().map(|a| a.sin() as f32));
-                }
+                // The rotate-half layout: both halves of a head use the same angles.
+                let both_halves = angles.iter().chain(&angles);
+                cos.extend(both_halves.clone().map(|a| a.cos() as f32));
+                sin.extend(both_halves.map(|a| a.sin() as f32));
             }
             Some((
                 Tensor::from_vec(cos, (seq, d), &dev())?,

@@ -332,12 +332,15 @@ fn total_memory_bytes() -> f64 {
 }
 
 /// Measures this machine on one core (single-threaded candle, as one worker runs), calling
-/// `progress(done, total)` as it goes.
+/// `progress(done, total)` as it goes. Everything runs in a one-thread rayon pool; for
+/// candle to compute on that one thread as a worker does (its GEMM split and element-wise
+/// pool follow the environment), the program calls
+/// [`crate::engine::init_compute_threads`]`(1)` at its start: this function does not change
+/// the environment.
 pub fn measure(
     opts: &MeasureOptions,
     progress: &mut (dyn FnMut(usize, usize) + Send),
 ) -> Result<CpuProfile> {
-    crate::engine::pin_compute_threads(1);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
         .build()
@@ -466,7 +469,15 @@ pub fn plan_auto(
     req.pins.ep = Some(1);
     req.top = 1;
     req.allow = Some(&allow);
-    let outcome = plait_planner::plan(&req, &|_, _| {})
+    // The search runs on every core in its own pool: rayon's global pool follows
+    // `RAYON_NUM_THREADS`, which `init_compute_threads` sets for candle's GEMMs.
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(cores())
+        .thread_name(|i| format!("plait-plan.{i}"))
+        .build()
+        .map_err(|e| RuntimeError::Config(format!("cannot start the planner's threads: {e}")))?;
+    let outcome = pool
+        .install(|| plait_planner::plan(&req, &|_, _| {}))
         .map_err(|e| RuntimeError::Config(format!("planner: {e}")))?;
     match outcome.plans.into_iter().next() {
         Some(p) => Ok((p.config, p.stage_map.clone(), p)),

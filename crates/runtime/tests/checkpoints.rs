@@ -1,19 +1,56 @@
 //! Checkpoints, resume and failures: a resumed run repeats the uninterrupted one exactly; a
 //! failing rank stops the run quickly with its name, and the last checkpoint still loads.
 
-use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::path::{Path, PathBuf};
+use std::sync::{Once, OnceLock};
 use std::time::{Duration, Instant};
 
 use plait_runtime::checkpoint::{latest, verify};
+use plait_runtime::engine::available_memory_bytes;
 use plait_runtime::{
     parse_plan, train, CheckpointConfig, Dataset, Fault, RuntimeError, TrainConfig,
 };
 use plait_spec::model_preset;
 
+/// candle's thread counts, set as `plait train` sets them at its start (a test binary has
+/// no `main` of its own: every test passes here before it trains).
 fn data() -> &'static Dataset {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| plait_runtime::init_compute_threads(1));
     static DATA: OnceLock<Dataset> = OnceLock::new();
     DATA.get_or_init(Dataset::builtin)
+}
+
+/// One worker, short sequences: the checkpoint bookkeeping, cheaply.
+fn small(dir: &Path, steps: u64) -> TrainConfig {
+    let mut cfg = TrainConfig::new(
+        model_preset("tiny-gpt").unwrap(),
+        parse_plan("dp1", 1).unwrap(),
+        16,
+        2,
+        steps,
+    );
+    cfg.checkpoint = Some(CheckpointConfig {
+        dir: dir.to_path_buf(),
+        every: 5,
+        keep: 2,
+    });
+    cfg
+}
+
+/// The `step-*` directories in `dir`, sorted.
+fn step_dirs(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("step-"))
+        .collect();
+    names.sort();
+    names
+}
+
+fn pointer(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("latest")).unwrap()
 }
 
 fn tmpdir(name: &str) -> PathBuf {
@@ -105,6 +142,11 @@ fn a_failing_rank_stops_every_rank_and_is_named() {
             "{text}"
         );
         assert!(text.contains("injected failure"), "{text}");
+        // Labelled for what it is: no "tensor:" (nor a message repeated by a source chain).
+        assert!(!text.contains("tensor:"), "{text}");
+        if panic {
+            assert!(text.contains("panicked: injected failure"), "{text}");
+        }
         // The checkpoint of step 5 is intact and training resumes from it.
         let (path, manifest) = latest(&dir).unwrap().unwrap();
         assert_eq!(manifest.step, 5);
@@ -148,7 +190,81 @@ fn an_interrupted_write_leaves_the_previous_checkpoint() {
     let (_, m) = latest(&dir).unwrap().unwrap();
     assert_eq!(m.step, 10);
     assert!(!tmp.exists());
+    // `latest` naming a directory that is gone (deleted by hand, or the crash the commit
+    // order rules out): the newest complete checkpoint instead.
+    std::fs::remove_dir_all(dir.join("step-00000010")).unwrap();
+    let (path, m) = latest(&dir).unwrap().unwrap();
+    assert_eq!((m.step, path), (5, dir.join("step-00000005")));
+    std::fs::remove_dir_all(dir.join("step-00000005")).unwrap();
+    let e = latest(&dir).unwrap_err().to_string();
+    assert!(e.contains("step-00000010") && e.contains("missing"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_directory_holds_one_run_and_the_step_just_written_is_never_pruned() {
+    let dir = tmpdir("reused");
+    train(&small(&dir, 10), data(), |_| {}).unwrap();
+    assert_eq!(step_dirs(&dir), ["step-00000005", "step-00000010"]);
+    // A fresh run in a directory with checkpoints is refused, naming the directory (it
+    // would mix its steps with the earlier run's).
+    let mut other = small(&dir, 20);
+    other.checkpoint.as_mut().unwrap().every = 3;
+    let e = train(&other, data(), |_| {}).unwrap_err().to_string();
+    assert!(
+        e.contains(&dir.display().to_string()) && e.contains("--resume"),
+        "{e}"
+    );
+    assert_eq!(step_dirs(&dir), ["step-00000005", "step-00000010"]);
+    // `latest` naming an older step than the directory's newest, and higher steps lying
+    // there too (what a directory shared by two runs used to look like): the resumed run
+    // rewrites step 10 under a fresh name, `latest` names it, and neither it nor step 5
+    // is pruned for the sake of the higher-numbered ones (keeping the newest two by name
+    // deleted the step just written, and `latest` named nothing).
+    std::fs::create_dir(dir.join("step-00000020")).unwrap();
+    std::fs::create_dir(dir.join("step-00000030")).unwrap();
+    std::fs::write(dir.join("latest"), "step-00000005").unwrap();
+    let mut resumed = small(&dir, 10);
+    resumed.resume = true;
+    let r = train(&resumed, data(), |_| {}).unwrap();
+    assert_eq!(r.resumed_from, 5);
+    assert_eq!(r.checkpoints, [dir.join("step-00000010.1")]);
+    assert_eq!(pointer(&dir), "step-00000010.1");
+    assert_eq!(
+        step_dirs(&dir),
+        [
+            "step-00000005",
+            "step-00000010.1",
+            "step-00000020",
+            "step-00000030"
+        ]
+    );
+    let (path, m) = latest(&dir).unwrap().unwrap();
+    assert_eq!((m.step, path), (10, dir.join("step-00000010.1")));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_rank_stopped_inside_a_tensor_parallel_op_is_a_bystander() {
+    // Rank 1 fails before its first forward; rank 0 is then waiting in the forward's
+    // tensor-parallel all-reduce, inside a candle op, whose error comes back as a candle
+    // error: rank 1 is the one reported, every time.
+    for _ in 0..3 {
+        let mut cfg = config("tp2", 2, None);
+        cfg.fault = Some(Fault {
+            rank: 1,
+            step: 1,
+            instruction: 0,
+            panic: false,
+        });
+        match train(&cfg, data(), |_| {}).unwrap_err() {
+            RuntimeError::RankFailed { rank, message, .. } => {
+                assert_eq!(rank, 1, "{message}");
+                assert_eq!(message, "injected failure (test switch)");
+            }
+            other => panic!("unexpected error {other}"),
+        }
+    }
 }
 
 #[test]
@@ -164,6 +280,19 @@ fn bad_requests_are_clear_errors() {
     );
     let e = train(&big, data(), |_| {}).unwrap_err().to_string();
     assert!(e.contains("GiB") && e.contains("available"), "{e}");
+    // Attention activations grow with seq²: a long sequence is refused before any tensor
+    // is allocated (it used to abort the process), naming --seq.
+    if available_memory_bytes().is_some() {
+        let long = TrainConfig::new(
+            model_preset("tiny-llama").unwrap(),
+            Default::default(),
+            1_000_000,
+            1,
+            1,
+        );
+        let e = train(&long, data(), |_| {}).unwrap_err().to_string();
+        assert!(e.contains("--seq 1000000") && e.contains("GiB"), "{e}");
+    }
     let e = Dataset::from_text("  \n", "empty.txt")
         .unwrap_err()
         .to_string();

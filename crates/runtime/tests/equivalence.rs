@@ -3,7 +3,7 @@
 //! 1e-4 (absolute).
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::sync::{Once, OnceLock};
 
 use plait_runtime::{parse_plan, train, Dataset, TrainConfig};
 use plait_spec::{model_preset, ParallelConfig, StageMap};
@@ -18,7 +18,11 @@ struct Run {
     weights: BTreeMap<String, Vec<f32>>,
 }
 
+/// candle's thread counts, set as `plait train` sets them at its start (a test binary has
+/// no `main` of its own: every test passes here before it trains).
 fn data() -> &'static Dataset {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| plait_runtime::init_compute_threads(1));
     static DATA: OnceLock<Dataset> = OnceLock::new();
     DATA.get_or_init(Dataset::builtin)
 }
