@@ -1,19 +1,9 @@
 //! The `plait` binary as a user meets it: JSON fields other tools rely on, the human
 //! report, and one-line errors (never a panic) for bad input.
 
-use std::process::Command;
+mod common;
 
-fn plait(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_plait"))
-        .args(args)
-        .output()
-        .expect("run plait");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::plait;
 
 const SC21_145B: &[&str] = &[
     "estimate",

@@ -2,22 +2,13 @@
 //! placement graph, the table, the SVG, ONNX input, an infeasible graph answered (not an
 //! error), and one-line errors with exit code 2 for bad input.
 
+mod common;
+
+use common::plait;
+
 use std::path::PathBuf;
-use std::process::Command;
 
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../partition/tests/data");
-
-fn plait(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_plait"))
-        .args(args)
-        .output()
-        .expect("run plait");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 fn data(name: &str) -> String {
     format!("{DATA}/{name}")

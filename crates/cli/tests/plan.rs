@@ -1,25 +1,9 @@
 //! `plait plan` as a user meets it: the JSON contract, determinism across thread counts,
 //! exports, infeasible requests and bad input.
 
-use std::process::Command;
+mod common;
 
-fn plait(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_plait"))
-        .args(args)
-        .output()
-        .expect("run plait");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn json(args: &[&str]) -> serde_json::Value {
-    let (code, out, err) = plait(args);
-    assert_eq!(code, 0, "{err}");
-    serde_json::from_str(&out).unwrap()
-}
+use common::{check, json, plait};
 
 const LLAMA_64: &[&str] = &[
     "plan",
@@ -135,16 +119,6 @@ fn infeasible_request_explains_and_names_the_minimum() {
     ]);
     assert!(v["plans"].as_array().unwrap().is_empty());
     assert!(v["infeasible"]["min_gpus"].as_u64().unwrap() >= 193);
-}
-
-fn check(args: &[&str], expected: &str) {
-    let (code, out, err) = plait(args);
-    assert_eq!(code, 2, "{args:?}: {out}{err}");
-    let first = err.lines().next().unwrap_or_default();
-    assert!(
-        first.starts_with("error: ") && first.contains(expected),
-        "{args:?}: {err}"
-    );
 }
 
 #[test]

@@ -1,25 +1,9 @@
 //! `plait schedule` and `plait simulate` as a user meets them: the JSON contract, the files
 //! they write, and one-line errors for bad input.
 
-use std::process::Command;
+mod common;
 
-fn plait(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_plait"))
-        .args(args)
-        .output()
-        .expect("run plait");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn json(args: &[&str]) -> serde_json::Value {
-    let (code, out, err) = plait(args);
-    assert_eq!(code, 0, "{err}");
-    serde_json::from_str(&out).unwrap()
-}
+use common::{check, json, plait};
 
 #[test]
 fn schedule_json_has_the_contract_fields() {
@@ -175,17 +159,6 @@ fn estimate_simulate_uses_the_simulator() {
     assert_eq!(closed["pipeline"], "closed-form");
     assert_eq!(sim["pipeline"], "simulated");
     assert_ne!(closed["iteration_time_s"], sim["iteration_time_s"]);
-}
-
-/// `check(args, expected)`: exit 2 and an error line containing `expected` (clap adds a
-/// "try --help" hint after flag-parsing errors).
-fn check(args: &[&str], expected: &str) {
-    let (code, out, err) = plait(args);
-    assert_eq!(code, 2, "{args:?}: {out}{err}");
-    let first = err.lines().next().unwrap_or_default();
-    assert!(first.starts_with("error: "), "{err}");
-    assert!(first.contains(expected), "{args:?}: {err}");
-    assert!(!err.contains("panicked"), "{err}");
 }
 
 #[test]

@@ -1,21 +1,12 @@
 //! `plait train` and `plait profile` as a user meets them: the step log and trace files,
 //! checkpoints and resume, a failing rank, `--plan auto`, and bad input.
 
-use std::path::PathBuf;
-use std::process::Command;
-use std::time::{Duration, Instant};
+mod common;
 
-fn plait(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_plait"))
-        .args(args)
-        .output()
-        .expect("run plait");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::plait;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 fn tmp(name: &str) -> PathBuf {
     let p = std::env::temp_dir().join(format!("plait-cli-train-{}-{name}", std::process::id()));
