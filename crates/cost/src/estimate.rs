@@ -282,6 +282,18 @@ pub fn estimate_mapped(
     ))
 }
 
+/// Bytes per parameter of [weights, gradients, optimizer states] under ZeRO stage `zero`
+/// over `shards` data-parallel ranks: stage 1 shards the optimizer states, 2 also the
+/// gradients, 3 also the weights.
+pub fn zero_state_bytes_per_param(zero: u8, shards: f64) -> [f64; 3] {
+    let split = |bytes: f64, sharded: bool| if sharded { bytes / shards } else { bytes };
+    [
+        split(WEIGHT_BYTES, zero >= 3),
+        split(GRADIENT_BYTES, zero >= 2),
+        split(OPTIMIZER_BYTES, zero >= 1),
+    ]
+}
+
 /// Bytes of the 16-bit weights ZeRO-3 gathers around a block: the
 /// block in use and the next one being prefetched.
 pub fn zero3_gather_buffer_bytes(c: &ParallelConfig, block: &LayerCost) -> f64 {
@@ -431,14 +443,9 @@ fn assemble(
         };
 
         // Weights, gradients and optimizer states under ZeRO.
-        let zero_split =
-            |bytes: f64, sharded: bool, d: f64| if sharded { bytes / d } else { bytes };
         let per_group = |params: f64, d: f64| {
-            (
-                params * zero_split(WEIGHT_BYTES, c.zero >= 3, d),
-                params * zero_split(GRADIENT_BYTES, c.zero >= 2, d),
-                params * zero_split(OPTIMIZER_BYTES, c.zero >= 1, d),
-            )
+            let [w, g, o] = zero_state_bytes_per_param(c.zero, d);
+            (params * w, params * g, params * o)
         };
         let (wd, gd, od) = per_group(params, dense_dp);
         let (we, ge, oe) = per_group(expert_params, expert_dp);

@@ -8,7 +8,9 @@
 //!   the bottleneck stage time, each stage under its own memory limit (its in-flight
 //!   micro-batches, its embedding or head), choosing its recompute count on the way.
 
-use plait_cost::estimate::{estimate_from_costs, zero3_gather_buffer_bytes, LayerCosts};
+use plait_cost::estimate::{
+    estimate_from_costs, zero3_gather_buffer_bytes, zero_state_bytes_per_param, LayerCosts,
+};
 use plait_cost::layer::LayerCost;
 use plait_cost::Estimate;
 use plait_spec::{ParallelConfig, Recompute, Schedule, StageMap};
@@ -29,10 +31,9 @@ pub enum MapShape {
 }
 
 /// Bytes per parameter of weights + gradients + optimizer states under ZeRO `zero` over
-/// `shards` data-parallel ranks (mixed-precision Adam: 2 + 2 + 12, Rajbhandari et al.).
-fn state_bytes_per_param(zero: u8, shards: f64) -> f64 {
-    let split = |bytes: f64, on: bool| if on { bytes / shards } else { bytes };
-    split(2.0, zero >= 3) + split(2.0, zero >= 2) + split(12.0, zero >= 1)
+/// `shards` data-parallel ranks.
+pub(crate) fn state_bytes_per_param(zero: u8, shards: f64) -> f64 {
+    zero_state_bytes_per_param(zero, shards).iter().sum()
 }
 
 /// One stage's memory and time as functions of its block count and recompute count,

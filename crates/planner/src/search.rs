@@ -20,7 +20,7 @@ use plait_spec::{
 };
 
 use crate::export::Layout;
-use crate::layout::{fit_recompute, partition_blocks, MapShape};
+use crate::layout::{fit_recompute, partition_blocks, state_bytes_per_param, MapShape};
 use crate::simulate::simulate_mapped;
 use crate::{Plan, PlanError};
 
@@ -331,13 +331,7 @@ fn model_state_lower_bound(m: &ModelSpec, c: &ParallelConfig) -> f64 {
     let blocks = (m.layers * m.block_params()) as f64;
     let expert = (m.layers * m.expert_params()) as f64;
     let dense = blocks - expert;
-    let per = |params: f64, shards: f64| {
-        let d = shards;
-        params
-            * (if c.zero >= 3 { 2.0 / d } else { 2.0 }
-                + if c.zero >= 2 { 2.0 / d } else { 2.0 }
-                + if c.zero >= 1 { 12.0 / d } else { 12.0 })
-    };
+    let per = |params: f64, shards: f64| params * state_bytes_per_param(c.zero, shards);
     let dpc = (c.dp * c.cp) as f64;
     per(dense / (c.tp * c.pp) as f64, dpc)
         + per(expert / (c.tp * c.pp * c.ep) as f64, dpc / c.ep as f64)
