@@ -166,53 +166,15 @@ impl Layer<'_> {
         }
     }
 
-    /// Best value and choice for ideal `i`.
+    /// Best value and choice for ideal `i`: the segments ending at `i` grown from the
+    /// empty one (every unit of `i` may be its last, hence no lower unit bound).
     fn solve(&self, s: &mut Search, i: u32) -> (f64, (bool, u32)) {
         s.best = f64::INFINITY;
         s.choice = (false, i);
-        if let Some(prev) = self.prev_acc {
-            if prev[i as usize] < s.best {
-                s.best = prev[i as usize];
-                s.choice = (false, i);
-            }
-        }
-        if let Some(prev) = self.prev_cpu {
-            if prev[i as usize] < s.best {
-                s.best = prev[i as usize];
-                s.choice = (true, i);
-            }
-        }
         s.seg.clear(std::iter::empty());
-        self.visit_root(s, i);
+        let (acc_alive, cpu_alive) = (self.prev_acc.is_some(), self.prev_cpu.is_some());
+        self.visit(s, i, u32::MAX, 0.0, 0.0, 0.0, acc_alive, cpu_alive);
         (s.best, s.choice)
-    }
-
-    fn visit_root(&self, s: &mut Search, i: u32) {
-        let u = self.units;
-        let acc_alive = self.prev_acc.is_some();
-        let cpu_alive = self.prev_cpu.is_some();
-        for &(v, sub) in self.lattice.down_of(i) {
-            let vu = v as usize;
-            let na = u.acc[vu];
-            let nm = u.mem[vu];
-            let a_ok = acc_alive
-                && u.supported[vu]
-                && nm <= self.budget.memory
-                && na < s.best
-                && na <= self.bound;
-            let nc = u.cpu[vu];
-            let c_ok = cpu_alive && nc < s.best && nc <= self.bound;
-            if !a_ok && !c_ok {
-                continue;
-            }
-            if a_ok {
-                s.seg.add(vu);
-            }
-            self.visit(s, sub, v, na, nc, nm, a_ok, c_ok);
-            if a_ok {
-                s.seg.remove(vu);
-            }
-        }
     }
 }
 
