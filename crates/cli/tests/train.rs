@@ -122,23 +122,30 @@ fn train_writes_the_step_log_trace_and_checkpoints_and_resumes() {
 #[test]
 fn a_failing_rank_exits_non_zero_within_seconds_naming_it() {
     let ck = tmp("fail-ck");
+    let ck_dir = ck.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--model",
+            "tiny-gpt",
+            "--workers",
+            "2",
+            "--plan",
+            "pp2",
+            "--gbs",
+            "4",
+            "--steps",
+            "6",
+            "--checkpoint-dir",
+            ck_dir,
+            "--checkpoint-every",
+            "2",
+        ];
+        args.extend_from_slice(extra);
+        plait(&args)
+    };
     let start = Instant::now();
-    let (code, _, err) = plait(&[
-        "train",
-        "--model",
-        "tiny-gpt",
-        "--workers",
-        "2",
-        "--plan",
-        "pp2",
-        "--gbs",
-        "4",
-        "--steps",
-        "6",
-        "--checkpoint-dir",
-        ck.to_str().unwrap(),
-        "--checkpoint-every",
-        "2",
+    let (code, _, err) = run(&[
         "--fail-rank",
         "1",
         "--fail-step",
@@ -157,24 +164,7 @@ fn a_failing_rank_exits_non_zero_within_seconds_naming_it() {
         "{err}"
     );
     // The checkpoint of step 2 still loads: resuming runs steps 3 and 4.
-    let (code, out, err) = plait(&[
-        "train",
-        "--model",
-        "tiny-gpt",
-        "--workers",
-        "2",
-        "--plan",
-        "pp2",
-        "--gbs",
-        "4",
-        "--steps",
-        "6",
-        "--checkpoint-dir",
-        ck.to_str().unwrap(),
-        "--checkpoint-every",
-        "2",
-        "--resume",
-    ]);
+    let (code, out, err) = run(&["--resume"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("resumed after step 2"), "{out}");
     let _ = std::fs::remove_dir_all(&ck);
