@@ -240,13 +240,15 @@ pub fn refine(e: &Estimate, sim: &Simulation, t: &TrainSpec) -> Estimate {
     let mut out = e.clone();
     let time = sim.makespan_s;
     let b = &mut out.breakdown;
-    let work = b.compute_s
-        + b.recompute_s
-        + b.tp_comm_s
-        + b.cp_comm_s
-        + b.ep_comm_s
-        + b.pp_comm_s
-        + b.optimizer_s;
+    // ZeRO-3's per-micro-batch exposure is inside the simulated forwards; keep it filed as
+    // data-parallel communication, as the closed form does.
+    let zero3_s = e
+        .stages
+        .iter()
+        .map(|s| s.zero3_exposed_per_mb_s)
+        .fold(0.0, f64::max)
+        * e.microbatches as f64;
+    let work = b.total_s() - b.pipeline_bubble_s - b.dp_comm_exposed_s + zero3_s;
     // Exposed reduction: on the rank that finishes last, how long its optimizer step waited
     // for the data-parallel stream after its last backward.
     let mut compute_end = vec![0.0f64; sim.ranks.len()];
@@ -262,7 +264,7 @@ pub fn refine(e: &Estimate, sim: &Simulation, t: &TrainSpec) -> Estimate {
     let dp_exposed = (0..sim.ranks.len())
         .max_by(|&a, &b| step[a].1.total_cmp(&step[b].1))
         .map_or(0.0, |r| (step[r].0 - compute_end[r]).max(0.0));
-    b.dp_comm_exposed_s = dp_exposed;
+    b.dp_comm_exposed_s = dp_exposed + zero3_s;
     b.pipeline_bubble_s = (time - work - dp_exposed).max(0.0);
     out.iteration_time_s = b.total_s();
     out.tokens_per_s = (t.gbs * t.seq) as f64 / out.iteration_time_s;
