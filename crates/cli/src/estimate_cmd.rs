@@ -8,6 +8,7 @@ use serde::Serialize;
 use plait_cost::{estimate, first_stage_layers, Estimate, LayerReport};
 
 use crate::inputs::{ConfigArgs, WorkloadArgs};
+use plait_spec::GIB;
 
 #[derive(Debug, Args)]
 pub struct EstimateArgs {
@@ -38,8 +39,6 @@ struct EstimateJson<'a> {
     reason: Option<String>,
     layers: Vec<LayerReport>,
 }
-
-const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
 pub fn run(args: &EstimateArgs) -> Result<String> {
     let r = args.workload.resolve()?;

@@ -19,6 +19,7 @@ use plait_spec::{Recompute, Schedule};
 
 use crate::inputs::{parse_keyword, positive, WorkloadArgs};
 use crate::outputs::{write_pictures, Pictures};
+use plait_spec::GIB;
 
 /// Configuration flags given to `plan` pin that dimension; the search covers the rest.
 #[derive(Debug, Args)]
@@ -155,8 +156,6 @@ struct SearchJson {
     elapsed_s: f64,
     threads: usize,
 }
-
-const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
 pub fn run(args: &PlanArgs) -> Result<String> {
     if args.workload.is_onnx() {

@@ -13,6 +13,7 @@ use plait_schedule::RankReport;
 
 use crate::inputs::{ConfigArgs, WorkloadArgs};
 use crate::outputs::{write_pictures, Pictures};
+use plait_spec::GIB;
 
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
@@ -70,8 +71,6 @@ struct SimulateJson<'a> {
     simulated_stages: Vec<StageJson<'a>>,
     critical_path: Vec<String>,
 }
-
-const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
 pub fn run(args: &SimulateArgs) -> Result<String> {
     let r = args.workload.resolve()?;

@@ -12,6 +12,7 @@ use crate::comm::{Group, Groups};
 use crate::device::DeviceModel;
 use crate::layer::{block_cost, embedding_cost, head_cost, padded_vocab, LayerCost, Workload};
 use crate::pipeline::{inflight_microbatches, pipeline_time, StageTime};
+use plait_spec::GIB;
 
 /// Bytes per parameter of mixed-precision Adam: 2 (16-bit weights) + 2 (16-bit gradients) +
 /// 12 (fp32 master weights, momentum, variance) — Rajbhandari et al. 2020 (ZeRO), §3.1.
@@ -603,8 +604,6 @@ fn assemble(
         stages,
     }
 }
-
-const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
 impl Estimate {
     /// Why the configuration does not fit, or `None` when it fits. Built on demand: the

@@ -16,6 +16,7 @@ use plait_partition::{partition, Graph, Limits, Partition};
 use plait_spec::ClusterSpec;
 
 use crate::PlanError;
+use plait_spec::GIB;
 
 /// Backward time per unit of forward time (see the module docs).
 const BACKWARD_PER_FORWARD: f64 = 2.0;
@@ -163,5 +164,3 @@ pub fn plan_graph(
         infeasible,
     })
 }
-
-const GIB: f64 = 1024.0 * 1024.0 * 1024.0;

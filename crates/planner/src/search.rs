@@ -23,6 +23,7 @@ use crate::export::Layout;
 use crate::layout::{fit_recompute, partition_blocks, state_bytes_per_param, MapShape};
 use crate::simulate::simulate_mapped;
 use crate::{Plan, PlanError};
+use plait_spec::GIB;
 
 /// Dimensions the user fixed; `None` means "search it".
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -640,8 +641,6 @@ fn infeasible(req: &Request, rest: &[Screened]) -> Infeasible {
         min_gpus_lower_bound: lower,
     }
 }
-
-const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
 /// "1 GPU", "8 GPUs".
 fn gpus(n: u64) -> String {

@@ -81,7 +81,8 @@ pub struct ClusterSpec {
 }
 
 const GB: f64 = 1e9;
-const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+/// Bytes in a gibibyte: every `GiB` figure plait prints.
+pub const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 const TERA: f64 = 1e12;
 
 /// Reserve for CUDA context, library workspaces and NCCL buffers. Assumption, not a

@@ -13,7 +13,7 @@ pub mod stage_map;
 pub mod train;
 
 pub use cluster::{
-    cluster_from_toml, cluster_preset, ClusterSpec, GpuSpec, LinkSpec, CLUSTER_PRESETS,
+    cluster_from_toml, cluster_preset, ClusterSpec, GpuSpec, LinkSpec, CLUSTER_PRESETS, GIB,
 };
 pub use error::{Result, SpecError};
 pub use hf::model_from_hf_config;

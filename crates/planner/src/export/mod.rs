@@ -23,6 +23,7 @@ use thiserror::Error;
 use plait_spec::{ModelSpec, ParallelConfig, Recompute, Schedule, StageMap, TrainSpec};
 
 use crate::Plan;
+use plait_spec::GIB;
 
 /// A training engine plait writes launch configurations for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -271,7 +272,6 @@ pub(crate) fn list(values: &[u64]) -> String {
 pub(crate) fn summary_lines(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<String> {
     let c = &plan.config;
     let e = &plan.estimate;
-    const GIB: f64 = (1u64 << 30) as f64;
     let mut lines = vec![
         format!(
             "plait plan for {} on {} GPUs: {}",
