@@ -10,6 +10,7 @@ mod profile_cmd;
 mod schedule_cmd;
 mod simulate_cmd;
 mod train_cmd;
+mod validate_cmd;
 
 use std::process::ExitCode;
 
@@ -41,6 +42,9 @@ enum Command {
     /// Measure this machine's CPU worker (GEMMs, blocks, bandwidth, communicator) and write
     /// a calibration profile for `train --plan auto`.
     Profile(profile_cmd::ProfileArgs),
+    /// The cost model against the published runs this repository carries, each under its
+    /// engine: error per run and per table.
+    Validate(validate_cmd::ValidateArgs),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +57,7 @@ fn main() -> ExitCode {
         Command::Partition(args) => partition_cmd::run(args),
         Command::Train(args) => train_cmd::run(args),
         Command::Profile(args) => profile_cmd::run(args),
+        Command::Validate(args) => validate_cmd::run(args),
     };
     match result {
         Ok(text) => {

@@ -123,8 +123,16 @@ pub struct StageEstimate {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Estimate {
     pub config: ParallelConfig,
+    /// The engine whose behaviour the estimate follows.
+    pub engine: plait_spec::Engine,
     pub microbatches: u64,
+    /// Central estimate of one iteration.
     pub iteration_time_s: f64,
+    /// Optimistic end of the band: the uncertain assumptions (overlap efficiency, kernel
+    /// efficiency, imbalance) at their favourable end.
+    pub iteration_time_low_s: f64,
+    /// Pessimistic end of the band.
+    pub iteration_time_high_s: f64,
     pub tokens_per_s: f64,
     /// Model FLOP/s per GPU in TFLOP/s (no recompute counted).
     pub tflops_per_gpu: f64,
@@ -589,8 +597,11 @@ fn assemble(
     let gpus = c.gpus() as f64;
     Estimate {
         config: *c,
+        engine: t.engine,
         microbatches: mb,
         iteration_time_s,
+        iteration_time_low_s: iteration_time_s,
+        iteration_time_high_s: iteration_time_s,
         tokens_per_s: (t.gbs * t.seq) as f64 / iteration_time_s,
         tflops_per_gpu: flops / iteration_time_s / gpus / 1e12,
         mfu: flops / iteration_time_s / gpus / d.peak_flops_per_s,

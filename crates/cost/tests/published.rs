@@ -49,7 +49,7 @@ fn sc21_table1_throughput_within_10_percent_each_and_5_percent_mean() {
     let names = plait_spec::presets::SC21_GPT;
     let mut errors = vec![];
     let mut report = String::new();
-    for (row, (name, ..)) in csv(include_str!("data/megatron_sc21_table1.csv"))
+    for (row, (name, ..)) in csv(include_str!("../data/megatron_sc21_table1.csv"))
         .iter()
         .zip(names)
     {
@@ -107,7 +107,7 @@ fn korthikanti_table4_layer_times_within_15_percent() {
     };
     let mut report = String::new();
     let mut worst: f64 = 0.0;
-    for row in csv(include_str!("data/korthikanti_table4_layer_a100.csv")) {
+    for row in csv(include_str!("../data/korthikanti_table4_layer_a100.csv")) {
         let (fwd_ms, bwd_ms): (f64, f64) = (row[1].parse().unwrap(), row[2].parse().unwrap());
         let (sp, recompute) = match row[0].as_str() {
             "no_recompute" => (false, Recompute::None),

@@ -131,6 +131,7 @@ impl TrainConfig {
         TrainSpec {
             attention: plait_spec::AttentionImpl::Unfused,
             overlap_grad_reduce: false,
+            engine: plait_spec::Engine::Plait,
             ..TrainSpec::new(self.gbs as u64, self.seq as u64)
         }
     }

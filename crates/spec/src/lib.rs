@@ -22,4 +22,4 @@ pub use model::{
 };
 pub use presets::{model_preset, model_preset_names};
 pub use stage_map::{even_chunk_blocks, StageMap};
-pub use train::{AttentionImpl, Dtype, ParallelConfig, Recompute, Schedule, TrainSpec};
+pub use train::{AttentionImpl, Dtype, Engine, ParallelConfig, Recompute, Schedule, TrainSpec};

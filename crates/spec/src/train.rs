@@ -64,6 +64,23 @@ keyword_enum!(
     AttentionImpl { Flash => "flash", Unfused => "unfused" }
 );
 
+keyword_enum!(
+    /// The training engine that runs the plan: what it fuses, what it overlaps and what it
+    /// keeps in memory differ, and the cost model follows each (plait-cost `engine`).
+    /// * `megatron` — Megatron-Core with Transformer Engine (NeMo's runtime);
+    /// * `deepspeed` — DeepSpeed ZeRO 1–3 and its pipeline engine;
+    /// * `fsdp` — PyTorch FSDP1 (FULL_SHARD / SHARD_GRAD_OP) as llm-foundry/Composer run it;
+    /// * `torchtitan` — FSDP2 + DTensor TP/SP/CP + torch.distributed.pipelining;
+    /// * `plait` — plait's own runtime.
+    Engine {
+        Megatron => "megatron",
+        Deepspeed => "deepspeed",
+        Fsdp => "fsdp",
+        Torchtitan => "torchtitan",
+        Plait => "plait",
+    }
+);
+
 impl Dtype {
     /// Bytes of one activation element as stored between layers: 2 for every format, since
     /// fp8 training (Transformer Engine) keeps bf16 activations and casts for the GEMMs.
@@ -87,6 +104,13 @@ pub struct TrainSpec {
     /// `--overlap-grad-reduce`); off reproduces older Megatron-LM, which reduced after the
     /// last backward.
     pub overlap_grad_reduce: bool,
+    /// The engine that runs the plan (default Megatron-Core).
+    #[serde(default = "default_engine")]
+    pub engine: Engine,
+}
+
+fn default_engine() -> Engine {
+    Engine::Megatron
 }
 
 impl TrainSpec {
@@ -99,6 +123,7 @@ impl TrainSpec {
             attention: AttentionImpl::Flash,
             dropout: false,
             overlap_grad_reduce: true,
+            engine: Engine::Megatron,
         }
     }
 }

@@ -1,0 +1,148 @@
+//! `plait validate`: the cost model against every published table this repository carries
+//! (SC'21 Table 1, llm-foundry FSDP, NeMo), each run under its engine, with the error per
+//! row and per table. README's Accuracy section is this command's output.
+
+use anyhow::Result;
+use clap::Args;
+use comfy_table::{presets::UTF8_BORDERS_ONLY, Cell, CellAlignment, Table};
+use serde::Serialize;
+
+use plait_cost::calibration::{builtin_tables, evaluate, TableResult};
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// Print every row, not only the per-table summary.
+    #[arg(long)]
+    pub rows: bool,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct RowJson<'a> {
+    label: &'a str,
+    measured_step_s: f64,
+    predicted_step_s: f64,
+    predicted_low_s: f64,
+    predicted_high_s: f64,
+    error: f64,
+    fits: bool,
+}
+
+#[derive(Serialize)]
+struct TableJson<'a> {
+    table: &'a str,
+    engine: String,
+    runs: usize,
+    mean_abs_error: f64,
+    mean_signed_error: f64,
+    max_abs_error: f64,
+    band_coverage: f64,
+    rows: Vec<RowJson<'a>>,
+    skipped: Vec<(&'a str, &'a str)>,
+}
+
+fn to_json(t: &TableResult) -> TableJson<'_> {
+    TableJson {
+        table: t.name,
+        engine: t.engine.to_string(),
+        runs: t.rows.len(),
+        mean_abs_error: t.mean_abs_error(),
+        mean_signed_error: t.mean_signed_error(),
+        max_abs_error: t.max_abs_error(),
+        band_coverage: t.band_coverage(),
+        rows: t
+            .rows
+            .iter()
+            .map(|r| RowJson {
+                label: &r.label,
+                measured_step_s: r.measured_step_s,
+                predicted_step_s: r.predicted_step_s,
+                predicted_low_s: r.predicted_low_s,
+                predicted_high_s: r.predicted_high_s,
+                error: r.error(),
+                fits: r.fits,
+            })
+            .collect(),
+        skipped: t
+            .skipped
+            .iter()
+            .map(|s| (s.label.as_str(), s.reason.as_str()))
+            .collect(),
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:+.1} %", 100.0 * x)
+}
+
+pub fn run(args: &ValidateArgs) -> Result<String> {
+    let results = builtin_tables()?
+        .iter()
+        .map(evaluate)
+        .collect::<Result<Vec<_>, _>>()?;
+    if args.json {
+        let doc: Vec<_> = results.iter().map(to_json).collect();
+        return Ok(serde_json::to_string_pretty(&doc)? + "\n");
+    }
+    let mut out = String::new();
+    if args.rows {
+        for t in &results {
+            let mut rows = Table::new();
+            rows.load_preset(UTF8_BORDERS_ONLY).set_header([
+                format!("{} — engine {}", t.name, t.engine),
+                "measured".into(),
+                "predicted (band)".into(),
+                "error".into(),
+            ]);
+            for r in &t.rows {
+                rows.add_row([
+                    Cell::new(&r.label),
+                    Cell::new(format!("{:.3} s", r.measured_step_s))
+                        .set_alignment(CellAlignment::Right),
+                    Cell::new(format!(
+                        "{:.3} s ({:.3}–{:.3}){}",
+                        r.predicted_step_s,
+                        r.predicted_low_s,
+                        r.predicted_high_s,
+                        if r.fits { "" } else { " DOES NOT FIT" }
+                    ))
+                    .set_alignment(CellAlignment::Right),
+                    Cell::new(pct(r.error())).set_alignment(CellAlignment::Right),
+                ]);
+            }
+            out += &format!("{rows}\n");
+            for s in &t.skipped {
+                out += &format!("  skipped {}: {}\n", s.label, s.reason);
+            }
+            out += "\n";
+        }
+    }
+    let mut summary = Table::new();
+    summary.load_preset(UTF8_BORDERS_ONLY).set_header([
+        "table",
+        "engine",
+        "runs",
+        "mean |error|",
+        "mean signed",
+        "max |error|",
+        "in band",
+    ]);
+    for t in &results {
+        summary.add_row([
+            Cell::new(t.name),
+            Cell::new(t.engine),
+            Cell::new(t.rows.len()).set_alignment(CellAlignment::Right),
+            Cell::new(format!("{:.1} %", 100.0 * t.mean_abs_error()))
+                .set_alignment(CellAlignment::Right),
+            Cell::new(pct(t.mean_signed_error())).set_alignment(CellAlignment::Right),
+            Cell::new(format!("{:.1} %", 100.0 * t.max_abs_error()))
+                .set_alignment(CellAlignment::Right),
+            Cell::new(format!("{:.0} %", 100.0 * t.band_coverage()))
+                .set_alignment(CellAlignment::Right),
+        ]);
+    }
+    out += &format!("{summary}\n");
+    Ok(out)
+}

@@ -1,0 +1,494 @@
+//! Published runs as estimates: the calibration tables of `shared/data` (SC'21 Table 1,
+//! llm-foundry's FSDP benchmarks, NeMo's performance summaries) turned into
+//! `(model, cluster, train, config, measured step time)` under the engine that ran them, and
+//! the error of the cost model on each.
+//!
+//! Takes table text, not paths (no I/O); nothing here is fitted: a row is only translated
+//! into plait's vocabulary, with the settings the source does not publish left at the
+//! engine's defaults.
+
+use plait_spec::{
+    cluster_preset, model_preset, Activation, AttentionImpl, ClusterSpec, Dtype, Engine, Family,
+    ModelSpec, MoeSpec, Norm, ParallelConfig, Positions, Recompute, Schedule, SpecError,
+    TrainSpec,
+};
+
+use crate::estimate::{device_for, estimate};
+
+/// One published run.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub label: String,
+    pub model: ModelSpec,
+    pub cluster: ClusterSpec,
+    pub train: TrainSpec,
+    pub config: ParallelConfig,
+    pub measured_step_s: f64,
+}
+
+/// A row plait cannot express yet, with the reason.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Skipped {
+    pub label: String,
+    pub reason: String,
+}
+
+/// One table: its runs and the rows it had to skip.
+#[derive(Debug, Clone)]
+pub struct Table {
+    pub name: &'static str,
+    pub engine: Engine,
+    pub runs: Vec<Run>,
+    pub skipped: Vec<Skipped>,
+}
+
+/// The estimate of one run against its measurement.
+#[derive(Debug, Clone)]
+pub struct RowResult {
+    pub label: String,
+    pub measured_step_s: f64,
+    pub predicted_step_s: f64,
+    pub predicted_low_s: f64,
+    pub predicted_high_s: f64,
+    pub fits: bool,
+}
+
+impl RowResult {
+    /// predicted / measured − 1.
+    pub fn error(&self) -> f64 {
+        self.predicted_step_s / self.measured_step_s - 1.0
+    }
+}
+
+/// Errors of one table.
+#[derive(Debug, Clone)]
+pub struct TableResult {
+    pub name: &'static str,
+    pub engine: Engine,
+    pub rows: Vec<RowResult>,
+    pub skipped: Vec<Skipped>,
+}
+
+impl TableResult {
+    pub fn mean_abs_error(&self) -> f64 {
+        mean(self.rows.iter().map(|r| r.error().abs()))
+    }
+    pub fn mean_signed_error(&self) -> f64 {
+        mean(self.rows.iter().map(|r| r.error()))
+    }
+    pub fn max_abs_error(&self) -> f64 {
+        self.rows.iter().map(|r| r.error().abs()).fold(0.0, f64::max)
+    }
+    /// Share of rows whose measured time lies inside the predicted band.
+    pub fn band_coverage(&self) -> f64 {
+        mean(self.rows.iter().map(|r| {
+            f64::from(u8::from(
+                (r.predicted_low_s..=r.predicted_high_s).contains(&r.measured_step_s),
+            ))
+        }))
+    }
+}
+
+fn mean(it: impl Iterator<Item = f64>) -> f64 {
+    let (s, n) = it.fold((0.0, 0.0), |(s, n), x| (s + x, n + 1.0));
+    if n == 0.0 {
+        0.0
+    } else {
+        s / n
+    }
+}
+
+/// Estimates every run of `table` (each on its cluster's GPU in its dtype, published
+/// numbers only: no calibration profile).
+pub fn evaluate(table: &Table) -> Result<TableResult, SpecError> {
+    let mut rows = Vec::with_capacity(table.runs.len());
+    for r in &table.runs {
+        let device = device_for(&r.cluster, r.train.dtype)?;
+        let e = estimate(&r.model, &r.cluster, &r.train, &r.config, &device)?;
+        rows.push(RowResult {
+            label: r.label.clone(),
+            measured_step_s: r.measured_step_s,
+            predicted_step_s: e.iteration_time_s,
+            predicted_low_s: e.iteration_time_low_s,
+            predicted_high_s: e.iteration_time_high_s,
+            fits: e.fits,
+        });
+    }
+    Ok(TableResult {
+        name: table.name,
+        engine: table.engine,
+        rows,
+        skipped: table.skipped.clone(),
+    })
+}
+
+/// The header and data rows of a CSV with `#` comment lines.
+fn csv<'a>(text: &'a str, source: &str) -> Result<(Vec<&'a str>, Vec<Vec<&'a str>>), SpecError> {
+    let mut lines = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty());
+    let header: Vec<&str> = lines
+        .next()
+        .ok_or_else(|| SpecError::new(source, "(header)", "no header row", "a CSV header"))?
+        .split(',')
+        .map(str::trim)
+        .collect();
+    let rows = lines
+        .map(|l| l.split(',').map(str::trim).collect::<Vec<_>>())
+        .collect();
+    Ok((header, rows))
+}
+
+/// Field access by column name, with errors that name the table, row and column.
+struct Row<'a> {
+    source: &'a str,
+    line: usize,
+    header: &'a [&'a str],
+    cells: &'a [&'a str],
+}
+
+impl Row<'_> {
+    fn str(&self, col: &str) -> Result<&str, SpecError> {
+        self.header
+            .iter()
+            .position(|h| *h == col)
+            .and_then(|i| self.cells.get(i).copied())
+            .ok_or_else(|| {
+                SpecError::new(
+                    self.source,
+                    col,
+                    format!("row {} has no `{col}` column", self.line),
+                    self.header.join(","),
+                )
+            })
+    }
+    fn num(&self, col: &str) -> Result<f64, SpecError> {
+        let s = self.str(col)?;
+        s.parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite())
+            .ok_or_else(|| {
+                SpecError::new(
+                    self.source,
+                    col,
+                    format!("row {}: `{s}` is not a number", self.line),
+                    "finite numbers",
+                )
+            })
+    }
+    fn int(&self, col: &str) -> Result<u64, SpecError> {
+        let v = self.num(col)?;
+        if v >= 0.0 && v.fract() == 0.0 && v < 1e15 {
+            Ok(v as u64)
+        } else {
+            Err(SpecError::new(
+                self.source,
+                col,
+                format!("row {}: {v} is not a non-negative integer", self.line),
+                "integers ≥ 0",
+            ))
+        }
+    }
+}
+
+fn rows<'a>(
+    source: &'a str,
+    header: &'a [&'a str],
+    data: &'a [Vec<&'a str>],
+) -> impl Iterator<Item = Row<'a>> {
+    data.iter().enumerate().map(move |(i, cells)| Row {
+        source,
+        line: i + 1,
+        header,
+        cells,
+    })
+}
+
+/// SC'21 Table 1 (Narayanan et al.): Megatron-LM of 2021 on DGX A100 in fp16 with dropout,
+/// the unfused attention chain, full recompute and the gradient all-reduce after the
+/// backward. The step time follows from the published TFLOP/s through the paper's FLOP
+/// formula (which counts the recompute forward).
+pub fn sc21_table1(text: &str) -> Result<Table, SpecError> {
+    const SOURCE: &str = "megatron_sc21_table1.csv";
+    let (header, data) = csv(text, SOURCE)?;
+    let cluster = cluster_preset("dgx-a100-80g")?;
+    let mut runs = vec![];
+    for (row, (name, ..)) in rows(SOURCE, &header, &data).zip(plait_spec::presets::SC21_GPT) {
+        let (tp, pp, gpus) = (row.int("tp")?, row.int("pp")?, row.int("gpus")?);
+        let (gbs, mbs, vp) = (row.int("gbs")?, row.int("mbs")?, row.int("vp")?);
+        let m = model_preset(name)?;
+        let seq = 2048.0;
+        let (l, h, v) = (m.layers as f64, m.hidden as f64, m.vocab as f64);
+        let flops =
+            96.0 * gbs as f64 * seq * l * h * h * (1.0 + seq / (6.0 * h) + v / (16.0 * l * h));
+        let measured = flops / (row.num("tflops_per_gpu")? * 1e12 * gpus as f64);
+        runs.push(Run {
+            label: format!("{name} tp{tp} pp{pp} vp{vp} mbs{mbs} on {gpus}"),
+            model: m,
+            cluster: cluster.clone(),
+            train: TrainSpec {
+                dtype: Dtype::Fp16,
+                attention: AttentionImpl::Unfused,
+                dropout: true,
+                overlap_grad_reduce: false,
+                engine: Engine::Megatron,
+                ..TrainSpec::new(gbs, 2048)
+            },
+            config: ParallelConfig {
+                dp: gpus / (tp * pp),
+                tp,
+                pp,
+                vp,
+                mbs,
+                sp: false,
+                recompute: Recompute::Full,
+                schedule: if vp > 1 {
+                    Schedule::Interleaved
+                } else {
+                    Schedule::OneFOneB
+                },
+                ..ParallelConfig::default()
+            },
+            measured_step_s: measured,
+        });
+    }
+    Ok(Table {
+        name: "SC'21 Table 1 (Megatron-LM, A100)",
+        engine: Engine::Megatron,
+        runs,
+        skipped: vec![],
+    })
+}
+
+/// MosaicML llm-foundry's MPT benchmarks on A100 80GB: PyTorch FSDP1 through Composer, no
+/// tensor or pipeline parallelism, bf16, flash attention, ALiBi (no position parameters).
+pub fn llmfoundry_fsdp(text: &str) -> Result<Table, SpecError> {
+    const SOURCE: &str = "llmfoundry_fsdp_a100_80gb.csv";
+    let (header, data) = csv(text, SOURCE)?;
+    let cluster = cluster_preset("dgx-a100-80g")?;
+    let mut runs = vec![];
+    for row in rows(SOURCE, &header, &data) {
+        let (gpus, seq, mbs, gbs) = (
+            row.int("gpus")?,
+            row.int("seq")?,
+            row.int("mbs")?,
+            row.int("gbs")?,
+        );
+        let hidden = row.int("hidden")?;
+        let model = ModelSpec {
+            name: format!("mpt-{}", row.str("model")?),
+            family: Family::Gpt,
+            hidden,
+            layers: row.int("layers")?,
+            heads: row.int("heads")?,
+            kv_heads: row.int("kv_heads")?,
+            head_dim: row.int("head_dim")?,
+            ffn_hidden: row.int("ffn")?,
+            vocab: row.int("vocab")?,
+            // ALiBi: no position table.
+            max_positions: 0,
+            type_vocab: 0,
+            norm: Norm::LayerNorm,
+            activation: Activation::Gelu,
+            positions: Positions::Learned,
+            qkv_bias: false,
+            linear_bias: false,
+            tied_embeddings: row.int("tied")? == 1,
+            causal: true,
+            moe: None,
+        };
+        let sharding = row.str("sharding")?;
+        let zero = match sharding {
+            "FULL_SHARD" => 3,
+            "SHARD_GRAD_OP" => 2,
+            other => {
+                return Err(SpecError::new(
+                    SOURCE,
+                    "sharding",
+                    format!("unknown sharding `{other}`"),
+                    "FULL_SHARD|SHARD_GRAD_OP",
+                ))
+            }
+        };
+        let recompute = if row.str("act_ckpt")? == "True" {
+            Recompute::Full
+        } else {
+            Recompute::None
+        };
+        runs.push(Run {
+            label: format!(
+                "{} seq{seq} mbs{mbs} {}{} on {gpus}",
+                model.name,
+                sharding,
+                if recompute == Recompute::Full {
+                    " ckpt"
+                } else {
+                    ""
+                }
+            ),
+            model,
+            cluster: cluster.clone(),
+            train: TrainSpec {
+                engine: Engine::Fsdp,
+                ..TrainSpec::new(gbs, seq)
+            },
+            config: ParallelConfig {
+                dp: gpus,
+                mbs,
+                zero,
+                recompute,
+                ..ParallelConfig::default()
+            },
+            measured_step_s: row.num("step_s")?,
+        });
+    }
+    Ok(Table {
+        name: "llm-foundry MPT (PyTorch FSDP, A100)",
+        engine: Engine::Fsdp,
+        runs,
+        skipped: vec![],
+    })
+}
+
+/// NVIDIA NeMo performance summaries: Megatron-Core + Transformer Engine in FP8 with the
+/// distributed optimizer (ZeRO-1 style), sequence parallelism with tp > 1. LoRA rows and
+/// systems without a preset are listed as skipped.
+pub fn nemo(text: &str) -> Result<Table, SpecError> {
+    const SOURCE: &str = "nemo_performance.csv";
+    let (header, data) = csv(text, SOURCE)?;
+    let mut runs = vec![];
+    let mut skipped = vec![];
+    for row in rows(SOURCE, &header, &data) {
+        let label = format!(
+            "{} {} {} on {} {}",
+            row.str("release")?,
+            row.str("model")?,
+            row.str("task")?,
+            row.int("gpus")?,
+            row.str("system")?
+        );
+        let cluster = match row.str("system")? {
+            "DGX-H100" => cluster_preset("dgx-h100")?,
+            "DGX-B200" => cluster_preset("dgx-b200")?,
+            other => {
+                skipped.push(Skipped {
+                    label,
+                    reason: format!("no cluster preset for {other}"),
+                });
+                continue;
+            }
+        };
+        if row.str("task")? == "lora" {
+            skipped.push(Skipped {
+                label,
+                reason: "LoRA fine-tuning is not expressible yet".into(),
+            });
+            continue;
+        }
+        let (gpus, gbs, mbs, seq) = (
+            row.int("gpus")?,
+            row.int("gbs")?,
+            row.int("mbs")?,
+            row.int("seq")?,
+        );
+        let (tp, pp, cp, vp, ep) = (
+            row.int("tp")?,
+            row.int("pp")?,
+            row.int("cp")?,
+            row.int("vp")?,
+            row.int("ep")?,
+        );
+        let hidden = row.int("hidden")?;
+        let heads = row.int("heads")?;
+        let experts = row.int("experts")?;
+        let arch = row.str("arch_family")?;
+        let gpt_like = arch == "gpt2";
+        let model = ModelSpec {
+            name: row.str("model")?.to_ascii_lowercase(),
+            family: match arch {
+                "mixtral" => Family::Moe,
+                "llama" => Family::Llama,
+                _ => Family::Gpt,
+            },
+            hidden,
+            layers: row.int("layers")?,
+            heads,
+            kv_heads: row.int("kv_heads")?,
+            head_dim: row.int("head_dim")?,
+            ffn_hidden: row.int("ffn")?,
+            vocab: row.int("vocab")?,
+            max_positions: if gpt_like && row.str("model")?.starts_with("GPT3") {
+                seq
+            } else {
+                0
+            },
+            type_vocab: 0,
+            norm: if gpt_like {
+                Norm::LayerNorm
+            } else {
+                Norm::RmsNorm
+            },
+            activation: if gpt_like {
+                Activation::Gelu
+            } else {
+                Activation::SwiGlu
+            },
+            positions: if gpt_like && row.str("model")?.starts_with("GPT3") {
+                Positions::Learned
+            } else {
+                Positions::Rotary
+            },
+            qkv_bias: gpt_like,
+            linear_bias: gpt_like,
+            tied_embeddings: row.int("tied")? == 1,
+            causal: true,
+            moe: (experts > 0).then(|| MoeSpec {
+                experts,
+                top_k: row.int("top_k").unwrap_or(2),
+            }),
+        };
+        runs.push(Run {
+            label,
+            model,
+            cluster,
+            train: TrainSpec {
+                dtype: Dtype::Fp8,
+                engine: Engine::Megatron,
+                ..TrainSpec::new(gbs, seq)
+            },
+            config: ParallelConfig {
+                dp: gpus / (tp * pp * cp),
+                tp,
+                pp,
+                vp,
+                cp,
+                ep,
+                mbs,
+                zero: 1,
+                sp: tp > 1,
+                recompute: Recompute::None,
+                schedule: if vp > 1 {
+                    Schedule::Interleaved
+                } else {
+                    Schedule::OneFOneB
+                },
+            },
+            measured_step_s: row.num("step_s")?,
+        });
+    }
+    Ok(Table {
+        name: "NeMo (Megatron-Core + TE, FP8)",
+        engine: Engine::Megatron,
+        runs,
+        skipped,
+    })
+}
+
+/// The tables this repository carries (copies of shared/data, with their sources).
+pub fn builtin_tables() -> Result<Vec<Table>, SpecError> {
+    Ok(vec![
+        sc21_table1(include_str!("../data/megatron_sc21_table1.csv"))?,
+        llmfoundry_fsdp(include_str!("../data/llmfoundry_fsdp_a100_80gb.csv"))?,
+        nemo(include_str!("../data/nemo_performance.csv"))?,
+    ])
+}
