@@ -83,11 +83,12 @@ fn seconds(s: f64) -> String {
 fn render(r: &crate::inputs::Resolved, e: &Estimate, simulated: bool) -> String {
     let c = &e.config;
     let mut out = format!(
-        "plait estimate: {} on {} × {} ({})\nconfig: {c}\nbatch: {} sequences × {} tokens, {} micro-batches of {} per pipeline, {}{}{}\n\n",
+        "plait estimate: {} on {} × {} ({}), engine {}\nconfig: {c}\nbatch: {} sequences × {} tokens, {} micro-batches of {} per pipeline, {}{}{}\n\n",
         r.model.name,
         c.gpus(),
         r.cluster.gpu.name,
         r.cluster.name,
+        e.engine,
         r.train.gbs,
         r.train.seq,
         e.microbatches,
@@ -116,6 +117,11 @@ fn render(r: &crate::inputs::Resolved, e: &Estimate, simulated: bool) -> String 
         Cell::new("100 %").set_alignment(CellAlignment::Right),
     ]);
     out += &format!("{time}\n");
+    out += &format!(
+        "band: {} – {} (overlap efficiency, compute contention and kernel choice at their optimistic and pessimistic ends)\n",
+        seconds(e.iteration_time_low_s),
+        seconds(e.iteration_time_high_s)
+    );
     out += &format!(
         "throughput: {:.0} tokens/s · {:.1} model TFLOP/s per GPU · MFU {:.1} %\n\n",
         e.tokens_per_s,

@@ -9,7 +9,8 @@ use clap::Args;
 use plait_cost::{device_for, DeviceModel, Profile};
 use plait_spec::{
     cluster_from_toml, cluster_preset, model_from_hf_config, model_preset, AttentionImpl,
-    ClusterSpec, Dtype, ModelSpec, ParallelConfig, Recompute, Schedule, SpecError, TrainSpec,
+    ClusterSpec, Dtype, Engine, ModelSpec, ParallelConfig, Recompute, Schedule, SpecError,
+    TrainSpec,
 };
 
 /// Model, cluster and batch.
@@ -49,6 +50,11 @@ pub struct WorkloadArgs {
     /// Reduce gradients after the backward instead of overlapping them with it.
     #[arg(long)]
     pub no_overlap_grad_reduce: bool,
+    /// Training engine whose behaviour the estimate follows: megatron (Megatron-Core +
+    /// Transformer Engine, default), deepspeed, fsdp (PyTorch FSDP1 as llm-foundry runs
+    /// it), torchtitan (FSDP2 + DTensor), plait (plait's runtime).
+    #[arg(long, value_parser = parse_keyword::<Engine>)]
+    pub engine: Option<Engine>,
 }
 
 /// One parallel configuration.
@@ -170,6 +176,7 @@ impl WorkloadArgs {
             attention: self.attention,
             dropout: self.dropout,
             overlap_grad_reduce: !self.no_overlap_grad_reduce,
+            engine: self.engine.unwrap_or(Engine::Megatron),
             ..TrainSpec::new(positive("gbs", self.gbs)?, positive("seq", self.seq)?)
         };
         let mut device = device_for(&cluster, self.dtype)?;

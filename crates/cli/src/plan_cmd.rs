@@ -161,10 +161,20 @@ pub fn run(args: &PlanArgs) -> Result<String> {
     if args.workload.is_onnx() {
         return run_onnx(args);
     }
-    let r = args.workload.resolve()?;
+    let mut r = args.workload.resolve()?;
     let Some(gpus) = args.workload.gpus()? else {
         bail!("--gpus: plan needs the number of GPUs to split the work over (integers ≥ 1)");
     };
+    // `--export X` plans under engine X.
+    if let Some(export) = args.export {
+        let under = plait_planner::export::runs_under(export);
+        match args.workload.engine {
+            Some(e) if e != under => bail!(
+                "--engine {e} contradicts --export {export}, which plans under engine {under} (allowed: --engine {under} or no --engine)"
+            ),
+            _ => r.train.engine = under,
+        }
+    }
     let pins = args.pins.resolve()?;
     let top = positive("top", args.top)? as usize;
     let simulate = positive("simulate", args.simulate)? as usize;
@@ -270,8 +280,14 @@ pub fn run(args: &PlanArgs) -> Result<String> {
     }
 
     let mut out = format!(
-        "plait plan: {} on {gpus} × {} ({}), {} sequences × {} tokens, {}\n",
-        r.model.name, r.cluster.gpu.name, r.cluster.name, r.train.gbs, r.train.seq, r.train.dtype
+        "plait plan: {} on {gpus} × {} ({}), {} sequences × {} tokens, {}, engine {}\n",
+        r.model.name,
+        r.cluster.gpu.name,
+        r.cluster.name,
+        r.train.gbs,
+        r.train.seq,
+        r.train.dtype,
+        r.train.engine
     );
     let s = &outcome.search;
     out += &format!(
@@ -297,7 +313,7 @@ pub fn run(args: &PlanArgs) -> Result<String> {
         "#",
         "configuration",
         "layout",
-        "step",
+        "step (band)",
         "tokens/s",
         "TFLOP/s/GPU",
         "MFU",
@@ -310,7 +326,10 @@ pub fn run(args: &PlanArgs) -> Result<String> {
             Cell::new(i + 1),
             Cell::new(p.config.to_string()),
             Cell::new(layout(p)),
-            right(format!("{:.3} s", e.iteration_time_s)),
+            right(format!(
+                "{:.3} s ({:.2}–{:.2})",
+                e.iteration_time_s, e.iteration_time_low_s, e.iteration_time_high_s
+            )),
             right(format!("{:.0}", e.tokens_per_s)),
             right(format!("{:.1}", e.tflops_per_gpu)),
             right(format!("{:.1} %", e.mfu * 100.0)),

@@ -9,8 +9,7 @@
 
 use plait_spec::{
     cluster_preset, model_preset, Activation, AttentionImpl, ClusterSpec, Dtype, Engine, Family,
-    ModelSpec, MoeSpec, Norm, ParallelConfig, Positions, Recompute, Schedule, SpecError,
-    TrainSpec,
+    ModelSpec, MoeSpec, Norm, ParallelConfig, Positions, Recompute, Schedule, SpecError, TrainSpec,
 };
 
 use crate::estimate::{device_for, estimate};
@@ -77,7 +76,10 @@ impl TableResult {
         mean(self.rows.iter().map(|r| r.error()))
     }
     pub fn max_abs_error(&self) -> f64 {
-        self.rows.iter().map(|r| r.error().abs()).fold(0.0, f64::max)
+        self.rows
+            .iter()
+            .map(|r| r.error().abs())
+            .fold(0.0, f64::max)
     }
     /// Share of rows whose measured time lies inside the predicted band.
     pub fn band_coverage(&self) -> f64 {
@@ -378,12 +380,24 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
                 continue;
             }
         };
-        if row.str("task")? == "lora" {
-            skipped.push(Skipped {
-                label,
-                reason: "LoRA fine-tuning is not expressible yet".into(),
-            });
-            continue;
+        match row.str("task")? {
+            "lora" => {
+                skipped.push(Skipped {
+                    label,
+                    reason: "LoRA fine-tuning is not expressible yet".into(),
+                });
+                continue;
+            }
+            // NeMo's SFT packs several samples into each sequence; attention then runs per
+            // sample, a length the table does not publish.
+            "sft" => {
+                skipped.push(Skipped {
+                    label,
+                    reason: "SFT packs samples of unpublished length into each sequence".into(),
+                });
+                continue;
+            }
+            _ => {}
         }
         let (gpus, gbs, mbs, seq) = (
             row.int("gpus")?,

@@ -15,10 +15,29 @@ pub struct Group {
     pub ring_bytes_per_s: f64,
     /// Bandwidth each rank has towards ranks of other nodes (all-to-all, p2p).
     pub point_bytes_per_s: f64,
-    /// Latency of one step.
+    /// Latency of one step (Simple protocol) over the group's slowest link: the node's
+    /// NVLink inside a node, the network across nodes.
     pub step_latency_s: f64,
+    /// Latency of one step between two ranks of the same node (Simple protocol).
+    pub intra_step_latency_s: f64,
     pub spans_nodes: bool,
+    /// Nodes the group's ranks sit on.
+    pub nodes: u64,
 }
+
+/// NCCL's ring protocols as its tuner models them (NCCL 5067397, `src/graph/tuning.cc`):
+/// base latency (µs), per-step latency inside a node and across the network, each relative
+/// to the Simple protocol's (NVLink 3.4 µs, network 14 µs), and the fraction of the bus
+/// bandwidth the protocol reaches (LL: `busBw * .5`, LL128: `busBw * 0.92`). NCCL picks the
+/// fastest for each message size; so does this model.
+const RING_PROTOCOLS: [(f64, f64, f64, f64); 3] = [
+    (6.6e-6, 0.6 / 3.4, 2.7 / 14.0, 0.5),
+    (14.0e-6, 1.9 / 3.4, 4.0 / 14.0, 0.92),
+    (8.4e-6, 1.0, 1.0, 1.0),
+];
+/// On multi-node rings every step pays the proxy's network overhead, 1 µs on x86 hosts and
+/// 3× that with the Simple protocol (`getNetOverhead`, `tuning.cc:228-233, 404-410`).
+const NET_OVERHEAD_S: f64 = 1.0e-6;
 
 impl Group {
     /// A group of one rank: every collective is free.
@@ -28,7 +47,9 @@ impl Group {
             ring_bytes_per_s: f64::INFINITY,
             point_bytes_per_s: f64::INFINITY,
             step_latency_s: 0.0,
+            intra_step_latency_s: 0.0,
             spans_nodes: false,
+            nodes: 1,
         }
     }
 
@@ -45,7 +66,9 @@ impl Group {
                 ring_bytes_per_s: intra,
                 point_bytes_per_s: intra,
                 step_latency_s: cluster.intra_node.latency_s,
+                intra_step_latency_s: cluster.intra_node.latency_s,
                 spans_nodes: false,
+                nodes: 1,
             };
         }
         // Members of this group inside one node; a ring through them uses that many NICs
@@ -58,33 +81,49 @@ impl Group {
             ring_bytes_per_s: ring,
             point_bytes_per_s: per_gpu_nic,
             step_latency_s: cluster.inter_node.latency_s,
+            intra_step_latency_s: cluster.intra_node.latency_s,
             spans_nodes: true,
+            nodes: size.div_ceil(local),
         }
-    }
-
-    fn steps(&self) -> f64 {
-        (self.size - 1) as f64
     }
 
     fn fraction(&self) -> f64 {
         (self.size - 1) as f64 / self.size as f64
     }
 
-    /// Ring all-reduce of a `bytes` buffer.
-    pub fn all_reduce_s(&self, bytes: f64) -> f64 {
+    /// A ring collective of `rounds` passes (2 for all-reduce, 1 for reduce-scatter or
+    /// all-gather) moving `bytes` of bus traffic per rank: the fastest NCCL protocol's
+    /// latency plus bandwidth time.
+    fn ring_s(&self, rounds: f64, bytes: f64) -> f64 {
         if self.size <= 1 {
             return 0.0;
         }
-        2.0 * self.steps() * self.step_latency_s
-            + 2.0 * self.fraction() * bytes / self.ring_bytes_per_s
+        let steps = rounds * (self.size - 1) as f64;
+        let inter_steps = rounds * (self.nodes - 1) as f64;
+        RING_PROTOCOLS
+            .iter()
+            .map(|&(base, intra_rel, inter_rel, bw)| {
+                let mut intra = self.intra_step_latency_s * intra_rel;
+                if self.nodes > 1 {
+                    let overhead = if bw == 1.0 { 3.0 } else { 1.0 } * NET_OVERHEAD_S;
+                    intra = intra.max(overhead);
+                }
+                let inter = self.step_latency_s * inter_rel;
+                base + (steps - inter_steps) * intra
+                    + inter_steps * inter
+                    + bytes / (self.ring_bytes_per_s * bw)
+            })
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    /// Ring all-reduce of a `bytes` buffer.
+    pub fn all_reduce_s(&self, bytes: f64) -> f64 {
+        self.ring_s(2.0, 2.0 * self.fraction() * bytes)
     }
 
     /// Ring reduce-scatter (or all-gather) whose full buffer is `bytes`.
     pub fn reduce_scatter_s(&self, bytes: f64) -> f64 {
-        if self.size <= 1 {
-            return 0.0;
-        }
-        self.steps() * self.step_latency_s + self.fraction() * bytes / self.ring_bytes_per_s
+        self.ring_s(1.0, self.fraction() * bytes)
     }
 
     /// All-gather whose gathered buffer is `bytes` (same cost as reduce-scatter).
@@ -97,7 +136,8 @@ impl Group {
         if self.size <= 1 {
             return 0.0;
         }
-        self.steps() * self.step_latency_s + self.fraction() * bytes / self.point_bytes_per_s
+        (self.size - 1) as f64 * self.step_latency_s
+            + self.fraction() * bytes / self.point_bytes_per_s
     }
 
     /// One point-to-point transfer of `bytes` to a neighbour in this group.
@@ -160,8 +200,11 @@ mod tests {
         let g = Group::place(&c, 8, 1);
         let bytes = 1e9;
         let ar = g.all_reduce_s(bytes);
-        assert!((ar - 2.0 * g.reduce_scatter_s(bytes)).abs() < 1e-12);
-        assert!((ar - (14e-6 + 1.75e9 / (450e9 * 0.78))).abs() < 1e-9);
+        // Large messages run the Simple protocol: 8.4 µs base + 14 steps of 3.4 µs.
+        assert!((ar - (8.4e-6 + 14.0 * 3.4e-6 + 1.75e9 / (450e9 * 0.78))).abs() < 1e-9);
+        // Small messages take LL: 6.6 µs base + 14 steps of 0.6 µs at half the bandwidth.
+        let small = g.all_reduce_s(8.0);
+        assert!((small - (6.6e-6 + 14.0 * 0.6e-6 + 14.0 / (450e9 * 0.78 * 0.5))).abs() < 1e-12);
         assert_eq!(Group::place(&c, 1, 1).all_reduce_s(bytes), 0.0);
     }
 }

@@ -30,22 +30,116 @@ pub const KERNEL_DISPATCH_S: f64 = 12e-6;
 /// (shared/data/h200_pytorch_calibration.jsonl). Assumed to hold for other HBM GPUs.
 const HBM_EFFICIENCY: f64 = 4.2377 / 4.8;
 
-/// Flash-attention kernel efficiency (fraction of the dense 16-bit peak), forward and
-/// backward, with the usual accounting (backward = 2.5 × forward FLOPs).
-/// * A100: FlashAttention-2 reaches 50–73 % of peak forward (Dao 2023, abstract); causal
-///   head-dim-128 sequences of 2k sit at the low end, and its backward runs ~20 % slower.
-/// * Hopper and later: FlashAttention-2 reaches 35 % of the H100 peak (Shah et al. 2024,
-///   FlashAttention-3, abstract); assumed for H200/B200 and for the backward.
-/// * V100: no FlashAttention-2 kernel exists; a memory-efficient attention at ~30 % is assumed.
-fn flash_efficiency(gpu: &GpuSpec) -> (f64, f64) {
-    let name = gpu.name.to_ascii_uppercase();
-    if name.contains("A100") {
-        (0.55, 0.45)
-    } else if name.contains("V100") {
-        (0.30, 0.25)
-    } else {
-        (0.35, 0.30)
+/// GPU generation, for the kernels whose published rates are per generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Generation {
+    Volta,
+    Ampere,
+    Hopper,
+    Blackwell,
+}
+
+impl Generation {
+    /// From the GPU's name; unknown names (custom TOML GPUs) count as Hopper, the
+    /// generation of the TOML defaults.
+    pub fn of(gpu: &GpuSpec) -> Generation {
+        let name = gpu.name.to_ascii_uppercase();
+        if name.contains("V100") {
+            Generation::Volta
+        } else if name.contains("A100") || name.contains("A10") || name.contains("A40") {
+            Generation::Ampere
+        } else if name.contains("B200") || name.contains("B300") || name.contains("GB") {
+            Generation::Blackwell
+        } else {
+            Generation::Hopper
+        }
     }
+}
+
+/// The fused attention kernel an engine runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionKernel {
+    /// FlashAttention-2 (flash-attn package, or PyTorch SDPA's flash backend).
+    Flash2,
+    /// cuDNN fused attention, which Transformer Engine prefers on Hopper and later
+    /// (TransformerEngine d0067d0, `attention/dot_product_attention/utils.py`:
+    /// "Disabling FlashAttention to give FusedAttention preference on Hopper+"); on Ampere
+    /// TE runs FlashAttention-2.
+    CudnnFused,
+    /// The Triton flash-attention kernel of llm-foundry (`attn_impl: triton`, the default
+    /// of its benchmark script in January 2024, llm-foundry 5e85bd6).
+    Triton,
+}
+
+/// FlashAttention-2 forward+backward throughput in TFLOP/s at sequence lengths 512, 1k, 2k,
+/// 4k, 8k, 16k (Dao 2023, "FlashAttention-2", Figure 4 (A100 80GB) and Figure 7 (H100
+/// SXM5); FLOPs counted as 3.5 × the forward, halved when causal). Rows: head dim 64, 128,
+/// 64 causal, 128 causal.
+const FA2_A100_TFLOPS: [[f64; 6]; 4] = [
+    [132.0, 162.0, 171.0, 175.0, 176.0, 176.0],
+    [131.0, 181.0, 196.0, 201.0, 203.0, 203.0],
+    [88.0, 119.0, 140.0, 158.0, 165.0, 171.0],
+    [99.0, 131.0, 155.0, 182.0, 189.0, 189.0],
+];
+const FA2_H100_TFLOPS: [[f64; 6]; 4] = [
+    [215.0, 254.0, 274.0, 288.0, 294.0, 295.0],
+    [248.0, 320.0, 326.0, 315.0, 318.0, 318.0],
+    [141.0, 192.0, 232.0, 257.0, 273.0, 284.0],
+    [163.0, 221.0, 265.0, 294.0, 308.0, 328.0],
+];
+/// Peaks the two figures were measured against (A100 and H100 SXM dense 16-bit).
+const FA2_A100_PEAK_TFLOPS: f64 = 312.0;
+const FA2_H100_PEAK_TFLOPS: f64 = 989.4;
+/// Backward over forward throughput of FlashAttention-2 (Dao 2023, Figures 5–6, A100, head
+/// dim 128 at 16k: 196 / 225 TFLOP/s), used to split the forward+backward rate.
+const FA2_BACKWARD_OVER_FORWARD: f64 = 196.0 / 225.0;
+/// cuDNN fused attention on Hopper runs at FlashAttention-3's level: FA3 is 1.5–2.0×
+/// FlashAttention-2 forward and 1.5–1.75× backward (Shah et al. 2024, abstract). The backward
+/// (2.5 of the 3.5 FLOP units) dominates: its range is the band, its midpoint the centre.
+pub const HOPPER_FUSED_OVER_FA2: [f64; 3] = [1.5, 1.625, 1.75];
+/// FlashAttention-2 is 1.3–2.5× faster than the Triton FlashAttention (Dao 2023, abstract):
+/// geometric midpoint 1.80 for the centre, the range for the band.
+pub const FA2_OVER_TRITON: [f64; 3] = [1.3, 1.803, 2.5];
+/// V100 has no FlashAttention-2 kernel; memory-efficient attention at ~30 % of the fp16
+/// peak forward and 25 % backward is assumed (no public measurement found).
+const VOLTA_ATTENTION_FRACTION: (f64, f64) = (0.30, 0.25);
+
+/// Fraction of the 16-bit peak (forward, backward) that `kernel` reaches at sequence length
+/// `seq` and head dimension `head_dim` on `gen`, by log-linear interpolation in the FA2
+/// tables (clamped outside 512–16k and head dims 64–128). `speedup_index` picks the low,
+/// central or slow end (0 optimistic, 1 central, 2 pessimistic) of the kernel's published
+/// range against FlashAttention-2.
+pub fn attention_fraction(
+    gen: Generation,
+    kernel: AttentionKernel,
+    seq: f64,
+    head_dim: f64,
+    causal: bool,
+    speedup_index: usize,
+) -> (f64, f64) {
+    let (table, peak) = match gen {
+        Generation::Volta => return VOLTA_ATTENTION_FRACTION,
+        Generation::Ampere => (&FA2_A100_TFLOPS, FA2_A100_PEAK_TFLOPS),
+        Generation::Hopper | Generation::Blackwell => (&FA2_H100_TFLOPS, FA2_H100_PEAK_TFLOPS),
+    };
+    let x = (seq.max(1.0).log2() - 9.0).clamp(0.0, 5.0);
+    let (i, t) = ((x.floor() as usize).min(4), x - (x.floor()).min(4.0));
+    let at = |row: &[f64; 6]| row[i] + (row[i + 1] - row[i]) * t;
+    let base = if causal { 2 } else { 0 };
+    let hd = ((head_dim.max(1.0).log2() - 6.0).clamp(0.0, 1.0), base);
+    let rate = at(&table[hd.1]) * (1.0 - hd.0) + at(&table[hd.1 + 1]) * hd.0;
+    let speedup = match (kernel, gen) {
+        (AttentionKernel::CudnnFused, Generation::Hopper | Generation::Blackwell) => {
+            HOPPER_FUSED_OVER_FA2[2 - speedup_index.min(2)]
+        }
+        (AttentionKernel::Triton, _) => 1.0 / FA2_OVER_TRITON[speedup_index.min(2)],
+        _ => 1.0,
+    };
+    let combined = rate * speedup / peak;
+    // 3.5 / combined = 1 / fwd + 2.5 / bwd with bwd = r·fwd.
+    let r = FA2_BACKWARD_OVER_FORWARD;
+    let fwd = combined * (1.0 + 2.5 / r) / 3.5;
+    (fwd, fwd * r)
 }
 
 /// Timing model of one GPU for one numeric format.
@@ -61,8 +155,11 @@ pub struct DeviceModel {
     sms: f64,
     /// Achieved read+write bandwidth of streaming kernels.
     pub memory_bytes_per_s: f64,
-    flash_forward_flops_per_s: f64,
-    flash_backward_flops_per_s: f64,
+    /// Dense 16-bit tensor peak (attention and 16-bit GEMMs in fp8 runs).
+    pub sixteen_bit_peak_flops_per_s: f64,
+    /// GEMM rate in 16-bit (equal to `gemm_flops_per_s` unless the dtype is fp8).
+    gemm16_flops_per_s: f64,
+    pub generation: Generation,
     /// log2(m), log2(n), log2(k) and ln(measured / modelled) of each profile GEMM.
     gemm_corrections: Vec<([f64; 3], f64)>,
     /// Whole-layer measurements of the profile (empty without one).
@@ -76,19 +173,21 @@ impl DeviceModel {
     pub fn new(gpu: &GpuSpec, dtype: Dtype) -> Option<DeviceModel> {
         let peak = gpu.peak_flops_per_s(dtype)?;
         let sixteen_bit = gpu.peak_bf16_flops_per_s;
-        let (ff, fb) = flash_efficiency(gpu);
         Some(DeviceModel {
             peak_flops_per_s: peak,
             gemm_flops_per_s: peak * gpu.matmul_efficiency,
             sustained: gpu.sustained_clock_ratio,
             sms: gpu.sms as f64,
             memory_bytes_per_s: gpu.memory_bandwidth_bytes_per_s * HBM_EFFICIENCY,
-            // Attention runs in 16-bit even in fp8 training.
-            flash_forward_flops_per_s: sixteen_bit * ff * gpu.sustained_clock_ratio,
-            flash_backward_flops_per_s: sixteen_bit * fb * gpu.sustained_clock_ratio,
+            sixteen_bit_peak_flops_per_s: sixteen_bit,
+            gemm16_flops_per_s: sixteen_bit * gpu.matmul_efficiency,
+            generation: Generation::of(gpu),
             gemm_corrections: vec![],
             layer_samples: vec![],
-            element_bytes: dtype.activation_bytes(),
+            element_bytes: match dtype {
+                Dtype::Fp8 => 1.0,
+                _ => 2.0,
+            },
         })
     }
 
@@ -128,14 +227,23 @@ impl DeviceModel {
     /// Device time of `count` GEMMs `[m×k]·[k×n]` before profile correction:
     /// the slower of the tile-wave compute time and the operand traffic.
     fn gemm_raw_s(&self, m: f64, n: f64, k: f64, count: f64) -> f64 {
+        self.gemm_raw_at_s(m, n, k, count, self.gemm_flops_per_s, self.element_bytes)
+    }
+
+    fn gemm_raw_at_s(&self, m: f64, n: f64, k: f64, count: f64, rate: f64, bytes: f64) -> f64 {
         let tiles = (m / TILE_M).ceil() * (n / TILE_N).ceil() * count;
         let waves = (tiles / self.sms).ceil();
         let quantisation = waves * self.sms / tiles;
-        let compute =
-            quantisation * 2.0 * m * n * (k + GEMM_TILE_OVERHEAD_K) * count / self.gemm_flops_per_s;
-        let traffic =
-            self.element_bytes * (m * k + k * n + m * n) * count / self.memory_bytes_per_s;
+        let compute = quantisation * 2.0 * m * n * (k + self.tile_overhead_k(rate)) * count / rate;
+        let traffic = bytes * (m * k + k * n + m * n) * count / self.memory_bytes_per_s;
         compute.max(traffic)
+    }
+
+    /// The per-tile fixed work in units of k at GEMM rate `rate`. The overhead is time (the
+    /// prologue and the 16-bit epilogue do not speed up with the input format), so a faster
+    /// format's k loop makes it worth more k: fp8 runs the loop at twice the 16-bit rate.
+    fn tile_overhead_k(&self, rate: f64) -> f64 {
+        GEMM_TILE_OVERHEAD_K * rate / self.gemm16_flops_per_s
     }
 
     /// Device time of `count` GEMMs `[m×k]·[k×n]` inside a training step (sustained clock).
@@ -168,19 +276,57 @@ impl DeviceModel {
         raw * (acc / wsum).exp()
     }
 
+    /// Device time of `count` 16-bit GEMMs inside a training step: the GEMMs an fp8 run
+    /// keeps in bf16 (the LM head under Transformer Engine). Equals `gemm_s` in 16-bit runs.
+    pub fn gemm16_s(&self, m: u64, n: u64, k: u64, count: u64) -> f64 {
+        if self.element_bytes >= 2.0 {
+            return self.gemm_s(m, n, k, count);
+        }
+        if m == 0 || n == 0 || k == 0 || count == 0 {
+            return 0.0;
+        }
+        self.gemm_raw_at_s(
+            m as f64,
+            n as f64,
+            k as f64,
+            count as f64,
+            self.gemm16_flops_per_s,
+            2.0,
+        ) / self.sustained
+    }
+
+    /// Streaming multiprocessors.
+    pub fn sms(&self) -> f64 {
+        self.sms
+    }
+
     /// Time of a kernel that streams `bytes` (read + write) through HBM.
     pub fn memory_s(&self, bytes: f64) -> f64 {
         bytes / self.memory_bytes_per_s
     }
 
-    /// Flash-attention forward time for `flops` (already halved for causal masks).
-    pub fn flash_forward_s(&self, flops: f64) -> f64 {
-        flops / self.flash_forward_flops_per_s
-    }
-
-    /// Flash-attention backward time for `flops` (2.5 × the forward FLOPs).
-    pub fn flash_backward_s(&self, flops: f64) -> f64 {
-        flops / self.flash_backward_flops_per_s
+    /// Forward and backward time of a fused attention kernel doing `forward_flops` (already
+    /// halved for causal masks; the backward does 2.5×) at key length `seq`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_s(
+        &self,
+        kernel: AttentionKernel,
+        forward_flops: f64,
+        seq: f64,
+        head_dim: f64,
+        causal: bool,
+        speedup_index: usize,
+    ) -> (f64, f64) {
+        let (f, b) = attention_fraction(
+            self.generation,
+            kernel,
+            seq,
+            head_dim,
+            causal,
+            speedup_index,
+        );
+        let rate = self.sixteen_bit_peak_flops_per_s * self.sustained;
+        (forward_flops / (rate * f), 2.5 * forward_flops / (rate * b))
     }
 }
 

@@ -10,6 +10,7 @@ use plait_spec::{
 
 use crate::comm::{Group, Groups};
 use crate::device::DeviceModel;
+use crate::engine::{contention_per_overlap_s, nccl_channels, EngineProfile};
 use crate::layer::{block_cost, embedding_cost, head_cost, padded_vocab, LayerCost, Workload};
 use crate::pipeline::{inflight_microbatches, pipeline_time, StageTime};
 use plait_spec::GIB;
@@ -25,6 +26,16 @@ const OPTIMIZER_BYTES: f64 = 12.0;
 const OPTIMIZER_STEP_BYTES_PER_PARAM: f64 = 34.0;
 /// Megatron-LM's data-parallel gradient bucket: 40 M parameters (DDP `bucket_size`).
 pub const GRAD_BUCKET_PARAMS: f64 = 40e6;
+
+/// Megatron-Core's bucket for a data-parallel group of `dp` ranks: max(40 M, 1 M × dp)
+/// parameters (`distributed/distributed_data_parallel.py:122-137`, d98e8a6).
+pub fn grad_bucket_params(dp: f64) -> f64 {
+    GRAD_BUCKET_PARAMS.max(1e6 * dp)
+}
+
+/// Bytes per parameter of the fp8 weight cast once per step (read the 16-bit weight, write
+/// the row-wise and column-wise fp8 copies; TE `module/linear.py:479`, `is_first_microbatch`).
+const FP8_WEIGHT_CAST_BYTES_PER_PARAM: f64 = 4.0;
 
 /// Seconds per iteration, by component, on the pipeline's slowest stage. They add up to
 /// `iteration_time_s`.
@@ -112,8 +123,12 @@ pub struct StageEstimate {
     pub dp_reduce_s: f64,
     /// Of `dp_reduce_s`, the ZeRO-1/2 all-gather of updated parameters after the step.
     pub dp_param_gather_s: f64,
-    /// ZeRO-3 gather/reduce time per micro-batch that compute cannot hide.
+    /// ZeRO-3 gather/reduce time per micro-batch that compute cannot hide, plus the compute
+    /// slowed by the part it hides (the collectives' SMs).
     pub zero3_exposed_per_mb_s: f64,
+    /// Once per iteration: compute slowed by the data-parallel reduction it hides, and the
+    /// last ZeRO-3 reduce-scatter, which nothing follows.
+    pub dp_contention_s: f64,
     pub optimizer_s: f64,
     pub memory: MemoryBreakdown,
     pub peak_memory_bytes: f64,
@@ -214,6 +229,10 @@ fn layer_sample_factors(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> Option<
         recompute: plait_spec::Recompute::None,
         attention: plait_spec::AttentionImpl::Flash,
         dropout: false,
+        fp8: false,
+        // The profile layers were measured in eager PyTorch with SDPA's flash kernel.
+        engine: EngineProfile::of(plait_spec::Engine::Plait),
+        level: 1,
         ..*w
     };
     let none = Groups {
@@ -276,19 +295,23 @@ pub fn estimate_mapped(
     c.validate(m, t, c.gpus())?;
     map.validate(m.layers, c)?;
     let g = Groups::new(cluster, c);
-    let costs = |recompute: Recompute| {
-        let w = Workload::new(&ParallelConfig { recompute, ..*c }, t);
-        layer_costs(m, d, &g, &w)
+    let at_level = |level: usize| {
+        let costs = |recompute: Recompute| {
+            let w = Workload::new(&ParallelConfig { recompute, ..*c }, t).at_level(level);
+            layer_costs(m, d, &g, &w)
+        };
+        let policy = costs(policy_recompute(c.recompute));
+        let full = if map.recompute_blocks.iter().any(|&x| x > 0) {
+            costs(Recompute::Full)
+        } else {
+            policy
+        };
+        let w = Workload::new(c, t).at_level(level);
+        assemble(m, cluster, t, c, d, &g, &w, &policy, &full, map)
     };
-    let policy = costs(policy_recompute(c.recompute));
-    let full = if map.recompute_blocks.iter().any(|&x| x > 0) {
-        costs(Recompute::Full)
-    } else {
-        policy
-    };
-    Ok(estimate_from_costs(
-        m, cluster, t, c, d, &policy, &full, map,
-    ))
+    let central = at_level(1);
+    let (low, high) = (at_level(0), at_level(2));
+    Ok(central.with_band(low.iteration_time_s, high.iteration_time_s))
 }
 
 /// Bytes per parameter of [weights, gradients, optimizer states] under ZeRO stage `zero`
@@ -323,8 +346,9 @@ pub fn policy_recompute(r: Recompute) -> Recompute {
 }
 
 /// Estimates from precomputed layer costs (the planner caches them): `policy` under
-/// [`policy_recompute`] of the configuration, `full` under full recompute. The caller has
-/// validated `c` and `map`.
+/// [`policy_recompute`] of the configuration, `full` under full recompute, at the central
+/// assumptions; its band is the central value (see [`estimate_mapped`] for the band). The
+/// caller has validated `c` and `map`.
 #[allow(clippy::too_many_arguments)]
 pub fn estimate_from_costs(
     m: &ModelSpec,
@@ -396,18 +420,28 @@ fn assemble(
     let dense_dp = (c.dp * c.cp) as f64;
     let expert_dp = (c.dp * c.cp / c.ep) as f64;
     let expert_group = Group::place(cluster, c.dp * c.cp / c.ep, c.tp * c.cp * c.ep);
+    let engine = &w.engine;
     let grad_reduce_bytes = match t.dtype {
-        // Megatron-LM reduces fp32 gradients with bf16 (accumulate_allreduce_grads_in_fp32
-        // is forced on) and 16-bit gradients with fp16.
+        // 16-bit gradients with fp16 (loss scaling); with bf16 the engine's choice.
         Dtype::Fp16 => 2.0,
-        Dtype::Bf16 | Dtype::Fp8 => 4.0,
+        Dtype::Bf16 | Dtype::Fp8 => engine.grad_reduce_bf16_bytes,
     };
+    // Whether the engine overlaps the ZeRO-0/1/2 reduction with the backward at all.
+    let overlap_dp = t.overlap_grad_reduce && (c.zero >= 3 || engine.overlaps_zero12_reduce);
+    let sms = d.sms();
+    let dp_contention = contention_per_overlap_s(w.level, nccl_channels(g.dp.spans_nodes), sms);
+    // torchtitan keeps the weights gathered from forward to backward under pipelining
+    // (`reshard_after_forward = not pp_enabled`, torchtitan `distributed/fsdp.py:112-136`);
+    // FSDP's SHARD_GRAD_OP (ZeRO-2 here) never re-gathers either.
+    let regather = engine.sharded.regather_in_backward
+        && !(engine.engine == plait_spec::Engine::Torchtitan && c.pp > 1);
 
     let mut stage_times = Vec::with_capacity(p);
     let mut stages = Vec::with_capacity(p);
     let mut worst_dp_exposed: f64 = 0.0;
     let mut worst_optimizer: f64 = 0.0;
     let mut zero3_per_mb_worst: f64 = 0.0;
+    let mut worst_dp_contention: f64 = 0.0;
     let mut stage_layers = Vec::with_capacity(p);
     for k in 0..p {
         let n_blocks = map.rank_blocks(k as u64, c.pp);
@@ -444,11 +478,19 @@ fn assemble(
         if last && p > 1 && m.tied_embeddings {
             params += (padded_vocab(m.vocab, c.tp) / c.tp) as f64 * h;
         }
+        // Megatron's interleaved schedule with `overlap_p2p_comm` waits for a transfer only
+        // where it outlasts the chunk computed meanwhile.
+        let p2p_s = if w.engine.overlaps_interleaved_p2p && c.vp > 1 {
+            let chunk = fwd.min(bwd) / c.vp as f64;
+            2.0 * c.vp as f64 * (p2p_one - chunk).max(0.0)
+        } else {
+            p2p_per_mb
+        };
         let st = StageTime {
             forward_s: fwd,
             backward_s: bwd,
             weight_grad_s: wgrad,
-            p2p_s: p2p_per_mb,
+            p2p_s,
         };
 
         // Weights, gradients and optimizer states under ZeRO.
@@ -460,8 +502,20 @@ fn assemble(
         let (we, ge, oe) = per_group(expert_params, expert_dp);
         let inflight = inflight_microbatches(c.schedule, k as u64, c.pp, mb, c.vp);
         let zero3_buffer = zero3_gather_buffer_bytes(c, &policy.block);
+        // fp8 copies of the block weights beside the 16-bit ones (of the gathered unit only
+        // under ZeRO-3).
+        let fp8_copy = if w.fp8 {
+            engine.fp8_weight_copy_bytes
+                * if c.zero >= 3 {
+                    2.0 * (policy.block.params + policy.block.expert_params)
+                } else {
+                    (policy.block.params + policy.block.expert_params) * n_blocks as f64
+                }
+        } else {
+            0.0
+        };
         let memory = MemoryBreakdown {
-            weights_bytes: wd + we,
+            weights_bytes: wd + we + fp8_copy,
             gradients_bytes: gd + ge,
             optimizer_bytes: od + oe,
             activations_bytes: act * inflight,
@@ -491,16 +545,17 @@ fn assemble(
         } else {
             0.0
         };
-        let exposed = if t.overlap_grad_reduce {
+        let exposed = if overlap_dp {
             // Buckets reduce while the last micro-batch's backward runs; the last bucket
             // cannot hide. The parameter all-gather of ZeRO-1/2 overlaps the next forward
             // the same way, so one window of backward + forward is available.
-            let last_bucket =
-                dp_total * (GRAD_BUCKET_PARAMS / (params + expert_params).max(1.0)).min(1.0);
+            let last_bucket = dp_total
+                * (grad_bucket_params(dense_dp) / (params + expert_params).max(1.0)).min(1.0);
             (dp_total - (bwd + if c.zero >= 1 { fwd } else { 0.0 })).max(last_bucket)
         } else {
             dp_total
         };
+        let mut dp_contention_s = (dp_total - exposed).max(0.0) * dp_contention;
         // Later stages finish their pipeline work earlier (1F1B drains from the last stage
         // back to the first), which hides their reduction behind the others' backward.
         let slack = if c.schedule == plait_spec::Schedule::Gpipe {
@@ -511,20 +566,67 @@ fn assemble(
         worst_dp_exposed = worst_dp_exposed.max(exposed - slack);
         let mut zero3_exposed = 0.0;
         if c.zero >= 3 {
-            // Per micro-batch: gather the weights for the forward, gather them again for the
-            // backward and reduce-scatter the gradients. Prefetching hides each phase's
-            // traffic behind that phase's compute only: the forward's spare time cannot
-            // carry the backward's collectives.
-            let gather = g.dp.all_gather_s(params * WEIGHT_BYTES)
-                + expert_group.all_gather_s(expert_params * WEIGHT_BYTES);
-            let scatter = g.dp.reduce_scatter_s(params * grad_reduce_bytes)
-                + expert_group.reduce_scatter_s(expert_params * grad_reduce_bytes);
-            zero3_exposed = (gather - fwd).max(0.0) + (gather + scatter - bwd).max(0.0);
+            // Per micro-batch, unit by unit (a unit is a block, or one of its linears for
+            // DeepSpeed): gather the weights for the forward, again for the backward, and
+            // reduce-scatter the gradients. A prefetch hides a unit's traffic only behind
+            // the compute it runs beside (the previous unit's), and only as far as the
+            // engine prefetches; the first gather of each pass waits, and the last
+            // reduce-scatter of the iteration has nothing left to hide behind.
+            let block = &policy.block;
+            let per_block = engine.sharded.collectives_per_block;
+            let units = n_blocks as f64 * per_block;
+            let unit_dense = block.params / per_block;
+            let unit_expert = block.expert_params / per_block;
+            let gather_u = g.dp.all_gather_s(unit_dense * WEIGHT_BYTES)
+                + expert_group.all_gather_s(unit_expert * WEIGHT_BYTES);
+            let scatter_u = g.dp.reduce_scatter_s(unit_dense * grad_reduce_bytes)
+                + expert_group.reduce_scatter_s(unit_expert * grad_reduce_bytes);
+            let hidden_share = engine
+                .sharded
+                .prefetch_params
+                .map_or(1.0, |p| (p / (unit_dense + unit_expert).max(1.0)).min(1.0));
+            let (fwd_u, bwd_u) = if units > 0.0 {
+                (fwd / units, bwd / units)
+            } else {
+                (0.0, 0.0)
+            };
+            // One unit's pass: `comm` of which `hideable` was issued ahead (prefetched
+            // gathers, asynchronous reduce-scatters) and runs beside the unit's `compute`.
+            let pass = |comm: f64, hideable: f64, compute: f64| {
+                let exposed = comm - hideable + (hideable - compute).max(0.0);
+                (exposed, comm - exposed)
+            };
+            let (fe, fh) = pass(gather_u, gather_u * hidden_share, fwd_u);
+            let bgather = if regather { gather_u } else { 0.0 };
+            let (be, bh) = pass(
+                bgather + scatter_u,
+                bgather * hidden_share + scatter_u,
+                bwd_u,
+            );
+            let first = gather_u + bgather;
+            let n = units.max(1.0);
+            let exposed = first + (n - 1.0) * (fe + be);
+            let hidden = (n - 1.0) * (fh + bh);
+            let contention =
+                hidden * contention_per_overlap_s(w.level, nccl_channels(g.dp.spans_nodes), sms);
+            zero3_exposed = exposed + contention;
+            dp_contention_s += scatter_u;
             zero3_per_mb_worst = zero3_per_mb_worst.max(zero3_exposed);
         }
+        worst_dp_contention = worst_dp_contention.max(dp_contention_s);
+        let stage_dp_contention = dp_contention_s;
         let opt_params = params / if c.zero >= 1 { dense_dp } else { 1.0 }
             + expert_params / if c.zero >= 1 { expert_dp } else { 1.0 };
-        let optimizer_s = d.memory_s(opt_params * OPTIMIZER_STEP_BYTES_PER_PARAM);
+        let block_params = policy.block.params + policy.block.expert_params;
+        let fp8_block_params = if w.fp8 {
+            block_params * n_blocks as f64
+        } else {
+            0.0
+        };
+        let optimizer_s = d.memory_s(
+            opt_params * OPTIMIZER_STEP_BYTES_PER_PARAM
+                + fp8_block_params * FP8_WEIGHT_CAST_BYTES_PER_PARAM,
+        );
         worst_optimizer = worst_optimizer.max(optimizer_s);
 
         stage_times.push(st);
@@ -532,11 +634,12 @@ fn assemble(
             blocks: n_blocks,
             forward_s: fwd,
             backward_s: bwd,
-            p2p_s: p2p_per_mb,
+            p2p_s,
             params: params + expert_params,
             dp_reduce_s: dp_total,
             dp_param_gather_s: param_gather,
             zero3_exposed_per_mb_s: zero3_exposed,
+            dp_contention_s: stage_dp_contention,
             optimizer_s,
             peak_memory_bytes: memory.total_bytes(),
             memory,
@@ -564,9 +667,11 @@ fn assemble(
         tp_comm_s: sum(&|l| l.forward.tp_comm_s + l.backward.tp_comm_s + l.recompute.tp_comm_s),
         cp_comm_s: sum(&|l| l.forward.cp_comm_s + l.backward.cp_comm_s + l.recompute.cp_comm_s),
         ep_comm_s: sum(&|l| l.forward.ep_comm_s + l.backward.ep_comm_s + l.recompute.ep_comm_s),
-        pp_comm_s: mbf * p2p_per_mb,
+        pp_comm_s: mbf * stage_times[slowest].p2p_s,
         pipeline_bubble_s: bubble_s,
-        dp_comm_exposed_s: worst_dp_exposed.max(0.0) + mbf * zero3_per_mb_worst,
+        dp_comm_exposed_s: worst_dp_exposed.max(0.0)
+            + mbf * zero3_per_mb_worst
+            + worst_dp_contention,
         optimizer_s: worst_optimizer,
     };
     // Guard against rounding: the components must add up to the pipeline time (never
@@ -617,6 +722,15 @@ fn assemble(
 }
 
 impl Estimate {
+    /// The estimate with its band set from the optimistic and pessimistic iteration times
+    /// (ordered around the central value whatever the mechanisms did).
+    pub fn with_band(mut self, low_s: f64, high_s: f64) -> Estimate {
+        let c = self.iteration_time_s;
+        self.iteration_time_low_s = low_s.min(c);
+        self.iteration_time_high_s = high_s.max(c);
+        self
+    }
+
     /// Why the configuration does not fit, or `None` when it fits. Built on demand: the
     /// planner evaluates millions of estimates and reads the reason of a few.
     pub fn reason(&self) -> Option<String> {

@@ -11,6 +11,7 @@ use plait_spec::{
 
 use crate::comm::Groups;
 use crate::device::{DeviceModel, KERNEL_DISPATCH_S};
+use crate::engine::{contention_per_overlap_s, nccl_channels, EngineProfile};
 
 /// Bytes per parameter of fp32 main-gradient accumulation (read-modify-write of 4 + 4 bytes
 /// in the weight-gradient GEMM epilogue; Megatron-LM `gradient_accumulation_fusion`).
@@ -89,6 +90,11 @@ pub struct Workload {
     pub dropout: bool,
     /// Bytes per activation element.
     pub e: f64,
+    /// Block linears run in fp8.
+    pub fp8: bool,
+    pub engine: EngineProfile,
+    /// Assumption level of the uncertain mechanisms: 0 optimistic, 1 central, 2 pessimistic.
+    pub level: usize,
 }
 
 impl Workload {
@@ -104,7 +110,15 @@ impl Workload {
             attention: t.attention,
             dropout: t.dropout,
             e: t.dtype.activation_bytes(),
+            fp8: t.dtype == plait_spec::Dtype::Fp8,
+            engine: EngineProfile::of(t.engine),
+            level: 1,
         }
+    }
+
+    /// The same workload at another assumption level.
+    pub fn at_level(self, level: usize) -> Workload {
+        Workload { level, ..self }
     }
 
     /// Tokens on this GPU.
@@ -202,8 +216,16 @@ fn attention_core(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> AttentionCore
         AttentionImpl::Flash => {
             let causal = if m.causal { 0.5 } else { 1.0 };
             let flops = 4.0 * scores * dim * causal;
-            forward.fixed(d.flash_forward_s(flops), 1.0);
-            backward.fixed(d.flash_backward_s(2.5 * flops), 2.0);
+            let (f_s, b_s) = d.attention_s(
+                w.engine.attention,
+                flops,
+                w.seq_local,
+                dim,
+                m.causal,
+                w.level,
+            );
+            forward.fixed(f_s, 1.0);
+            backward.fixed(b_s, 2.0);
             w.mbs * heads * w.seq_local * FP32
         }
         AttentionImpl::Unfused => {
@@ -299,9 +321,14 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
         bwd.gemm(d, &rw);
     }
     fwd.gemm(d, &up);
-    let (act_fwd, act_bwd) = match m.activation {
-        Activation::Gelu => (2.0, 3.0),
-        Activation::SwiGlu => (3.0, 5.0),
+    let (act_fwd, act_bwd) = match (m.activation, w.engine.fused_elementwise) {
+        (Activation::Gelu, _) => (2.0, 3.0),
+        // Fused: read gate and up, write the product; backward reads the gradient and both
+        // inputs, writes two gradients.
+        (Activation::SwiGlu, true) => (3.0, 5.0),
+        // Eager: silu (read, write) then mul (read two, write); backward of mul (read three,
+        // write two) and of silu (read two, write one).
+        (Activation::SwiGlu, false) => (5.0, 8.0),
     };
     fwd.stream(d, act_fwd * routed_tokens * f_local * e);
     bwd.stream(d, act_bwd * routed_tokens * f_local * e);
@@ -309,9 +336,40 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
     fwd.stream(d, 3.0 * rep * e + dropout_mask);
     bwd.stream(d, 3.0 * rep * e + dropout_mask);
 
+    if w.fp8 {
+        // Quantisation of the fp8 GEMM operands, per micro-batch: the inputs of the four
+        // block linears (fused into the norm for qkv and fc1 under Transformer Engine) and
+        // the output gradients in the backward; weights are cast once per step (optimizer).
+        let cast = w.engine.fp8_cast_bytes_per_element;
+        let inputs = if w.engine.fp8_cast_fused_into_norm {
+            [attn_out, down]
+                .iter()
+                .map(|g| (g.m * g.k * g.count) as f64)
+                .sum::<f64>()
+        } else {
+            [qkv, attn_out, up, down]
+                .iter()
+                .map(|g| (g.m * g.k * g.count) as f64)
+                .sum::<f64>()
+        };
+        let output_grads = [qkv, attn_out, up, down]
+            .iter()
+            .map(|g| (g.m * g.n * g.count) as f64)
+            .sum::<f64>();
+        fwd.stream(d, cast * inputs);
+        fwd.count += if w.engine.fp8_cast_fused_into_norm {
+            1.0
+        } else {
+            3.0
+        };
+        bwd.stream(d, cast * output_grads);
+        bwd.count += 3.0;
+    }
+
     // Backward GEMMs, with Megatron's overlap of each column-parallel input-gradient
     // collective behind the weight-gradient GEMM.
     let mut column_parallel_exposed = 0.0;
+    let mut column_parallel_hidden = 0.0;
     let mut weight_grad_s = 0.0;
     for (i, gm) in [qkv, attn_out, up, down].iter().enumerate() {
         let (dg, wg) = backward_gemms(gm);
@@ -322,13 +380,23 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
         weight_grad_s += wg_s;
         let column_parallel = i % 2 == 0;
         if column_parallel && w.tp > 1 {
-            if w.sp {
+            let pairs = if w.sp {
                 // Re-gather the sequence-parallel input for the weight gradient (overlapped
                 // with dgrad), reduce-scatter the input gradient (overlapped with wgrad).
-                column_parallel_exposed += (g.tp.all_gather_s(full_hidden_bytes) - dg_s).max(0.0)
-                    + (g.tp.reduce_scatter_s(full_hidden_bytes) - wg_s).max(0.0);
+                [
+                    (g.tp.all_gather_s(full_hidden_bytes), dg_s),
+                    (g.tp.reduce_scatter_s(full_hidden_bytes), wg_s),
+                ]
             } else {
-                column_parallel_exposed += (g.tp.all_reduce_s(full_hidden_bytes) - wg_s).max(0.0);
+                [(g.tp.all_reduce_s(full_hidden_bytes), wg_s), (0.0, 0.0)]
+            };
+            for (comm, behind) in pairs {
+                if w.engine.overlaps_tp_backward {
+                    column_parallel_exposed += (comm - behind).max(0.0);
+                    column_parallel_hidden += comm.min(behind);
+                } else {
+                    column_parallel_exposed += comm;
+                }
             }
         }
     }
@@ -341,23 +409,55 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
     let expert_params = m.expert_params() as f64 / (t * w.ep as f64);
     let accumulate_s = d.memory_s(GRAD_ACCUMULATE_BYTES_PER_PARAM * (params + expert_params));
     bwd.fixed(accumulate_s, 0.0);
+    // The GEMMs that run beside the hidden tp collectives lose the SMs those use.
+    bwd.fixed(
+        column_parallel_hidden
+            * contention_per_overlap_s(w.level, nccl_channels(g.tp.spans_nodes), d.sms()),
+        0.0,
+    );
     weight_grad_s += accumulate_s;
 
     // --- communication ---
     if w.tp > 1 {
-        // Forward: two all-reduces, or all-gather + reduce-scatter pairs with sp.
-        fwd_phase.tp_comm_s = if w.sp {
-            2.0 * (g.tp.all_gather_s(full_hidden_bytes) + g.tp.reduce_scatter_s(full_hidden_bytes))
+        let ag = g.tp.all_gather_s(full_hidden_bytes);
+        let rs = g.tp.reduce_scatter_s(full_hidden_bytes);
+        let gemm = |gm: &Gemm| d.gemm_s(gm.m, gm.n, gm.k, gm.count);
+        if w.sp && w.engine.tp_comm_overlap {
+            // Transformer Engine userbuffers (TE d0067d0 `module/base.py:373-392`): the
+            // all-gather before a column-parallel GEMM runs as a ring exchange in tp chunks
+            // (copy engines, 1 SM), the reduce-scatter after a row-parallel GEMM is pipelined
+            // in 4 splits on 16 SMs; one chunk of each stays exposed. The backward's
+            // all-gathers before the row-parallel dgrad GEMMs are ring exchanges too.
+            let sms = d.sms();
+            let mut contention = 0.0;
+            let mut overlapped = |comm: f64, splits: f64, gemm_s: f64, channels: f64| {
+                let first = comm / splits;
+                let rest = comm - first;
+                contention += rest.min(gemm_s)
+                    * contention_per_overlap_s(w.level, channels, sms).min(channels / sms * 2.0);
+                first + (rest - gemm_s).max(0.0)
+            };
+            let (dg_proj, _) = backward_gemms(&attn_out);
+            let (dg_down, _) = backward_gemms(&down);
+            fwd_phase.tp_comm_s = overlapped(ag, t, gemm(&qkv), 1.0)
+                + overlapped(rs, 4.0, gemm(&attn_out), 16.0)
+                + overlapped(ag, t, gemm(&up), 1.0)
+                + overlapped(rs, 4.0, gemm(&down), 16.0);
+            let row_parallel =
+                overlapped(ag, t, gemm(&dg_proj), 1.0) + overlapped(ag, t, gemm(&dg_down), 1.0);
+            bwd_phase.tp_comm_s = row_parallel + column_parallel_exposed;
+            fwd.fixed(contention, 0.0);
         } else {
-            2.0 * g.tp.all_reduce_s(full_hidden_bytes)
-        };
-        // Backward of the row-parallel outputs: identity without sp, all-gather with sp.
-        let row_parallel = if w.sp {
-            2.0 * g.tp.all_gather_s(full_hidden_bytes)
-        } else {
-            0.0
-        };
-        bwd_phase.tp_comm_s = row_parallel + column_parallel_exposed;
+            // Forward: two all-reduces, or all-gather + reduce-scatter pairs with sp.
+            fwd_phase.tp_comm_s = if w.sp {
+                2.0 * (ag + rs)
+            } else {
+                2.0 * g.tp.all_reduce_s(full_hidden_bytes)
+            };
+            // Backward of the row-parallel outputs: identity without sp, all-gather with sp.
+            let row_parallel = if w.sp { 2.0 * ag } else { 0.0 };
+            bwd_phase.tp_comm_s = row_parallel + column_parallel_exposed;
+        }
     }
     if g.cp.size > 1 {
         // Ring attention: cp − 1 exchanges of the local K and V, overlapped with the
@@ -483,10 +583,13 @@ pub fn head_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> La
         k: m.hidden,
         count: 1,
     };
-    fwd.gemm(d, &proj);
+    // The output layer stays in 16-bit in fp8 runs: Megatron's `output_layer` is a plain
+    // ColumnParallelLinear (fp8 only with `fp8_output_proj`, `gpt_model.py:270-289`), and
+    // torchtitan's float8 converter filters `output` in every shipped config.
+    fwd.fixed(d.gemm16_s(proj.m, proj.n, proj.k, 1), 1.0);
     let (dg, wg) = backward_gemms(&proj);
-    let dg_s = d.gemm_s(dg.m, dg.n, dg.k, 1);
-    let wg_s = d.gemm_s(wg.m, wg.n, wg.k, 1);
+    let dg_s = d.gemm16_s(dg.m, dg.n, dg.k, 1);
+    let wg_s = d.gemm16_s(wg.m, wg.n, wg.k, 1);
     bwd.fixed(dg_s + wg_s, 2.0);
     // Cross-entropy: read logits, write and re-read fp32 exponentials; backward reads the
     // fp32 softmax and writes the logit gradient.

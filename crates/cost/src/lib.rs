@@ -6,6 +6,7 @@
 //!
 //! * [`device`] — one GPU: GEMM, memory-bound and attention kernel times.
 //! * [`comm`] — group placement and alpha–beta collective times.
+//! * [`engine`] — engine profiles: what each engine fuses, overlaps and keeps.
 //! * [`layer`] — one layer, one micro-batch: time by kernel, memory by saved tensor.
 //! * [`pipeline`] — closed-form pipeline bubble and in-flight micro-batches per schedule.
 //! * [`estimate`] — the whole iteration: breakdown, throughput, worst-stage memory.
@@ -15,6 +16,7 @@
 pub mod calibration;
 pub mod comm;
 pub mod device;
+pub mod engine;
 pub mod estimate;
 pub mod layer;
 pub mod pipeline;

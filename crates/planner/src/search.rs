@@ -454,6 +454,7 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
             .total_cmp(&b.estimate.iteration_time_s)
             .then(ia.cmp(ib))
     });
+    robust_order(&mut plans);
     plans.truncate(req.top);
     let mut plans: Vec<Plan> = plans.into_iter().map(|(_, p)| p).collect();
     annotate(&mut plans);
@@ -689,9 +690,57 @@ fn min_gpus(req: &Request, from: u64) -> Option<u64> {
         })
 }
 
+/// Plans whose central times differ by less than this share are tied: the order goes to the
+/// one needing less memory (the estimates' own bands are wider than this).
+pub const TIE_SHARE: f64 = 0.01;
+
+/// Reorders plans sorted by their central time so that the order holds up under the
+/// uncertain assumptions. First, a plan goes after the next one when its lead exists only
+/// at the optimistic end (at the pessimistic end it loses more than it gains at the centre;
+/// adjacent swaps until nothing moves, at most n passes). Then the plans tied with the
+/// first (central time within [`TIE_SHARE`]) go in order of peak memory.
+pub fn robust_order<T: std::borrow::Borrow<Plan>>(plans: &mut [(usize, T)]) {
+    let est = |p: &(usize, T)| p.1.borrow().estimate.clone();
+    let n = plans.len();
+    for _ in 0..n {
+        let mut moved = false;
+        for i in 1..n {
+            let (a, b) = (est(&plans[i - 1]), est(&plans[i]));
+            let lead = b.iteration_time_s - a.iteration_time_s;
+            if a.iteration_time_high_s - b.iteration_time_high_s > lead.max(0.0) {
+                plans.swap(i - 1, i);
+                moved = true;
+            }
+        }
+        if !moved {
+            break;
+        }
+    }
+    let Some(first) = plans.first().map(|p| est(p).iteration_time_s) else {
+        return;
+    };
+    let tied = plans
+        .iter()
+        .take_while(|p| est(p).iteration_time_s <= first * (1.0 + TIE_SHARE))
+        .count();
+    plans[..tied].sort_by(|a, b| {
+        est(a)
+            .peak_memory_bytes
+            .total_cmp(&est(b).peak_memory_bytes)
+            .then(a.0.cmp(&b.0))
+    });
+}
+
 /// Notes on each plan: what limits it, and how the first compares with the others.
 fn annotate(plans: &mut [Plan]) {
-    let best = plans.first().map(|p| p.estimate.iteration_time_s);
+    let best = plans.first().map(|p| {
+        let e = &p.estimate;
+        (
+            e.iteration_time_s,
+            e.iteration_time_low_s,
+            e.iteration_time_high_s,
+        )
+    });
     for (i, p) in plans.iter_mut().enumerate() {
         let e = &p.estimate;
         let (name, share) = e
@@ -728,11 +777,25 @@ fn annotate(plans: &mut [Plan]) {
                 p.stage_map.chunk_blocks
             ));
         }
-        if let (Some(b), true) = (best, i > 0) {
-            p.notes.push(format!(
-                "{:.1} % slower than plan 1",
-                (e.iteration_time_s / b - 1.0) * 100.0
-            ));
+        if let (Some((b, b_low, b_high)), true) = (best, i > 0) {
+            let overlap = e.iteration_time_low_s <= b_high && b_low <= e.iteration_time_high_s;
+            let d = e.iteration_time_s / b - 1.0;
+            p.notes.push(if d.abs() <= TIE_SHARE {
+                format!(
+                    "tied with plan 1 ({:+.1} %), which needs less memory",
+                    d * 100.0
+                )
+            } else {
+                format!(
+                    "{:+.1} % against plan 1{}",
+                    d * 100.0,
+                    if overlap {
+                        " (the bands overlap: the order is not certain)"
+                    } else {
+                        ""
+                    }
+                )
+            });
         }
     }
 }

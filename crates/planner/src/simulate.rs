@@ -264,9 +264,19 @@ pub fn refine(e: &Estimate, sim: &Simulation, t: &TrainSpec) -> Estimate {
     let dp_exposed = (0..sim.ranks.len())
         .max_by(|&a, &b| step[a].1.total_cmp(&step[b].1))
         .map_or(0.0, |r| (step[r].0 - compute_end[r]).max(0.0));
-    b.dp_comm_exposed_s = dp_exposed + zero3_s;
+    // Compute slowed by the reductions it hides, which the simulator's streams do not model.
+    let contention_s = e
+        .stages
+        .iter()
+        .map(|s| s.dp_contention_s)
+        .fold(0.0, f64::max);
+    b.dp_comm_exposed_s = dp_exposed + zero3_s + contention_s;
     b.pipeline_bubble_s = (time - work - dp_exposed).max(0.0);
     out.iteration_time_s = b.total_s();
+    // The band keeps its width around the refined centre.
+    out.iteration_time_low_s = out.iteration_time_s - (e.iteration_time_s - e.iteration_time_low_s);
+    out.iteration_time_high_s =
+        out.iteration_time_s + (e.iteration_time_high_s - e.iteration_time_s);
     out.tokens_per_s = (t.gbs * t.seq) as f64 / out.iteration_time_s;
     let scale = e.iteration_time_s / out.iteration_time_s;
     out.tflops_per_gpu = e.tflops_per_gpu * scale;

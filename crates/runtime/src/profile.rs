@@ -178,6 +178,22 @@ fn time<F: FnMut() -> Result<()>>(min: Duration, mut f: F) -> Result<f64> {
     Ok(times[times.len() / 2])
 }
 
+/// Median of exactly `runs` timed calls after one warm-up. Collectives need this: every
+/// rank must make the same number of calls, which a wall-clock budget per rank does not
+/// guarantee (the ranks then wait on each other until the communicator times out).
+fn time_n<F: FnMut() -> Result<()>>(runs: usize, mut f: F) -> Result<f64> {
+    f()?;
+    let mut times = (0..runs.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            f()?;
+            Ok(t.elapsed().as_secs_f64())
+        })
+        .collect::<Result<Vec<_>>>()?;
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
 fn random(shape: &[usize], seed: u64) -> Result<Tensor> {
     let n: usize = shape.iter().product();
     let v = SplitMix64::new(seed).normals(n, 1.0);
@@ -279,6 +295,8 @@ fn memory_bandwidth(min: Duration) -> Result<f64> {
 /// Alpha–beta numbers of the in-process communicator: 2-rank all-reduces of 1 element and
 /// of 1 Mi elements.
 fn measure_link(min: Duration) -> Result<CpuLink> {
+    // The same call count on both ranks: more for a longer measurement budget.
+    let runs = (min.as_secs_f64() * 200.0).clamp(5.0, 200.0) as usize;
     let world = World::new(2, Duration::from_secs(60));
     const BIG: usize = 1 << 20;
     let times = std::thread::scope(|s| {
@@ -288,9 +306,9 @@ fn measure_link(min: Duration) -> Result<CpuLink> {
                 s.spawn(move || -> Result<(f64, f64)> {
                     let c: Arc<dyn Communicator> = Arc::new(world.group("link", &[0, 1], r)?);
                     let mut one = [1.0f32];
-                    let small = time(min, || Ok(c.all_reduce(&mut one, ReduceOp::Sum)?))?;
+                    let small = time_n(runs, || Ok(c.all_reduce(&mut one, ReduceOp::Sum)?))?;
                     let mut big = vec![1.0f32; BIG];
-                    let large = time(min, || Ok(c.all_reduce(&mut big, ReduceOp::Sum)?))?;
+                    let large = time_n(runs, || Ok(c.all_reduce(&mut big, ReduceOp::Sum)?))?;
                     Ok((small, large))
                 })
             })

@@ -96,11 +96,13 @@ const DEFAULT_RESERVE_BYTES: f64 = 2.0 * GIB;
 const NVLINK_COLLECTIVE_EFFICIENCY: f64 = 0.78;
 /// InfiniBand: nccl-tests inter-node bus bandwidth reaches ≈ 90 % of NIC line rate.
 const IB_COLLECTIVE_EFFICIENCY: f64 = 0.9;
-/// Latency of one NCCL ring step inside a node: 8-byte all-reduce on 8 GPUs takes ≈ 15 µs
-/// over 14 ring steps.
-const NVLINK_STEP_LATENCY_S: f64 = 1.0e-6;
-/// Latency of one step across InfiniBand (switch hops + NIC + proxy thread).
-const IB_STEP_LATENCY_S: f64 = 5.0e-6;
+/// Latency of one NCCL ring step inside a node with the Simple protocol (NCCL's tuner
+/// constant `hwLatencies[NVLINK][RING][SIMPLE]` = 3.4 µs, NCCL 5067397 `src/graph/tuning.cc`;
+/// the cost model derives the LL/LL128 protocols' latencies from it).
+const NVLINK_STEP_LATENCY_S: f64 = 3.4e-6;
+/// Latency of one ring step across the network with the Simple protocol
+/// (`hwLatencies[NET][RING][SIMPLE]` = 14 µs, same file).
+const IB_STEP_LATENCY_S: f64 = 14.0e-6;
 
 fn nvlink(bidirectional_gb_per_s: f64) -> LinkSpec {
     LinkSpec {

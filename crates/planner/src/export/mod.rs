@@ -37,6 +37,15 @@ pub enum Engine {
     Torchtitan,
 }
 
+/// The engine whose behaviour the cost model follows when planning for an export target.
+pub fn runs_under(e: Engine) -> plait_spec::Engine {
+    match e {
+        Engine::Megatron => plait_spec::Engine::Megatron,
+        Engine::DeepSpeed => plait_spec::Engine::Deepspeed,
+        Engine::Torchtitan => plait_spec::Engine::Torchtitan,
+    }
+}
+
 impl Engine {
     pub const ALL: &'static [Engine] = &[Engine::Megatron, Engine::DeepSpeed, Engine::Torchtitan];
 

@@ -1,0 +1,186 @@
+//! Engine profiles: what each training engine fuses, overlaps and keeps in memory, with the
+//! upstream file and commit (or the paper) behind every entry. The layer and estimate
+//! modules ask the profile instead of assuming one ideal implementation.
+//!
+//! Knows engines' behaviour; knows nothing of shapes or times (those are `layer` and
+//! `estimate`). Sources read for this module (git snapshots):
+//! * Megatron-LM d98e8a6 (core_v0.15.0rc7-2333), TransformerEngine d0067d0, NeMo 8cfedd7;
+//! * DeepSpeed 38327e0 (v0.16.4-6);
+//! * PyTorch FSDP1 `torch/distributed/fsdp` (2.1+), Composer 6405188, llm-foundry 8c8dd48
+//!   (benchmark script at 5e85bd6, 2024-01-06);
+//! * torchtitan v0.2.0 (29624e3);
+//! * NCCL 5067397 (`src/graph/tuning.cc`, `src/graph/connect.cc`).
+
+use plait_spec::Engine;
+
+use crate::device::AttentionKernel;
+
+/// How a sharded data-parallel engine (ZeRO-3 / FSDP) moves parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ShardedParams {
+    /// The weights are gathered again before the backward (FSDP FULL_SHARD "unshards before
+    /// the backward computation", torch `fsdp/api.py`; DeepSpeed `pre_sub_module_backward_
+    /// function` fetches again, `zero/parameter_offload.py:485-500`).
+    pub regather_in_backward: bool,
+    /// Parameters an engine prefetches ahead of the unit in use; `None` = the whole next
+    /// unit. DeepSpeed's `stage3_prefetch_bucket_size` = 5e7 (`zero/config.py:208`).
+    pub prefetch_params: Option<f64>,
+    /// Collectives per transformer block and direction: FSDP wraps each block as one unit
+    /// (llm-foundry `_fsdp_wrap_fn` returns `isinstance(module, MPTBlock)`; torchtitan
+    /// `fully_shard` per TransformerBlock); DeepSpeed fetches per sub-module, the four
+    /// linear layers of a block.
+    pub collectives_per_block: f64,
+}
+
+/// One engine's behaviour.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EngineProfile {
+    pub engine: Engine,
+    /// The fused attention kernel (where the run asks for flash attention).
+    pub attention: AttentionKernel,
+    /// Bias+activation and SwiGLU run as fused kernels (Megatron's `bias_gelu_fusion`,
+    /// `bias_swiglu_fusion`); eager engines run `silu`, `mul` (and bias adds) separately.
+    pub fused_elementwise: bool,
+    /// Transformer Engine fuses the fp8 cast of the qkv and fc1 inputs into the preceding
+    /// LayerNorm (`LayerNormLinear`); other fp8 stacks cast in a kernel of their own.
+    pub fp8_cast_fused_into_norm: bool,
+    /// Bytes per element read+written by the fp8 quantisation of one GEMM operand: read the
+    /// 16-bit tensor, write the fp8 copy and its transpose (TE `cast_transpose`; torchao's
+    /// dynamic scaling reads the tensor once more for its amax).
+    pub fp8_cast_bytes_per_element: f64,
+    /// fp8 copies of the block weights kept beside the 16-bit ones, bytes per parameter (TE
+    /// caches a row-wise and a column-wise fp8 copy in `_fp8_workspaces`, `module/base.py`;
+    /// torchao casts on the fly and keeps none).
+    pub fp8_weight_copy_bytes: f64,
+    /// Bytes per element of gradients in the data-parallel reduction with 16-bit training:
+    /// Megatron reduces fp32 main gradients with bf16 (`grad_reduce_in_fp32` in NeMo's
+    /// recipes), Composer's FSDP `mixed_precision: DEFAULT` reduces in fp32
+    /// (`mosaic_parallelism.py:59-98`), torchtitan's `mixed_precision_reduce = "float32"`,
+    /// DeepSpeed's `communication_data_type` defaults to the model dtype.
+    pub grad_reduce_bf16_bytes: f64,
+    /// ZeRO-1/2 gradient reduction overlapped with the backward: DeepSpeed's `overlap_comm`
+    /// resolves to `stage == 3` (`zero/config.py:134, 351-354`), so ZeRO-1/2 reduce after
+    /// the backward.
+    pub overlaps_zero12_reduce: bool,
+    pub sharded: ShardedParams,
+    /// Megatron overlaps the column-parallel input-gradient all-reduce with the weight
+    /// gradient GEMM (`tensor_parallel/layers.py`, async grad all-reduce); DTensor TP
+    /// without async-TP runs its collectives in line.
+    pub overlaps_tp_backward: bool,
+    /// Tensor-parallel collectives overlapped with the GEMMs beside them (Transformer
+    /// Engine userbuffers, `tp_comm_overlap`; requires sequence parallelism). Megatron's
+    /// default is off (`model_parallel_config.py:265`), NeMo's performance recipes turn it
+    /// on for the large models that use tp (gpt3_175b.py:230, llama3_70b.py:232,
+    /// llama31_405b.py:239): the profile follows NeMo.
+    pub tp_comm_overlap: bool,
+    /// Pipeline sends and receives of the interleaved schedule overlap compute (NeMo's
+    /// comm-overlap callback sets `overlap_p2p_comm` when vp > 1,
+    /// `megatron_comm_overlap.py:153-157`; Megatron turns it off without interleaving,
+    /// `arguments.py:1001-1016`).
+    pub overlaps_interleaved_p2p: bool,
+    /// Host launch floor per kernel applies (eager PyTorch). All five engines launch
+    /// kernels eagerly by default: NeMo's CUDA graphs are opt-in, torch.compile is off in
+    /// Composer (`compile_config=None`) and torchtitan (`compile.enable=false`).
+    pub eager_launch: bool,
+}
+
+impl EngineProfile {
+    pub fn of(engine: Engine) -> EngineProfile {
+        let megatron = EngineProfile {
+            engine,
+            attention: AttentionKernel::CudnnFused,
+            fused_elementwise: true,
+            fp8_cast_fused_into_norm: true,
+            // read 2, write 1 (fp8) + 1 (fp8 transpose for the wgrad GEMM).
+            fp8_cast_bytes_per_element: 4.0,
+            fp8_weight_copy_bytes: 2.0,
+            grad_reduce_bf16_bytes: 4.0,
+            overlaps_zero12_reduce: true,
+            sharded: ShardedParams {
+                regather_in_backward: true,
+                prefetch_params: None,
+                collectives_per_block: 1.0,
+            },
+            overlaps_tp_backward: true,
+            tp_comm_overlap: true,
+            overlaps_interleaved_p2p: true,
+            eager_launch: true,
+        };
+        match engine {
+            Engine::Megatron => megatron,
+            // Megatron-DeepSpeed: Megatron's fused kernels with FlashAttention-2, ZeRO from
+            // DeepSpeed.
+            Engine::Deepspeed => EngineProfile {
+                attention: AttentionKernel::Flash2,
+                grad_reduce_bf16_bytes: 2.0,
+                overlaps_zero12_reduce: false,
+                sharded: ShardedParams {
+                    regather_in_backward: true,
+                    prefetch_params: Some(5e7),
+                    collectives_per_block: 4.0,
+                },
+                tp_comm_overlap: false,
+                overlaps_interleaved_p2p: false,
+                ..megatron
+            },
+            // llm-foundry on Composer: eager PyTorch, Triton flash attention, TE linears for
+            // fp8 (`fc_type='te'`) without the norm fusion.
+            Engine::Fsdp => EngineProfile {
+                attention: AttentionKernel::Triton,
+                fused_elementwise: false,
+                fp8_cast_fused_into_norm: false,
+                tp_comm_overlap: false,
+                overlaps_interleaved_p2p: false,
+                ..megatron
+            },
+            // torchtitan: SDPA's flash backend, eager, torchao float8 (dynamic tensor-wise
+            // scaling: amax pass + cast + transposed cast), DTensor TP in line.
+            Engine::Torchtitan => EngineProfile {
+                attention: AttentionKernel::Flash2,
+                fused_elementwise: false,
+                fp8_cast_fused_into_norm: false,
+                fp8_cast_bytes_per_element: 6.0,
+                fp8_weight_copy_bytes: 0.0,
+                overlaps_tp_backward: false,
+                tp_comm_overlap: false,
+                overlaps_interleaved_p2p: false,
+                ..megatron
+            },
+            // plait's runtime: eager, in-line collectives.
+            Engine::Plait => EngineProfile {
+                attention: AttentionKernel::Flash2,
+                fused_elementwise: false,
+                fp8_cast_fused_into_norm: false,
+                overlaps_tp_backward: false,
+                tp_comm_overlap: false,
+                overlaps_interleaved_p2p: false,
+                ..megatron
+            },
+        }
+    }
+}
+
+/// NCCL channels (one thread block, i.e. one SM, each) a ring collective occupies: 24 inside
+/// an 8-GPU NVSwitch node, 16 across nodes with 8 NICs (NCCL 5067397 `connect.cc:460-476`
+/// and `search.cc`; logs in NVIDIA/nccl-tests#100 (`Channel 00/24`, HGX A100) and
+/// NVIDIA/nccl#1453 (`Channel xx/16`, 3 × 8 H100)).
+pub fn nccl_channels(spans_nodes: bool) -> f64 {
+    if spans_nodes {
+        16.0
+    } else {
+        24.0
+    }
+}
+
+/// Compute slowed by a collective running beside it, per second of overlap, at the three
+/// assumption levels (optimistic, central, pessimistic): none; the SMs the collective's
+/// channels take (`channels / SMs`); the largest slowdown Lee et al. measured (2025,
+/// "Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep
+/// Learning", abstract: 18.9 % on average, 40 % at most, A100/H100/MI250/MI210).
+pub fn contention_per_overlap_s(level: usize, channels: f64, sms: f64) -> f64 {
+    match level {
+        0 => 0.0,
+        1 => channels / sms,
+        _ => 0.40,
+    }
+}
