@@ -118,7 +118,7 @@ fn render(r: &crate::inputs::Resolved, e: &Estimate, simulated: bool) -> String 
     ]);
     out += &format!("{time}\n");
     out += &format!(
-        "band: {} – {} (overlap efficiency, compute contention and kernel choice at their optimistic and pessimistic ends)\n",
+        "band: {} – {} (kernel efficiency, overlap and contention, attention kernel at their optimistic and pessimistic ends)\n",
         seconds(e.iteration_time_low_s),
         seconds(e.iteration_time_high_s)
     );

@@ -150,6 +150,22 @@ fn bad_input_is_a_one_line_error_naming_the_field() {
         "gpipe|1f1b|interleaved|zb-h1|scp",
     );
     check_error(&["estimate", "--recompute", "some"], "none|selective|full");
+    check_error(
+        &["estimate", "--engine", "colossal"],
+        "megatron|deepspeed|fsdp|torchtitan|plait",
+    );
+    check_error(
+        &[
+            "plan",
+            "--gpus",
+            "64",
+            "--engine",
+            "fsdp",
+            "--export",
+            "deepspeed",
+        ],
+        "--engine fsdp contradicts --export deepspeed",
+    );
     check_error(&["estimate", "--dtype", "fp8"], "`dtype`");
     check_error(
         &[
@@ -189,4 +205,78 @@ fn bad_input_is_a_one_line_error_naming_the_field() {
         "cannot read",
     );
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn estimate_names_its_engine_and_brackets_the_time() {
+    for engine in ["megatron", "deepspeed", "fsdp", "torchtitan", "plait"] {
+        let v = common::json(&[
+            "estimate",
+            "--model",
+            "llama2-7b",
+            "--gpus",
+            "64",
+            "--zero",
+            "3",
+            "--mbs",
+            "2",
+            "--gbs",
+            "512",
+            "--engine",
+            engine,
+            "--json",
+        ]);
+        assert_eq!(v["engine"], engine);
+        let (low, mid, high) = (
+            v["iteration_time_low_s"].as_f64().unwrap(),
+            v["iteration_time_s"].as_f64().unwrap(),
+            v["iteration_time_high_s"].as_f64().unwrap(),
+        );
+        assert!(low < mid && mid < high, "{engine}: {low} {mid} {high}");
+    }
+    // The engines differ where their profiles do: FSDP's eager kernels and Triton attention
+    // against Megatron's fused ones.
+    let time = |engine: &str| {
+        common::json(&[
+            "estimate",
+            "--model",
+            "llama2-7b",
+            "--gpus",
+            "64",
+            "--zero",
+            "3",
+            "--mbs",
+            "2",
+            "--gbs",
+            "512",
+            "--engine",
+            engine,
+            "--json",
+        ])["iteration_time_s"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!(time("fsdp") > time("megatron"));
+}
+
+#[test]
+fn validate_prints_every_table_with_its_error() {
+    let (code, out, err) = plait(&["validate"]);
+    assert_eq!(code, 0, "{err}");
+    for table in ["SC'21 Table 1", "llm-foundry", "NeMo"] {
+        assert!(out.contains(table), "{out}");
+    }
+    let v = common::json(&["validate", "--json"]);
+    let tables = v.as_array().unwrap();
+    assert_eq!(tables.len(), 3);
+    for t in tables {
+        let rows = t["rows"].as_array().unwrap();
+        assert!(!rows.is_empty());
+        let mean: f64 = rows
+            .iter()
+            .map(|r| r["error"].as_f64().unwrap().abs())
+            .sum::<f64>()
+            / rows.len() as f64;
+        assert!((mean - t["mean_abs_error"].as_f64().unwrap()).abs() < 1e-12);
+    }
 }

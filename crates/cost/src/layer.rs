@@ -116,6 +116,16 @@ impl Workload {
         }
     }
 
+    /// Kernel time at this assumption level: the analytic kernel model's mean error either
+    /// way ([`crate::device::GEMM_MODEL_MEAN_ERROR`]).
+    fn kernel_scale(&self) -> f64 {
+        match self.level {
+            0 => 1.0 - crate::device::GEMM_MODEL_MEAN_ERROR,
+            1 => 1.0,
+            _ => 1.0 + crate::device::GEMM_MODEL_MEAN_ERROR,
+        }
+    }
+
     /// The same workload at another assumption level.
     pub fn at_level(self, level: usize) -> Workload {
         Workload { level, ..self }
@@ -475,8 +485,8 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
         fwd_phase.ep_comm_s = 2.0 * g.ep.all_to_all_s(bytes);
         bwd_phase.ep_comm_s = 2.0 * g.ep.all_to_all_s(bytes);
     }
-    fwd_phase.compute_s = fwd.time_s();
-    bwd_phase.compute_s = bwd.time_s();
+    fwd_phase.compute_s = fwd.time_s() * w.kernel_scale();
+    bwd_phase.compute_s = bwd.time_s() * w.kernel_scale();
 
     // --- activation memory (per micro-batch) ---
     let attention_saved = match w.attention {
@@ -506,7 +516,7 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
         Recompute::Selective => (
             all_saved - core.internal_bytes,
             Phase {
-                compute_s: core.forward.time_s(),
+                compute_s: core.forward.time_s() * w.kernel_scale(),
                 ..Phase::default()
             },
             core.internal_bytes,
@@ -552,8 +562,8 @@ pub fn embedding_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) 
     };
     let tp_bwd = if w.sp { g.tp.all_gather_s(full) } else { 0.0 };
     LayerCost {
-        forward: Phase::compute_and_tp(fwd.time_s(), tp_fwd),
-        backward: Phase::compute_and_tp(bwd.time_s(), tp_bwd),
+        forward: Phase::compute_and_tp(fwd.time_s() * w.kernel_scale(), tp_fwd),
+        backward: Phase::compute_and_tp(bwd.time_s() * w.kernel_scale(), tp_bwd),
         recompute: Phase::default(),
         activation_bytes: if w.dropout { rep } else { 0.0 },
         transient_bytes: 0.0,
@@ -621,8 +631,8 @@ pub fn head_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> La
         (0.0, 0.0)
     };
     LayerCost {
-        forward: Phase::compute_and_tp(fwd.time_s(), tp_fwd),
-        backward: Phase::compute_and_tp(bwd.time_s(), tp_bwd),
+        forward: Phase::compute_and_tp(fwd.time_s() * w.kernel_scale(), tp_fwd),
+        backward: Phase::compute_and_tp(bwd.time_s() * w.kernel_scale(), tp_bwd),
         recompute: Phase::default(),
         // Norm input, projection input and the fp32 softmax of the loss.
         activation_bytes: 2.0 * rep * e + logits * FP32,

@@ -695,19 +695,31 @@ fn min_gpus(req: &Request, from: u64) -> Option<u64> {
 pub const TIE_SHARE: f64 = 0.01;
 
 /// Reorders plans sorted by their central time so that the order holds up under the
-/// uncertain assumptions. First, a plan goes after the next one when its lead exists only
-/// at the optimistic end (at the pessimistic end it loses more than it gains at the centre;
-/// adjacent swaps until nothing moves, at most n passes). Then the plans tied with the
-/// first (central time within [`TIE_SHARE`]) go in order of peak memory.
+/// uncertain assumptions. The plans tied with the fastest (central time within
+/// [`TIE_SHARE`]) go first, in order of peak memory; then, between plans that are not tied,
+/// a plan goes after the next one when its lead exists only at the optimistic end (at the
+/// pessimistic end it loses more than it gains at the centre): adjacent swaps until nothing
+/// moves, at most n passes.
 pub fn robust_order<T: std::borrow::Borrow<Plan>>(plans: &mut [(usize, T)]) {
-    let est = |p: &(usize, T)| p.1.borrow().estimate.clone();
+    let est = |p: &(usize, T)| {
+        let e = &p.1.borrow().estimate;
+        (
+            e.iteration_time_s,
+            e.iteration_time_high_s,
+            e.peak_memory_bytes,
+        )
+    };
+    let Some(fastest) = plans.iter().map(|p| est(p).0).reduce(f64::min) else {
+        return;
+    };
+    let tied = |a: f64, b: f64| (a - b).abs() <= TIE_SHARE * a.min(b);
     let n = plans.len();
     for _ in 0..n {
         let mut moved = false;
         for i in 1..n {
             let (a, b) = (est(&plans[i - 1]), est(&plans[i]));
-            let lead = b.iteration_time_s - a.iteration_time_s;
-            if a.iteration_time_high_s - b.iteration_time_high_s > lead.max(0.0) {
+            let lead = b.0 - a.0;
+            if !tied(a.0, b.0) && lead > 0.0 && a.1 - b.1 > lead {
                 plans.swap(i - 1, i);
                 moved = true;
             }
@@ -716,19 +728,8 @@ pub fn robust_order<T: std::borrow::Borrow<Plan>>(plans: &mut [(usize, T)]) {
             break;
         }
     }
-    let Some(first) = plans.first().map(|p| est(p).iteration_time_s) else {
-        return;
-    };
-    let tied = plans
-        .iter()
-        .take_while(|p| est(p).iteration_time_s <= first * (1.0 + TIE_SHARE))
-        .count();
-    plans[..tied].sort_by(|a, b| {
-        est(a)
-            .peak_memory_bytes
-            .total_cmp(&est(b).peak_memory_bytes)
-            .then(a.0.cmp(&b.0))
-    });
+    let head = plans.iter().take_while(|p| tied(est(p).0, fastest)).count();
+    plans[..head].sort_by(|a, b| est(a).2.total_cmp(&est(b).2).then(a.0.cmp(&b.0)));
 }
 
 /// Notes on each plan: what limits it, and how the first compares with the others.

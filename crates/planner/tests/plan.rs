@@ -222,3 +222,60 @@ fn an_answer_is_plans_or_a_reason() {
     let reason = out.infeasible.unwrap().reason;
     assert!(reason.contains("no well-formed configuration"), "{reason}");
 }
+
+/// The order of the plans holds up under the uncertain assumptions: no plan ahead of the
+/// next whose lead exists only at the optimistic end, plans tied with the first ordered by
+/// memory, and every plan's band around its centre.
+#[test]
+fn plans_are_ordered_robustly() {
+    use plait_planner::search::TIE_SHARE;
+    let cluster = cluster_preset("dgx-a100-80g").unwrap();
+    for (name, gpus, engine) in [
+        ("gpt3-175b", 1024, plait_spec::Engine::Megatron),
+        ("llama2-13b", 64, plait_spec::Engine::Fsdp),
+        ("llama3-8b", 16, plait_spec::Engine::Torchtitan),
+    ] {
+        let m = model_preset(name).unwrap();
+        let t = TrainSpec {
+            engine,
+            ..TrainSpec::new(512, 4096)
+        };
+        let d = device_for(&cluster, t.dtype).unwrap();
+        let mut req = Request::new(&m, &cluster, &t, &d, gpus);
+        req.top = 6;
+        let out = plan(&req, &|_, _| {}).unwrap();
+        assert!(out.plans.len() >= 2, "{name}");
+        let e: Vec<_> = out.plans.iter().map(|p| &p.estimate).collect();
+        for x in &e {
+            assert!(x.iteration_time_low_s <= x.iteration_time_s);
+            assert!(x.iteration_time_s <= x.iteration_time_high_s);
+            assert_eq!(x.engine, engine);
+        }
+        for w in e.windows(2) {
+            let (a, b) = (w[0].iteration_time_s, w[1].iteration_time_s);
+            let lead = b - a;
+            let loss = w[0].iteration_time_high_s - w[1].iteration_time_high_s;
+            let tied = lead.abs() <= TIE_SHARE * a.min(b);
+            assert!(tied || lead <= 0.0 || loss <= lead, "{name}: {lead} {loss}");
+        }
+        let first = e[0].iteration_time_s;
+        // The first plan is (tied with) the fastest at the centre, or it is ahead at the
+        // pessimistic end by more than the fastest leads at the centre.
+        let fastest = e
+            .iter()
+            .min_by(|a, b| a.iteration_time_s.total_cmp(&b.iteration_time_s))
+            .unwrap();
+        assert!(
+            first <= fastest.iteration_time_s * (1.0 + TIE_SHARE) + 1e-12
+                || fastest.iteration_time_high_s - e[0].iteration_time_high_s
+                    > first - fastest.iteration_time_s,
+            "{name}"
+        );
+        let tie = fastest.iteration_time_s * (1.0 + TIE_SHARE);
+        for x in e.iter().skip(1) {
+            if first <= tie && x.iteration_time_s <= tie {
+                assert!(x.peak_memory_bytes >= e[0].peak_memory_bytes, "{name}");
+            }
+        }
+    }
+}
