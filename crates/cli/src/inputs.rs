@@ -55,6 +55,10 @@ pub struct WorkloadArgs {
     /// it), torchtitan (FSDP2 + DTensor), plait (plait's runtime).
     #[arg(long, value_parser = parse_keyword::<Engine>)]
     pub engine: Option<Engine>,
+    /// MoE load imbalance: tokens of the busiest expert rank over the balanced share
+    /// (1 = balanced; the band's pessimistic end assumes at least 1.25).
+    #[arg(long, default_value_t = 1.0)]
+    pub moe_skew: f64,
 }
 
 /// One parallel configuration.
@@ -177,6 +181,14 @@ impl WorkloadArgs {
             dropout: self.dropout,
             overlap_grad_reduce: !self.no_overlap_grad_reduce,
             engine: self.engine.unwrap_or(Engine::Megatron),
+            moe_skew: if self.moe_skew.is_finite() && (1.0..=64.0).contains(&self.moe_skew) {
+                self.moe_skew
+            } else {
+                bail!(
+                    "--moe-skew: {} is not a load imbalance (allowed: a number from 1 to 64)",
+                    self.moe_skew
+                )
+            },
             ..TrainSpec::new(positive("gbs", self.gbs)?, positive("seq", self.seq)?)
         };
         let mut device = device_for(&cluster, self.dtype)?;

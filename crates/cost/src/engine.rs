@@ -93,7 +93,11 @@ impl EngineProfile {
             fp8_cast_fused_into_norm: true,
             // read 2, write 1 (fp8) + 1 (fp8 transpose for the wgrad GEMM).
             fp8_cast_bytes_per_element: 4.0,
-            fp8_weight_copy_bytes: 2.0,
+            // NeMo's fp8 recipe (`bf16_with_fp8_mixed`, `fp8_param_gather=True`,
+            // recipes/precision/mixed_precision.py:56-71) keeps only the fp8 copies (row- and
+            // column-wise, 2 bytes like the 16-bit weight they replace) next to the fp32
+            // master weights of the optimizer: no extra bytes.
+            fp8_weight_copy_bytes: 0.0,
             grad_reduce_bf16_bytes: 4.0,
             overlaps_zero12_reduce: true,
             sharded: ShardedParams {
@@ -112,6 +116,7 @@ impl EngineProfile {
             // DeepSpeed.
             Engine::Deepspeed => EngineProfile {
                 attention: AttentionKernel::Flash2,
+                fp8_weight_copy_bytes: 2.0,
                 grad_reduce_bf16_bytes: 2.0,
                 overlaps_zero12_reduce: false,
                 sharded: ShardedParams {
@@ -127,6 +132,8 @@ impl EngineProfile {
             // fp8 (`fc_type='te'`) without the norm fusion.
             Engine::Fsdp => EngineProfile {
                 attention: AttentionKernel::Triton,
+                // TE linears keep the 16-bit weight and cache its fp8 copies.
+                fp8_weight_copy_bytes: 2.0,
                 fused_elementwise: false,
                 fp8_cast_fused_into_norm: false,
                 tp_comm_overlap: false,

@@ -95,6 +95,8 @@ pub struct Workload {
     pub engine: EngineProfile,
     /// Assumption level of the uncertain mechanisms: 0 optimistic, 1 central, 2 pessimistic.
     pub level: usize,
+    /// MoE load imbalance given by the user (busiest expert rank over the balanced share).
+    pub moe_skew: f64,
 }
 
 impl Workload {
@@ -113,6 +115,19 @@ impl Workload {
             fp8: t.dtype == plait_spec::Dtype::Fp8,
             engine: EngineProfile::of(t.engine),
             level: 1,
+            moe_skew: t.moe_skew.max(1.0),
+        }
+    }
+
+    /// MoE imbalance at this assumption level: balanced at the optimistic end, the user's
+    /// skew at the centre, at least Switch Transformer's training capacity factor of 1.25
+    /// (Fedus et al. 2021, §2.1: tokens per expert up to 1.25× the balanced share) at the
+    /// pessimistic end.
+    fn skew(&self) -> f64 {
+        match self.level {
+            0 => 1.0,
+            1 => self.moe_skew,
+            _ => self.moe_skew.max(1.25),
         }
     }
 
@@ -281,7 +296,12 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
     let tokens = w.tokens();
     let rep = w.replicated(h);
     let full_hidden_bytes = tokens * h * e;
-    let gemms = m.block_gemms(tokens as u64, Shard { tp: w.tp, ep: w.ep });
+    let mut gemms = m.block_gemms(tokens as u64, Shard { tp: w.tp, ep: w.ep });
+    let skew = if m.moe.is_some() { w.skew() } else { 1.0 };
+    // The busiest expert rank's share of the routed tokens sets everyone's pace.
+    for g in gemms.mlp.iter_mut() {
+        g.m = (g.m as f64 * skew).ceil() as u64;
+    }
     let q_local = (m.q_width() / w.tp) as f64;
     let kv_local = (m.attention_shape(w.tp).1 * m.head_dim) as f64;
     let f_local = (m.ffn_hidden / w.tp) as f64;
@@ -319,7 +339,7 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
     fwd.stream(d, 2.0 * rep * e); // norm 2
     bwd.stream(d, 3.0 * rep * e);
     let [up, down] = gemms.mlp;
-    let routed_tokens = tokens * topk;
+    let routed_tokens = tokens * topk * skew;
     if let Some(router) = gemms.router {
         fwd.gemm(d, &router);
         // Permute tokens to experts and back: read + write of routed hidden states, twice.
@@ -432,7 +452,8 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
         let ag = g.tp.all_gather_s(full_hidden_bytes);
         let rs = g.tp.reduce_scatter_s(full_hidden_bytes);
         let gemm = |gm: &Gemm| d.gemm_s(gm.m, gm.n, gm.k, gm.count);
-        if w.sp && w.engine.tp_comm_overlap {
+        // Userbuffers map the peers' memory (CUDA IPC): the tp group must sit in one node.
+        if w.sp && w.engine.tp_comm_overlap && !g.tp.spans_nodes {
             // Transformer Engine userbuffers (TE d0067d0 `module/base.py:373-392`): the
             // all-gather before a column-parallel GEMM runs as a ring exchange in tp chunks
             // (copy engines, 1 SM), the reduce-scatter after a row-parallel GEMM is pipelined

@@ -695,12 +695,24 @@ fn min_gpus(req: &Request, from: u64) -> Option<u64> {
 pub const TIE_SHARE: f64 = 0.01;
 
 /// Reorders plans sorted by their central time so that the order holds up under the
-/// uncertain assumptions. The plans tied with the fastest (central time within
-/// [`TIE_SHARE`]) go first, in order of peak memory; then, between plans that are not tied,
-/// a plan goes after the next one when its lead exists only at the optimistic end (at the
-/// pessimistic end it loses more than it gains at the centre): adjacent swaps until nothing
-/// moves, at most n passes.
+/// uncertain assumptions. Plans that fit only without the allocator's average
+/// fragmentation go after those that fit with it; within each group, the plans tied with
+/// the group's fastest (central time within [`TIE_SHARE`]) go first, in order of peak
+/// memory, and between plans that are not tied a plan goes after the next one when its lead
+/// exists only at the optimistic end (at the pessimistic end it loses more than it gains at
+/// the centre; adjacent swaps until nothing moves, at most n passes).
 pub fn robust_order<T: std::borrow::Borrow<Plan>>(plans: &mut [(usize, T)]) {
+    plans.sort_by_key(|p| !p.1.borrow().estimate.fits_with_fragmentation());
+    let roomy = plans
+        .iter()
+        .take_while(|p| p.1.borrow().estimate.fits_with_fragmentation())
+        .count();
+    let (a, b) = plans.split_at_mut(roomy);
+    order_group(a);
+    order_group(b);
+}
+
+fn order_group<T: std::borrow::Borrow<Plan>>(plans: &mut [(usize, T)]) {
     let est = |p: &(usize, T)| {
         let e = &p.1.borrow().estimate;
         (
@@ -713,6 +725,18 @@ pub fn robust_order<T: std::borrow::Borrow<Plan>>(plans: &mut [(usize, T)]) {
         return;
     };
     let tied = |a: f64, b: f64| (a - b).abs() <= TIE_SHARE * a.min(b);
+    // Tied plans first (by memory), the rest by central time.
+    plans.sort_by(|a, b| {
+        let (ea, eb) = (est(a), est(b));
+        let (ta, tb) = (tied(ea.0, fastest), tied(eb.0, fastest));
+        tb.cmp(&ta)
+            .then(if ta && tb {
+                ea.2.total_cmp(&eb.2)
+            } else {
+                ea.0.total_cmp(&eb.0)
+            })
+            .then(a.0.cmp(&b.0))
+    });
     let n = plans.len();
     for _ in 0..n {
         let mut moved = false;
@@ -728,8 +752,6 @@ pub fn robust_order<T: std::borrow::Borrow<Plan>>(plans: &mut [(usize, T)]) {
             break;
         }
     }
-    let head = plans.iter().take_while(|p| tied(est(p).0, fastest)).count();
-    plans[..head].sort_by(|a, b| est(a).2.total_cmp(&est(b).2).then(a.0.cmp(&b.0)));
 }
 
 /// Notes on each plan: what limits it, and how the first compares with the others.
@@ -759,10 +781,18 @@ fn annotate(plans: &mut [Plan]) {
             share * 100.0
         ));
         p.notes.push(format!(
-            "memory {:.1} of {:.1} GiB on stage {}",
+            "memory {:.1} of {:.1} GiB on stage {}{}",
             e.peak_memory_bytes / GIB,
             e.memory_capacity_bytes / GIB,
-            e.worst_stage
+            e.worst_stage,
+            if e.fits_with_fragmentation() {
+                String::new()
+            } else {
+                format!(
+                    " (tight: {:.1} GiB with the allocator's average fragmentation)",
+                    e.peak_memory_high_bytes / GIB
+                )
+            }
         ));
         if p.stage_map.recompute_blocks.iter().any(|&x| x > 0)
             && p.config.recompute != Recompute::Full

@@ -298,6 +298,9 @@ pub fn refine(e: &Estimate, sim: &Simulation, t: &TrainSpec) -> Estimate {
     out.worst_stage = worst;
     out.memory = out.stages[worst].memory;
     out.peak_memory_bytes = peak;
+    out.peak_memory_high_bytes = peak
+        + plait_cost::estimate::ALLOCATOR_FRAGMENTATION
+            * (out.memory.activations_bytes + out.memory.transient_bytes);
     out.fits = peak <= out.memory_capacity_bytes;
     out
 }

@@ -107,6 +107,14 @@ pub struct TrainSpec {
     /// The engine that runs the plan (default Megatron-Core).
     #[serde(default = "default_engine")]
     pub engine: Engine,
+    /// MoE load imbalance: tokens of the busiest expert rank over the balanced share (1 =
+    /// balanced). Every rank waits for the busiest at the all-to-all.
+    #[serde(default = "default_moe_skew")]
+    pub moe_skew: f64,
+}
+
+fn default_moe_skew() -> f64 {
+    1.0
 }
 
 fn default_engine() -> Engine {
@@ -124,6 +132,7 @@ impl TrainSpec {
             dropout: false,
             overlap_grad_reduce: true,
             engine: Engine::Megatron,
+            moe_skew: 1.0,
         }
     }
 }
