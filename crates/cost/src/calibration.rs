@@ -369,9 +369,17 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
             row.int("gpus")?,
             row.str("system")?
         );
+        if row.str("hidden")?.is_empty() {
+            skipped.push(Skipped {
+                label,
+                reason: "the table gives no model shape".into(),
+            });
+            continue;
+        }
         let cluster = match row.str("system")? {
             "DGX-H100" => cluster_preset("dgx-h100")?,
             "DGX-B200" => cluster_preset("dgx-b200")?,
+            "DGX-GB200" => cluster_preset("gb200-nvl72")?,
             other => {
                 skipped.push(Skipped {
                     label,

@@ -78,6 +78,11 @@ pub struct EngineProfile {
     /// `megatron_comm_overlap.py:153-157`; Megatron turns it off without interleaving,
     /// `arguments.py:1001-1016`).
     pub overlaps_interleaved_p2p: bool,
+    /// The local experts' GEMMs run as one grouped GEMM (tiles of all experts share the
+    /// waves over the SMs) rather than one GEMM per expert. Megatron's default is
+    /// `moe_grouped_gemm=False` (`transformer_config.py:850`), as NeMo's Mixtral recipe leaves
+    /// it; none of the other profiles groups them by default.
+    pub grouped_expert_gemm: bool,
     /// Host launch floor per kernel applies (eager PyTorch). All five engines launch
     /// kernels eagerly by default: NeMo's CUDA graphs are opt-in, torch.compile is off in
     /// Composer (`compile_config=None`) and torchtitan (`compile.enable=false`).
@@ -108,6 +113,7 @@ impl EngineProfile {
             overlaps_tp_backward: true,
             tp_comm_overlap: true,
             overlaps_interleaved_p2p: true,
+            grouped_expert_gemm: false,
             eager_launch: true,
         };
         match engine {

@@ -181,6 +181,11 @@ impl Kernels {
         self.gpu_s += d.gemm_s(g.m, g.n, g.k, g.count);
         self.count += g.count as f64;
     }
+    /// Expert GEMMs: one grouped launch, or one GEMM (and wave tail) per expert.
+    fn expert_gemm(&mut self, d: &DeviceModel, g: &Gemm, grouped: bool) {
+        self.gpu_s += expert_gemm_s(d, g, grouped);
+        self.count += g.count as f64;
+    }
     fn gemm_shape(&mut self, d: &DeviceModel, m: f64, n: f64, k: f64, count: f64) {
         self.gpu_s += d.gemm_s(m as u64, n as u64, k as u64, count as u64);
         self.count += 1.0;
@@ -197,6 +202,16 @@ impl Kernels {
     /// A stream of kernels takes the longer of its device time and its host issue time.
     fn time_s(&self) -> f64 {
         self.gpu_s.max(self.count * KERNEL_DISPATCH_S)
+    }
+}
+
+/// Time of `g` when its `count` GEMMs are experts: grouped into one launch, or run one after
+/// another (each with its own wave quantisation).
+fn expert_gemm_s(d: &DeviceModel, g: &Gemm, grouped: bool) -> f64 {
+    if grouped || g.count <= 1 {
+        d.gemm_s(g.m, g.n, g.k, g.count)
+    } else {
+        g.count as f64 * d.gemm_s(g.m, g.n, g.k, 1)
     }
 }
 
@@ -350,7 +365,8 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
         bwd.gemm(d, &rd);
         bwd.gemm(d, &rw);
     }
-    fwd.gemm(d, &up);
+    let grouped = w.engine.grouped_expert_gemm;
+    fwd.expert_gemm(d, &up, grouped);
     let (act_fwd, act_bwd) = match (m.activation, w.engine.fused_elementwise) {
         (Activation::Gelu, _) => (2.0, 3.0),
         // Fused: read gate and up, write the product; backward reads the gradient and both
@@ -362,7 +378,7 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
     };
     fwd.stream(d, act_fwd * routed_tokens * f_local * e);
     bwd.stream(d, act_bwd * routed_tokens * f_local * e);
-    fwd.gemm(d, &down);
+    fwd.expert_gemm(d, &down, grouped);
     fwd.stream(d, 3.0 * rep * e + dropout_mask);
     bwd.stream(d, 3.0 * rep * e + dropout_mask);
 
@@ -403,8 +419,8 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
     let mut weight_grad_s = 0.0;
     for (i, gm) in [qkv, attn_out, up, down].iter().enumerate() {
         let (dg, wg) = backward_gemms(gm);
-        let dg_s = d.gemm_s(dg.m, dg.n, dg.k, dg.count);
-        let wg_s = d.gemm_s(wg.m, wg.n, wg.k, wg.count);
+        let dg_s = expert_gemm_s(d, &dg, grouped);
+        let wg_s = expert_gemm_s(d, &wg, grouped);
         bwd.gpu_s += dg_s + wg_s;
         bwd.count += 2.0 * dg.count as f64;
         weight_grad_s += wg_s;

@@ -191,6 +191,21 @@ pub fn b200() -> GpuSpec {
     }
 }
 
+/// B200 in a GB200 superchip (GB200 NVL72 datasheet, per GPU = rack figures / 72: dense
+/// bf16 2.5 PFLOP/s and fp8 5 PFLOP/s (half the sparse 360 / 720 PFLOP/s per rack ÷ 72),
+/// HBM3e 13.4 TB / 72 = 186 GB at 576 TB/s / 72 = 8 TB/s); 148 SMs as B200. No public MAMF
+/// measurement: assumes H100's measured 80.1 %, and Hopper's sustained clock.
+pub fn gb200() -> GpuSpec {
+    GpuSpec {
+        name: "B200-GB200-186GB".into(),
+        peak_bf16_flops_per_s: 2500.0 * TERA,
+        peak_fp16_flops_per_s: 2500.0 * TERA,
+        peak_fp8_flops_per_s: Some(5000.0 * TERA),
+        memory_bytes: 186.0 * GB,
+        ..b200()
+    }
+}
+
 /// V100 SXM2 32 GB. NVIDIA V100 datasheet: 125 TFLOP/s fp16 tensor, 900 GB/s, 32 GB; no
 /// bf16 (bf16 requests run at the fp16 rate, as the planner's stand-in), 80 SMs. No public
 /// MAMF measurement was available: assumes H100's measured 80.1 %.
@@ -228,11 +243,12 @@ fn dgx(
 }
 
 /// Names of the built-in cluster presets.
-pub const CLUSTER_PRESETS: [&str; 5] = [
+pub const CLUSTER_PRESETS: [&str; 6] = [
     "dgx-a100-80g",
     "dgx-h100",
     "dgx-h200",
     "dgx-b200",
+    "gb200-nvl72",
     "dgx-v100",
 ];
 
@@ -251,6 +267,19 @@ pub fn cluster_preset(name: &str) -> Result<ClusterSpec> {
         "dgx-h200" | "h200" => dgx("dgx-h200", h200(), 900.0, 8, 400.0),
         // DGX B200: NVLink5 1.8 TB/s bidirectional; 8 × 400 Gb/s ConnectX-7 (DGX B200 datasheet).
         "dgx-b200" | "b200" => dgx("dgx-b200", b200(), 1800.0, 8, 400.0),
+        // GB200 NVL72: 72 GPUs in 18 trays on one NVLink5 switch fabric at 1.8 TB/s
+        // bidirectional per GPU (130 TB/s per rack), one 400 Gb/s ConnectX-7 per GPU (GB200
+        // NVL72 datasheet). The rack is one NVLink domain, so it is the "node" here: groups
+        // inside it run at NVLink rates, across racks at the per-GPU NIC share.
+        "gb200-nvl72" | "gb200" | "nvl72" | "dgx-gb200" => ClusterSpec {
+            name: "gb200-nvl72".into(),
+            gpu: gb200(),
+            gpus_per_node: 72,
+            intra_node: nvlink(1800.0),
+            inter_node: infiniband(72, 400.0, 72),
+            nics_per_node: 72,
+            memory_reserve_bytes: DEFAULT_RESERVE_BYTES,
+        },
         // DGX-1 (V100): NVLink2, 6 links × 50 GB/s bidirectional = 300 GB/s per GPU; 4 × 100 Gb/s
         // EDR InfiniBand per node (DGX-1 datasheet).
         "dgx-v100" | "dgx-1" | "v100" => dgx("dgx-v100", v100_32g(), 300.0, 4, 100.0),
