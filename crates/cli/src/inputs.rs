@@ -152,6 +152,15 @@ fn preset_or_file<T>(
 }
 
 pub fn load_model(name: &str) -> Result<ModelSpec> {
+    // A Hugging Face model directory holds its config.json.
+    let dir = Path::new(name);
+    if dir.is_dir() {
+        let config = dir.join("config.json");
+        if !config.is_file() {
+            bail!("--model: `{name}` is a directory without a config.json (allowed: a preset, a config.json, or a model directory holding one)");
+        }
+        return load_model(&config.to_string_lossy());
+    }
     preset_or_file("--model", name, model_preset, model_from_hf_config)
 }
 

@@ -280,3 +280,35 @@ fn validate_prints_every_table_with_its_error() {
         assert!((mean - t["mean_abs_error"].as_f64().unwrap()).abs() < 1e-12);
     }
 }
+
+#[test]
+fn a_model_directory_is_read_through_its_config_json() {
+    let dir = std::env::temp_dir().join(format!("plait-model-dir-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("config.json"),
+        include_str!("../../spec/tests/fixtures/hf/qwen3-30b-a3b.json"),
+    )
+    .unwrap();
+    let d = dir.to_str().unwrap();
+    let v = common::json(&[
+        "estimate",
+        "--model",
+        d,
+        "--gpus",
+        "64",
+        "--ep",
+        "8",
+        "--gbs",
+        "512",
+        "--seq",
+        "4096",
+        "--cluster",
+        "dgx-h100",
+        "--json",
+    ]);
+    assert!(v["breakdown"]["ep_comm_s"].as_f64().unwrap() > 0.0);
+    std::fs::remove_file(dir.join("config.json")).unwrap();
+    check_error(&["estimate", "--model", d], "without a config.json");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -10,8 +10,16 @@ use crate::model::{Activation, Family, ModelSpec, MoeSpec, Norm, Positions};
 use crate::presets;
 
 /// The `model_type`s this parser understands.
-pub const HF_MODEL_TYPES: [&str; 7] = [
-    "gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2", "bert",
+pub const HF_MODEL_TYPES: [&str; 9] = [
+    "gpt2",
+    "gpt_neox",
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen3",
+    "qwen3_moe",
+    "bert",
 ];
 
 /// Largest accepted dimension (hidden size, heads, vocabulary, …).
@@ -102,7 +110,9 @@ pub fn model_from_hf_config(text: &str, source: &str) -> Result<ModelSpec> {
     let spec = match model_type {
         "gpt2" => cfg.gpt2()?,
         "gpt_neox" => cfg.gpt_neox()?,
-        "llama" | "mistral" | "mixtral" | "qwen2" => cfg.llama(model_type)?,
+        "llama" | "mistral" | "mixtral" | "qwen2" | "qwen3" | "qwen3_moe" => {
+            cfg.llama(model_type)?
+        }
         "bert" => cfg.bert()?,
         other => {
             return Err(cfg.err(
@@ -339,11 +349,24 @@ impl Config<'_> {
         let kv_heads = self
             .opt_int("num_key_value_heads", MAX_DIM)?
             .unwrap_or(heads);
-        let ffn = self.int("intermediate_size", MAX_DIM)?;
+        // Qwen3-MoE's experts have their own width; its `intermediate_size` is that of the
+        // dense MLP layers it may mix in, which must be absent here.
+        let ffn_key = if model_type == "qwen3_moe" {
+            "moe_intermediate_size"
+        } else {
+            "intermediate_size"
+        };
+        let ffn = self.int(ffn_key, MAX_DIM)?;
         let vocab = self.int("vocab_size", MAX_DIM)?;
         let explicit_head_dim = self.opt_int("head_dim", MAX_DIM)?;
         let tied = self.flag("tie_word_embeddings", false)?;
         let (qkv_bias, linear_bias) = match model_type {
+            // Qwen3 (dense and MoE): `attention_bias` on q/k/v/o, RMSNorm on q and k per head
+            // (2 × head_dim parameters per layer, left out of the count and the time).
+            "qwen3" | "qwen3_moe" => {
+                let b = self.flag("attention_bias", false)?;
+                (b, false)
+            }
             "llama" => (
                 self.flag("attention_bias", false)?,
                 self.flag("mlp_bias", false)?,
@@ -351,14 +374,20 @@ impl Config<'_> {
             "qwen2" => (true, false),
             _ => (false, false),
         };
-        let moe = if model_type == "mixtral" {
-            let experts = self.int("num_local_experts", MAX_DIM)?;
+        let moe = if model_type == "mixtral" || model_type == "qwen3_moe" {
+            let experts_key = if model_type == "mixtral" {
+                "num_local_experts"
+            } else {
+                self.every_layer_moe()?;
+                "num_experts"
+            };
+            let experts = self.int(experts_key, MAX_DIM)?;
             let top_k = self.int("num_experts_per_tok", MAX_DIM)?;
             if top_k > experts {
                 return Err(self.err(
                     "num_experts_per_tok",
-                    format!("{top_k} exceeds num_local_experts = {experts}"),
-                    format!("an integer from 1 to num_local_experts ({experts})"),
+                    format!("{top_k} exceeds {experts_key} = {experts}"),
+                    format!("an integer from 1 to {experts_key} ({experts})"),
                 ));
             }
             Some(MoeSpec { experts, top_k })
@@ -398,6 +427,32 @@ impl Config<'_> {
             ],
         )?;
         Ok(spec)
+    }
+
+    /// Qwen3-MoE may make some layers dense (`decoder_sparse_step` > 1, `mlp_only_layers`);
+    /// layer lists are uniform here, so such a config is refused with the key named.
+    fn every_layer_moe(&self) -> Result<()> {
+        if let Some(step) = self.opt_int("decoder_sparse_step", MAX_LAYERS)? {
+            if step != 1 {
+                return Err(self.err(
+                    "decoder_sparse_step",
+                    format!("{step}: layers that mix dense and MoE MLPs are not expressible yet"),
+                    "1 (every layer MoE)",
+                ));
+            }
+        }
+        match self.get("mlp_only_layers") {
+            None | Some(Value::Null) => Ok(()),
+            Some(Value::Array(a)) if a.is_empty() => Ok(()),
+            Some(v) => Err(self.err(
+                "mlp_only_layers",
+                format!(
+                    "{}: layers that mix dense and MoE MLPs are not expressible yet",
+                    show(v)
+                ),
+                "[] (every layer MoE)",
+            )),
+        }
     }
 
     fn bert(&self) -> Result<ModelSpec> {

@@ -12,8 +12,12 @@ const MIXTRAL_8X7B: &str = include_str!("fixtures/hf/mixtral-8x7b-v0.1.json");
 const QWEN2_7B: &str = include_str!("fixtures/hf/qwen2-7b.json");
 const BERT_LARGE: &str = include_str!("fixtures/hf/bert-large-uncased.json");
 const PYTHIA_160M: &str = include_str!("fixtures/hf/pythia-160m.json");
+const QWEN3_8B: &str = include_str!("fixtures/hf/qwen3-8b.json");
+const QWEN3_30B_A3B: &str = include_str!("fixtures/hf/qwen3-30b-a3b.json");
 
-const FIXTURES: [&str; 7] = [
+const FIXTURES: [&str; 9] = [
+    QWEN3_8B,
+    QWEN3_30B_A3B,
     GPT2,
     LLAMA2_7B,
     MISTRAL_7B,
@@ -121,6 +125,38 @@ fn qwen2_7b() {
     assert!(m.qkv_bias && !m.linear_bias && !m.tied_embeddings);
     assert_eq!((m.heads, m.kv_heads, m.head_dim), (28, 4, 128));
     assert_eq!(m.parameter_count(), 7_615_616_512);
+}
+
+#[test]
+fn qwen3_8b() {
+    // Model card: 8.2 B parameters, 6.95 B without embeddings; 36 layers, 32 q / 8 kv heads.
+    let m = parse(QWEN3_8B, "qwen3.json");
+    assert_eq!(m.family, Family::Llama);
+    assert_eq!((m.heads, m.kv_heads, m.head_dim), (32, 8, 128));
+    let total = m.parameter_count() as f64;
+    let embeddings = 2.0 * (m.vocab * m.hidden) as f64;
+    assert_eq!(format!("{:.1}", total / 1e9), "8.2");
+    assert_eq!(format!("{:.2}", (total - embeddings) / 1e9), "6.95");
+}
+
+#[test]
+fn qwen3_30b_a3b() {
+    // Model card: 30.5 B parameters in total, 3.3 B activated; 128 experts, 8 per token.
+    let m = parse(QWEN3_30B_A3B, "qwen3_moe.json");
+    assert_eq!(m.family, Family::Moe);
+    let moe = m.moe.unwrap();
+    assert_eq!((moe.experts, moe.top_k, m.ffn_hidden), (128, 8, 768));
+    // q is wider than the hidden size (32 heads × 128 = 4096 over 2048).
+    assert_eq!(m.q_width(), 4096);
+    assert_eq!(format!("{:.1}", m.parameter_count() as f64 / 1e9), "30.5");
+    // 3.35 B with both embedding matrices counted; the card rounds to 3.3.
+    let active = m.active_parameter_count() as f64 / 1e9;
+    assert!((3.3..3.4).contains(&active), "{active}");
+    // Dense layers mixed in are refused, naming the key.
+    let mixed = with(QWEN3_30B_A3B, "decoder_sparse_step", json!(2));
+    error(&mixed, "decoder_sparse_step");
+    let mixed = with(QWEN3_30B_A3B, "mlp_only_layers", json!([0, 1]));
+    error(&mixed, "mlp_only_layers");
 }
 
 #[test]
