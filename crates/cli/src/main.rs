@@ -1,6 +1,7 @@
 //! The `plait` binary: parses flags, reads files, calls the library crates and prints.
 //! No modelling happens here.
 
+mod auto_plan;
 mod estimate_cmd;
 mod inputs;
 mod outputs;

@@ -11,9 +11,10 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::auto_plan::{plan_auto, predict};
 use plait_runtime::checkpoint::{self, Manifest};
 use plait_runtime::engine::min_activation_bytes;
-use plait_runtime::profile::{measure, plan_auto, predict, CpuProfile, MeasureOptions};
+use plait_runtime::profile::{measure, CpuProfile, MeasureOptions};
 use plait_runtime::{
     init_compute_threads, parse_plan, train, CheckpointConfig, Dataset, Fault, OptimConfig,
     StepLog, TrainConfig,

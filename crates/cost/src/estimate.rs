@@ -789,7 +789,7 @@ pub fn first_stage_layers(
     let mut out = vec![report("embedding".into(), &costs.embedding)];
     // Rank 0 holds global chunks 0, pp, 2·pp, …; list their blocks in execution order.
     for j in 0..c.vp {
-        for b in even_chunk_blocks(m.layers, c.pp * c.vp, j * c.pp) {
+        for b in even_chunk_blocks(m.layers, c.pp * c.vp, plait_spec::virtual_stage(0, j, c.pp)) {
             out.push(report(format!("block.{b}"), &costs.block));
         }
     }

@@ -13,7 +13,7 @@ use plait_cost::estimate::{
 };
 use plait_cost::layer::LayerCost;
 use plait_cost::Estimate;
-use plait_spec::{ParallelConfig, Recompute, Schedule, StageMap};
+use plait_spec::{ParallelConfig, Recompute, StageMap};
 
 use crate::search::Request;
 
@@ -107,7 +107,7 @@ impl StageModel {
             extra_transient_bytes: ends(&|l| l.transient_bytes).max(policy.block.transient_bytes),
             inflight: m.inflight_microbatches,
             extra_s: ends(&pass_s) + s.p2p_s,
-            may_recompute: !(c.schedule == Schedule::Scp && last && p > 1),
+            may_recompute: !c.schedule.spares_rank(k as u64, p as u64),
         }
     }
 
@@ -182,7 +182,7 @@ fn uniform_recompute(c: &ParallelConfig, map: &mut StageMap) {
     let x = *map.recompute_blocks.iter().max().unwrap_or(&0);
     let p = c.pp as usize;
     for k in 0..p {
-        let spared = c.schedule == Schedule::Scp && k + 1 == p && p > 1;
+        let spared = c.schedule.spares_rank(k as u64, p as u64);
         map.recompute_blocks[k] = if spared {
             0
         } else {

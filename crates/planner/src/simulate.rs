@@ -10,12 +10,9 @@ use plait_cost::layer::{LayerCost, Workload};
 use plait_cost::pipeline::WEIGHT_GRAD_INPUT_SHARE;
 use plait_cost::{comm::Groups, DeviceModel, Estimate};
 use plait_schedule::{
-    generate, simulate, validate, ChunkCosts, Costs, GradReduce, Op, RankCosts, Schedule,
-    ScheduleSpec, Simulation, Stream,
+    generate, simulate, validate, ChunkCosts, Costs, Op, RankCosts, Schedule, Simulation, Stream,
 };
-use plait_spec::{
-    ClusterSpec, ModelSpec, ParallelConfig, Recompute, Schedule as Kind, StageMap, TrainSpec,
-};
+use plait_spec::{ClusterSpec, ModelSpec, ParallelConfig, Recompute, StageMap, TrainSpec};
 
 use crate::PlanError;
 
@@ -29,36 +26,6 @@ pub struct Simulated {
     pub estimate: Estimate,
     /// The analytic estimate as the closed forms give it.
     pub closed_form: Estimate,
-}
-
-/// The schedule of configuration `c` with its blocks laid out by `map`: ranks with fully
-/// recomputed blocks get Recompute instructions (selective recompute stays inside the
-/// backward and needs none).
-pub fn schedule_spec(
-    c: &ParallelConfig,
-    t: &TrainSpec,
-    map: &StageMap,
-) -> Result<ScheduleSpec, PlanError> {
-    let small = |what: &str, v: u64| {
-        u32::try_from(v).map_err(|_| PlanError::TooLarge(format!("{what} = {v}")))
-    };
-    let mut spec = ScheduleSpec::new(
-        c.schedule,
-        small("pp", c.pp)?,
-        small("micro-batches", c.microbatches(t))?,
-        small("vp", c.vp)?,
-    );
-    spec.recompute = map.recompute_blocks.iter().map(|&x| x > 0).collect();
-    spec.grad_reduce = if c.dp * c.cp > 1 && c.zero < 3 {
-        if t.overlap_grad_reduce {
-            GradReduce::Overlapped
-        } else {
-            GradReduce::AtEnd
-        }
-    } else {
-        GradReduce::None
-    };
-    Ok(spec)
 }
 
 /// Per-instruction costs of `c` on every rank and chunk, from the cost model. `estimate` is
@@ -87,10 +54,10 @@ pub fn costs(
         .map(|r| {
             let stage = &estimate.stages[r as usize];
             let p2p_one = stage.p2p_s / (2 * v) as f64;
-            // scp's generator never recomputes on the last rank (Merak), whatever the map.
-            let spared = c.schedule == Kind::Scp && r + 1 == p && p > 1;
+            // Ranks the schedule never recomputes on (scp's last), whatever the map.
+            let spared = c.schedule.spares_rank(r, p);
             let layers_of = |chunk: u64| {
-                let j = chunk * p + r;
+                let j = plait_schedule::virtual_stage(r, chunk, p);
                 let n = map.chunk_blocks[j as usize] as f64;
                 let x = if spared {
                     0.0
@@ -136,7 +103,7 @@ pub fn costs(
                     let in_backward_s = sum(&|l| l.recompute.total_s()) - rebuild_s;
                     // Megatron-LM rebuilds one layer at a time inside the backward (the
                     // estimate's transient); Merak's scp rebuilds the chunk before it.
-                    let recompute_bytes = if c.schedule == Kind::Scp {
+                    let recompute_bytes = if c.schedule.rebuilds_before_backward() {
                         x * (kept.block.activation_bytes - full.block.activation_bytes)
                     } else {
                         0.0
@@ -218,7 +185,7 @@ pub fn simulate_mapped(
     map: &StageMap,
 ) -> Result<Simulated, PlanError> {
     let closed_form = plait_cost::estimate_mapped(m, cluster, t, c, d, map)?;
-    let spec = schedule_spec(c, t, map)?;
+    let spec = plait_spec::schedule_spec(c, t, map)?;
     let schedule = generate(&spec)?;
     validate(&schedule)?;
     let costs = costs(m, cluster, t, c, d, &closed_form, map);

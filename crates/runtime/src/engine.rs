@@ -221,12 +221,8 @@ impl TrainConfig {
 
     /// The schedule every pipeline rank executes.
     pub fn schedule(&self) -> Result<Schedule> {
-        let spec = plait_planner::simulate::schedule_spec(
-            &self.parallel,
-            &self.train_spec(),
-            &self.stage_map(),
-        )
-        .map_err(|e| RuntimeError::Config(format!("schedule: {e}")))?;
+        let spec = plait_spec::schedule_spec(&self.parallel, &self.train_spec(), &self.stage_map())
+            .map_err(|e| RuntimeError::Config(format!("schedule: {e}")))?;
         let s = generate(&spec).map_err(|e| RuntimeError::Config(format!("schedule: {e}")))?;
         validate(&s).map_err(|e| RuntimeError::Config(format!("schedule is invalid: {e}")))?;
         Ok(s)
@@ -528,7 +524,7 @@ impl<'a> Worker<'a> {
         let mut recompute = Vec::with_capacity(v);
         let recomputes = map.recompute_blocks[r] > 0;
         for chunk in 0..v {
-            let j = chunk * p + r;
+            let j = plait_schedule::virtual_stage(r as u64, chunk as u64, p as u64) as usize;
             let start_block: u64 = map.chunk_blocks[..j].iter().sum();
             let blocks = start_block as usize..(start_block + map.chunk_blocks[j]) as usize;
             models.push(StageModel::new(
@@ -1290,7 +1286,7 @@ pub fn train(
 /// changing the environment while other threads may read it is a data race (C's `getenv`),
 /// and candle would not see a later change of the first anyway. The library never changes
 /// the environment itself. Work that wants every core (the planner's search in
-/// [`crate::profile::plan_auto`]) runs in an explicit pool, not in rayon's global one, which
+/// the CLI's `plan_auto`) runs in an explicit pool, not in rayon's global one, which
 /// `RAYON_NUM_THREADS` also sizes.
 ///
 /// Call it first thing in `main`, or in a command's entry point before it starts threads.

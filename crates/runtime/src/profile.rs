@@ -11,15 +11,13 @@ use std::time::{Duration, Instant};
 use candle_core::{Device, Tensor, Var};
 use plait_cost::profile::{GemmSample, LayerSample};
 use plait_cost::{DeviceModel, Profile};
-use plait_planner::{Request, Simulated};
 use plait_spec::{
     ClusterSpec, Dtype, Family, GpuSpec, LinkSpec, ModelSpec, ParallelConfig, Recompute, Shard,
-    StageMap,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::comm::{Communicator, ReduceOp, World};
-use crate::engine::{available_memory_bytes, TrainConfig};
+use crate::engine::available_memory_bytes;
 use crate::error::RuntimeError;
 use crate::model::StageModel;
 use crate::rng::SplitMix64;
@@ -443,21 +441,6 @@ pub fn measure(
     })
 }
 
-/// The simulator's prediction of `cfg` on this machine's workers (`plait simulate` for
-/// the runtime's own run).
-pub fn predict(cfg: &TrainConfig, profile: &CpuProfile) -> Result<Simulated> {
-    let (cluster, device) = profile.cluster(cfg.topology().world())?;
-    plait_planner::simulate_mapped(
-        &cfg.model,
-        &cluster,
-        &cfg.train_spec(),
-        &cfg.parallel,
-        &device,
-        &cfg.stage_map(),
-    )
-    .map_err(|e| RuntimeError::Config(format!("simulation: {e}")))
-}
-
 /// Whether the runtime can execute a configuration the planner proposes.
 pub fn runtime_supports(model: &ModelSpec, c: &ParallelConfig, seq: u64) -> bool {
     c.cp == 1
@@ -468,44 +451,4 @@ pub fn runtime_supports(model: &ModelSpec, c: &ParallelConfig, seq: u64) -> bool
         && model.kv_heads.is_multiple_of(c.tp)
         && model.ffn_hidden.is_multiple_of(c.tp)
         && (!c.sp || seq.is_multiple_of(c.tp))
-}
-
-/// The planner's best plan for `cfg`'s model and batch on `workers` CPU workers, among the
-/// configurations the runtime executes.
-pub fn plan_auto(
-    cfg: &TrainConfig,
-    workers: usize,
-    profile: &CpuProfile,
-) -> Result<(ParallelConfig, StageMap, plait_planner::Plan)> {
-    let (cluster, device) = profile.cluster(workers)?;
-    let train = cfg.train_spec();
-    let model = cfg.model.clone();
-    let seq = cfg.seq as u64;
-    let allow = move |l: &plait_planner::export::Layout| runtime_supports(&model, l.config, seq);
-    let mut req = Request::new(&cfg.model, &cluster, &train, &device, workers as u64);
-    req.pins.cp = Some(1);
-    req.pins.ep = Some(1);
-    req.top = 1;
-    req.allow = Some(&allow);
-    // The search runs on every core in its own pool: rayon's global pool follows
-    // `RAYON_NUM_THREADS`, which `init_compute_threads` sets for candle's GEMMs.
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(cores())
-        .thread_name(|i| format!("plait-plan.{i}"))
-        .build()
-        .map_err(|e| RuntimeError::Config(format!("cannot start the planner's threads: {e}")))?;
-    let outcome = pool
-        .install(|| plait_planner::plan(&req, &|_, _| {}))
-        .map_err(|e| RuntimeError::Config(format!("planner: {e}")))?;
-    match outcome.plans.into_iter().next() {
-        Some(p) => Ok((p.config, p.stage_map.clone(), p)),
-        None => Err(RuntimeError::Config(format!(
-            "the planner found no plan for {} on {workers} CPU workers: {}",
-            cfg.model.name,
-            outcome
-                .infeasible
-                .map(|i| i.reason)
-                .unwrap_or_else(|| "no configuration the runtime can execute".into())
-        ))),
-    }
 }

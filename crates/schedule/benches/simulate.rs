@@ -3,8 +3,8 @@
 //! Run: `cargo bench -p plait-schedule --bench simulate`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use plait_schedule::ScheduleKind as Kind;
 use plait_schedule::{generate, simulate, validate, Costs, GradReduce, ScheduleSpec};
-use plait_spec::Schedule as Kind;
 use std::hint::black_box;
 
 fn spec() -> ScheduleSpec {

@@ -2,7 +2,7 @@
 //! path. Each writes, per rank, the order of compute and the sends/receives around it; the
 //! order alone defines the schedule — durations are the simulator's business.
 
-use plait_spec::Schedule as Kind;
+use crate::kind::ScheduleKind as Kind;
 use thiserror::Error;
 
 use crate::ir::{GradReduce, Instr, Op, Schedule};
@@ -152,7 +152,7 @@ pub fn generate(spec: &ScheduleSpec) -> Result<Schedule, GenerateError> {
             return Err(GenerateError::TooLarge { what, value, max });
         }
     }
-    if v > 1 && kind != Kind::Interleaved {
+    if !kind.accepts_chunks(v as u64) {
         return Err(GenerateError::ChunksNeedInterleaved { kind, chunks: v });
     }
     if kind == Kind::Interleaved && v > 1 && m % p != 0 {
@@ -193,9 +193,9 @@ pub fn generate(spec: &ScheduleSpec) -> Result<Schedule, GenerateError> {
                     // forward at once); rank r issues the recompute of its last p − r − 1
                     // micro-batches — the cool-down, where it would otherwise wait for the
                     // downstream gradient — before that wait.
-                    let last = rank + 1 == p;
+                    let spared = kind.spares_rank(rank as u64, p as u64);
                     let cooldown_from = m.saturating_sub(p - rank - 1);
-                    one_f_one_b(&mut prog, m, |mb| match (recomputes && !last, mb) {
+                    one_f_one_b(&mut prog, m, |mb| match (recomputes && !spared, mb) {
                         (false, _) => RecomputeAt::Never,
                         (true, mb) if mb >= cooldown_from => RecomputeAt::BeforeRecv,
                         (true, _) => RecomputeAt::AfterRecv,

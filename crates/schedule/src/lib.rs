@@ -2,17 +2,21 @@
 //! the validator (`validate`), timed by the discrete-event simulator (`simulate`) and drawn
 //! as a Perfetto trace or an SVG Gantt chart (`render`). The runtime executes the same IR.
 //!
+//! The schedule kinds and their rules (`kind`) live here and nowhere else.
+//!
 //! This crate knows nothing of models, GPUs or cost formulas: the simulator takes durations
 //! and bytes per instruction kind as plain numbers ([`Costs`]).
 
 pub mod generate;
 pub mod ir;
+pub mod kind;
 pub mod render;
 pub mod simulate;
 pub mod validate;
 
 pub use generate::{generate, GenerateError, ScheduleSpec};
 pub use ir::{GradReduce, Instr, Op, Schedule};
+pub use kind::{virtual_stage, ScheduleKind};
 pub use simulate::{
     simulate, ChunkCosts, Costs, RankCosts, RankReport, SimError, Simulation, Span, Stream,
 };

@@ -1,8 +1,8 @@
 //! Generators against the closed forms of the papers: uniform stages, free communication.
 //! Durations are integers scaled by v so that every sum is exact in floating point.
 
+use plait_schedule::ScheduleKind as Kind;
 use plait_schedule::{generate, simulate, validate, Costs, ScheduleSpec, Simulation};
-use plait_spec::Schedule as Kind;
 use proptest::prelude::*;
 
 /// Generates, validates and simulates; `f`, `b`, `w` are one micro-batch's forward, full

@@ -4,10 +4,10 @@
 use std::collections::BTreeSet;
 
 use plait_schedule::render::{chrome_trace, svg, svg_with, SvgOptions, TimeUnit};
+use plait_schedule::ScheduleKind as Kind;
 use plait_schedule::{
     generate, simulate, validate, Costs, Schedule, ScheduleSpec, Simulation, Stream,
 };
-use plait_spec::Schedule as Kind;
 use serde_json::Value;
 
 /// Generates, validates and simulates with F = 1, B = 2 per micro-batch and rank, sends of

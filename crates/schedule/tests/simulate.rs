@@ -1,8 +1,8 @@
 //! Simulator semantics beyond the closed forms: where data-parallel reductions run, memory
 //! of recomputed activations, and malformed input answered with errors, not panics.
 
+use plait_schedule::ScheduleKind as Kind;
 use plait_schedule::{generate, simulate, Costs, GradReduce, Instr, Op, ScheduleSpec, SimError};
-use plait_spec::Schedule as Kind;
 
 fn with_reduce(how: GradReduce) -> f64 {
     let mut spec = ScheduleSpec::new(Kind::OneFOneB, 2, 4, 1);

@@ -1,8 +1,8 @@
 //! The validator: every generator's output passes; hand-written mistakes are rejected with
 //! the offending rank and instruction named.
 
+use plait_schedule::ScheduleKind as Kind;
 use plait_schedule::{generate, validate, GradReduce, Instr, Op, Schedule, ScheduleSpec};
-use plait_spec::Schedule as Kind;
 use proptest::prelude::*;
 
 const KINDS: [Kind; 5] = [

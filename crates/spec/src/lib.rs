@@ -20,6 +20,7 @@ pub use hf::model_from_hf_config;
 pub use model::{
     Activation, Family, Gemm, Layer, LayerKind, ModelSpec, MoeSpec, Norm, Positions, Shard,
 };
+pub use plait_schedule::virtual_stage;
 pub use presets::{model_preset, model_preset_names};
-pub use stage_map::{even_chunk_blocks, StageMap};
+pub use stage_map::{even_chunk_blocks, schedule_spec, StageMap};
 pub use train::{AttentionImpl, Dtype, Engine, ParallelConfig, Recompute, Schedule, TrainSpec};

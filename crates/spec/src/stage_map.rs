@@ -6,7 +6,44 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, SpecError};
-use crate::train::{ParallelConfig, Recompute, Schedule};
+use crate::train::{ParallelConfig, Recompute};
+use plait_schedule::{virtual_stage, GradReduce, ScheduleSpec};
+
+use crate::train::TrainSpec;
+
+/// The schedule request of configuration `c` with its blocks laid out by `map`: ranks with
+/// fully recomputed blocks recompute (selective recompute stays inside the backward and
+/// needs no instruction); data-parallel reductions overlap the backward when the run does.
+/// An error only for degrees beyond what a schedule can hold (2^32 − 1).
+pub fn schedule_spec(c: &ParallelConfig, t: &TrainSpec, map: &StageMap) -> Result<ScheduleSpec> {
+    let small = |what: &str, v: u64| {
+        u32::try_from(v).map_err(|_| {
+            SpecError::new(
+                "configuration",
+                what,
+                format!("{v} is too large to schedule"),
+                "at most 4294967295",
+            )
+        })
+    };
+    let mut spec = ScheduleSpec::new(
+        c.schedule,
+        small("pp", c.pp)?,
+        small("micro-batches", c.microbatches(t))?,
+        small("vp", c.vp)?,
+    );
+    spec.recompute = map.recompute_blocks.iter().map(|&x| x > 0).collect();
+    spec.grad_reduce = if c.dp * c.cp > 1 && c.zero < 3 {
+        if t.overlap_grad_reduce {
+            GradReduce::Overlapped
+        } else {
+            GradReduce::AtEnd
+        }
+    } else {
+        GradReduce::None
+    };
+    Ok(spec)
+}
 
 /// Blocks of global chunk `chunk` of `chunks` under an even split of `layers`, the remainder
 /// going to the first chunks.
@@ -46,20 +83,25 @@ impl StageMap {
             for r in 0..p {
                 map.recompute_blocks[r as usize] = map.rank_blocks(r, p);
             }
-            if c.schedule == Schedule::Scp && p > 1 {
-                map.recompute_blocks[(p - 1) as usize] = 0;
+            for r in 0..p {
+                if c.schedule.spares_rank(r, p) {
+                    map.recompute_blocks[r as usize] = 0;
+                }
             }
         }
         map
     }
 
+    /// Blocks of chunk `c` of pipeline rank `r` of `p` (placement: `plait_schedule`'s
+    /// [`virtual_stage`]).
+    pub fn blocks_of(&self, r: u64, c: u64, p: u64) -> u64 {
+        self.chunk_blocks[virtual_stage(r, c, p) as usize]
+    }
+
     /// Blocks on pipeline rank `r` of `p` (over all its chunks).
     pub fn rank_blocks(&self, r: u64, p: u64) -> u64 {
-        self.chunk_blocks
-            .iter()
-            .skip(r as usize)
-            .step_by(p as usize)
-            .sum()
+        let chunks = self.chunk_blocks.len() as u64 / p.max(1);
+        (0..chunks).map(|c| self.blocks_of(r, c, p)).sum()
     }
 
     /// Of rank `r`'s chunk `c`, the blocks recomputed in full (the rank's recompute count
@@ -67,9 +109,9 @@ impl StageMap {
     pub fn chunk_recompute_blocks(&self, r: u64, c: u64, p: u64) -> u64 {
         let mut left = self.recompute_blocks[r as usize];
         for chunk in 0..c {
-            left = left.saturating_sub(self.chunk_blocks[(chunk * p + r) as usize]);
+            left = left.saturating_sub(self.blocks_of(r, chunk, p));
         }
-        left.min(self.chunk_blocks[(c * p + r) as usize])
+        left.min(self.blocks_of(r, c, p))
     }
 
     /// Checks the map against `layers` and `c`.
@@ -133,6 +175,7 @@ impl StageMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::train::Schedule;
 
     #[test]
     fn uniform_map_splits_evenly_and_spares_scp_last_rank() {

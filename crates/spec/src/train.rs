@@ -47,17 +47,8 @@ keyword_enum!(
     /// or full (only each layer's input is kept).
     Recompute { None => "none", Selective => "selective", Full => "full" }
 );
-keyword_enum!(
-    /// Pipeline schedule.
-    Schedule {
-        Gpipe => "gpipe",
-        OneFOneB => "1f1b",
-        Interleaved => "interleaved",
-        ZbH1 => "zb-h1",
-        /// Merak's shifted critical path 1F1B.
-        Scp => "scp",
-    }
-);
+/// Pipeline schedule: the kind and its rules are `plait-schedule`'s.
+pub use plait_schedule::ScheduleKind as Schedule;
 keyword_enum!(
     /// How attention is computed: a fused flash-attention kernel, or the unfused
     /// matmul–softmax–dropout–matmul chain of older Megatron-LM (SC'21, Korthikanti et al.).

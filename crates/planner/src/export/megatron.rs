@@ -145,7 +145,7 @@ fn recompute_flags(plan: &Layout) -> Result<Vec<(&'static str, String)>, String>
                 .map(|(r, ch)| {
                     (
                         map.chunk_recompute_blocks(r, ch, c.pp),
-                        map.chunk_blocks[(ch * c.pp + r) as usize],
+                        map.blocks_of(r, ch, c.pp),
                     )
                 })
                 .collect();

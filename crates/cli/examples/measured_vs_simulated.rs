@@ -3,10 +3,10 @@
 //! 2-worker plans and prints the simulator's prediction beside the measured median step.
 //!
 //! ```text
-//! cargo run --release -p plait-runtime --example measured_vs_simulated [-- --profile FILE]
+//! cargo run --release -p plait --example measured_vs_simulated [-- --profile FILE]
 //! ```
 
-use plait_runtime::profile::{measure, predict, CpuProfile, MeasureOptions};
+use plait_runtime::profile::{measure, CpuProfile, MeasureOptions};
 use plait_runtime::{parse_plan, train, Dataset, TrainConfig};
 use plait_spec::model_preset;
 
@@ -61,7 +61,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ] {
         let mut cfg = TrainConfig::new(model.clone(), parse_plan(plan, workers)?, SEQ, GBS, STEPS);
         cfg.seed = 1;
-        let sim = predict(&cfg, &profile)?;
+        let (cluster, device) = profile.cluster(cfg.topology().world())?;
+        let sim = plait_planner::simulate_mapped(
+            &cfg.model,
+            &cluster,
+            &cfg.train_spec(),
+            &cfg.parallel,
+            &device,
+            &cfg.stage_map(),
+        )?;
         let predicted = sim.estimate.iteration_time_s;
         cfg.trace = verbose;
         let report = train(&cfg, &data, |_| {})?;

@@ -1,0 +1,121 @@
+//! The schedule kinds and their rules: which chunk counts each accepts, which ranks keep
+//! their activations whatever the plan says, and where a rank's chunks sit in the pipeline.
+//! The one place these rules live; the cost model, the planner and the runtime ask here.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// Pipeline schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ScheduleKind {
+    #[serde(rename = "gpipe")]
+    Gpipe,
+    #[serde(rename = "1f1b")]
+    OneFOneB,
+    /// Megatron-LM's interleaved 1F1B: several chunks per rank.
+    #[serde(rename = "interleaved")]
+    Interleaved,
+    /// Zero-bubble ZB-H1 (Qi et al.): the weight gradient deferred into the bubbles.
+    #[serde(rename = "zb-h1")]
+    ZbH1,
+    /// Merak's shifted critical path 1F1B.
+    #[serde(rename = "scp")]
+    Scp,
+}
+
+impl ScheduleKind {
+    pub const ALL: &'static [ScheduleKind] = &[
+        ScheduleKind::Gpipe,
+        ScheduleKind::OneFOneB,
+        ScheduleKind::Interleaved,
+        ScheduleKind::ZbH1,
+        ScheduleKind::Scp,
+    ];
+
+    pub fn keyword(self) -> &'static str {
+        match self {
+            ScheduleKind::Gpipe => "gpipe",
+            ScheduleKind::OneFOneB => "1f1b",
+            ScheduleKind::Interleaved => "interleaved",
+            ScheduleKind::ZbH1 => "zb-h1",
+            ScheduleKind::Scp => "scp",
+        }
+    }
+
+    /// The keywords, `|`-separated (for error messages).
+    pub fn allowed() -> String {
+        Self::ALL
+            .iter()
+            .map(|k| k.keyword())
+            .collect::<Vec<_>>()
+            .join("|")
+    }
+
+    /// Whether the schedule runs `chunks` chunks per rank: only interleaved runs more than one.
+    pub fn accepts_chunks(self, chunks: u64) -> bool {
+        chunks == 1 || self == ScheduleKind::Interleaved
+    }
+
+    /// Whether rank `rank` of `ranks` keeps its activations whatever the plan asks: Merak's
+    /// scp never recomputes on the last rank, whose backward follows its forward at once.
+    pub fn spares_rank(self, rank: u64, ranks: u64) -> bool {
+        self == ScheduleKind::Scp && ranks > 1 && rank + 1 == ranks
+    }
+
+    /// Whether the schedule rebuilds a rank's recomputed chunk before its backward as one
+    /// instruction with its own memory (scp), rather than layer by layer inside it.
+    pub fn rebuilds_before_backward(self) -> bool {
+        self == ScheduleKind::Scp
+    }
+}
+
+/// The virtual stage (position in the pipeline) of chunk `chunk` of rank `rank` among
+/// `ranks` ranks: chunks go round the ranks in order (Megatron-LM's placement), so chunk c
+/// of rank r is virtual stage c·p + r.
+pub fn virtual_stage(rank: u64, chunk: u64, ranks: u64) -> u64 {
+    chunk * ranks + rank
+}
+
+impl fmt::Display for ScheduleKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.keyword())
+    }
+}
+
+impl FromStr for ScheduleKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let key = s.to_ascii_lowercase();
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|k| k.keyword() == key)
+            .ok_or_else(|| format!("`{s}` is not one of {}", Self::allowed()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keywords_round_trip_and_rules_hold() {
+        for &k in ScheduleKind::ALL {
+            assert_eq!(k.keyword().parse::<ScheduleKind>(), Ok(k));
+            let json = serde_json::to_string(&k).unwrap();
+            assert_eq!(json, format!("\"{}\"", k.keyword()));
+        }
+        assert!(ScheduleKind::Interleaved.accepts_chunks(4));
+        assert!(!ScheduleKind::OneFOneB.accepts_chunks(2));
+        assert!(ScheduleKind::Scp.spares_rank(3, 4));
+        assert!(!ScheduleKind::Scp.spares_rank(0, 1));
+        assert!(!ScheduleKind::OneFOneB.spares_rank(3, 4));
+        assert_eq!(virtual_stage(1, 2, 4), 9);
+        assert!("pipedream"
+            .parse::<ScheduleKind>()
+            .unwrap_err()
+            .contains("zb-h1"));
+    }
+}
