@@ -1,0 +1,344 @@
+//! What a run is: `TrainConfig` (model, plan, batch, data order, checkpoints, faults to
+//! inject), its checks, the schedule it executes, and the plan syntax `dp2,tp2,pp2,…`.
+
+use std::time::Duration;
+
+use plait_schedule::{generate, validate, Schedule};
+use plait_spec::{ModelSpec, ParallelConfig, Recompute, Schedule as Kind, StageMap, TrainSpec};
+use serde::{Deserialize, Serialize};
+
+use crate::checkpoint::CheckpointConfig;
+use crate::data::Dataset;
+use crate::error::RuntimeError;
+use crate::model::check_model;
+use crate::optim::OptimConfig;
+use crate::topology::Topology;
+
+type Result<T> = std::result::Result<T, RuntimeError>;
+
+use super::*;
+
+/// Default bound on any blocking communication call: far above any step of the models the
+/// CPU runtime trains (seconds), far below "hangs forever".
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A test-only switch: make `rank` fail at `step` on its program's instruction `instruction`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fault {
+    pub rank: usize,
+    pub step: u64,
+    pub instruction: usize,
+    /// Panic (instead of returning an error).
+    pub panic: bool,
+}
+
+/// Everything one training run needs.
+#[derive(Debug, Clone)]
+pub struct TrainConfig {
+    pub model: ModelSpec,
+    /// dp, tp, pp, vp, mbs, zero (0 or 1), sp, recompute, schedule (cp = ep = 1).
+    pub parallel: ParallelConfig,
+    /// Blocks per chunk and recomputed blocks per rank (`None`: the uniform map).
+    pub stage_map: Option<StageMap>,
+    pub seq: usize,
+    /// Global batch in sequences.
+    pub gbs: usize,
+    /// Steps of the whole run (the learning-rate schedule's length).
+    pub steps: u64,
+    /// Stop after this step (a checkpoint is written there when checkpoints are on), as if
+    /// interrupted; `None` runs to `steps`.
+    pub stop_after: Option<u64>,
+    pub seed: u64,
+    pub optim: OptimConfig,
+    /// Elements per data-parallel gradient bucket.
+    pub bucket_params: usize,
+    pub timeout: Duration,
+    /// Compute threads of each worker (1: a worker is one core, as `plait profile` measures).
+    pub threads_per_worker: usize,
+    pub checkpoint: Option<CheckpointConfig>,
+    /// Continue from the newest checkpoint in `checkpoint.dir`.
+    pub resume: bool,
+    /// Record the measured timeline of pipeline 0 (dp 0, tp 0) for a Perfetto trace.
+    pub trace: bool,
+    /// Return the final weights (full, unsplit) in the report.
+    pub return_weights: bool,
+    pub fault: Option<Fault>,
+    /// Sub-pipelined tensor parallelism (Merak): each micro-batch runs as two halves on
+    /// two threads with their own tensor-parallel communicators, so one half's collectives
+    /// overlap the other half's compute.
+    pub sub_pipeline_tp: bool,
+}
+
+impl TrainConfig {
+    /// A run of `steps` steps of `model` under `parallel` with the runtime's defaults.
+    pub fn new(
+        model: ModelSpec,
+        parallel: ParallelConfig,
+        seq: usize,
+        gbs: usize,
+        steps: u64,
+    ) -> Self {
+        TrainConfig {
+            model,
+            parallel,
+            stage_map: None,
+            seq,
+            gbs,
+            steps,
+            stop_after: None,
+            seed: 0,
+            optim: OptimConfig::for_steps(steps),
+            bucket_params: plait_cost::estimate::GRAD_BUCKET_PARAMS as usize,
+            timeout: DEFAULT_TIMEOUT,
+            threads_per_worker: 1,
+            checkpoint: None,
+            resume: false,
+            trace: false,
+            return_weights: false,
+            fault: None,
+            sub_pipeline_tp: false,
+        }
+    }
+
+    /// The batch as the planner sees it. Reductions are placed after the backward: the
+    /// in-process communicator blocks the worker while it reduces.
+    pub fn train_spec(&self) -> TrainSpec {
+        TrainSpec {
+            attention: plait_spec::AttentionImpl::Unfused,
+            overlap_grad_reduce: false,
+            engine: plait_spec::Engine::Plait,
+            ..TrainSpec::new(self.gbs as u64, self.seq as u64)
+        }
+    }
+
+    pub fn topology(&self) -> Topology {
+        Topology {
+            dp: self.parallel.dp as usize,
+            tp: self.parallel.tp as usize,
+            pp: self.parallel.pp as usize,
+        }
+    }
+
+    pub fn stage_map(&self) -> StageMap {
+        self.stage_map
+            .clone()
+            .unwrap_or_else(|| StageMap::uniform(self.model.layers, &self.parallel))
+    }
+
+    /// Micro-batches per pipeline per step.
+    pub fn microbatches(&self) -> usize {
+        self.gbs / (self.parallel.mbs as usize * self.parallel.dp as usize)
+    }
+
+    /// Checks everything that can be checked before a thread starts.
+    pub fn check(&self, data: &Dataset) -> Result<()> {
+        let c = &self.parallel;
+        let bad = |m: String| Err(RuntimeError::Config(m));
+        if self.seq == 0 || self.gbs == 0 || self.steps == 0 {
+            return bad("--seq, --gbs and --steps must be at least 1".into());
+        }
+        if c.cp != 1 || c.ep != 1 {
+            return bad(format!(
+                "context parallel (cp = {}) and expert parallel (ep = {}) are not supported by the runtime; use cp = ep = 1",
+                c.cp, c.ep
+            ));
+        }
+        if c.zero > 1 {
+            return bad(format!(
+                "ZeRO stage {} is not supported by the runtime (0 or 1)",
+                c.zero
+            ));
+        }
+        if c.recompute == Recompute::Selective {
+            return bad("selective recompute is not implemented by the runtime; use none or full (per-stage amounts come from the stage map)".into());
+        }
+        let train = self.train_spec();
+        c.validate(&self.model, &train, c.gpus())
+            .map_err(|e| RuntimeError::Config(e.to_string()))?;
+        let per = c.mbs as usize * c.dp as usize;
+        if !self.gbs.is_multiple_of(per) {
+            return bad(format!(
+                "global batch {} does not split into micro-batches of {} over dp = {} (needs a multiple of {per})",
+                self.gbs, c.mbs, c.dp
+            ));
+        }
+        if c.sp && c.tp > 1 && !self.seq.is_multiple_of(c.tp as usize) {
+            return bad(format!(
+                "sequence {} does not split over tp = {} for sequence parallelism",
+                self.seq, c.tp
+            ));
+        }
+        self.stage_map()
+            .validate(self.model.layers, c)
+            .map_err(|e| RuntimeError::Config(e.to_string()))?;
+        check_model(&self.model, c.tp as usize, self.seq)?;
+        check_memory(&self.model, self.seq, activation_bytes(self))?;
+        data.check(self.seq)?;
+        if self.threads_per_worker == 0 {
+            return bad("threads per worker must be at least 1".into());
+        }
+        if self.sub_pipeline_tp {
+            if c.tp < 2 || !c.mbs.is_multiple_of(2) {
+                return bad(format!(
+                    "sub-pipelined tensor parallelism splits each micro-batch in two over tp ≥ 2: needs tp ≥ 2 and an even micro-batch (got tp = {}, mbs = {})",
+                    c.tp, c.mbs
+                ));
+            }
+            if self.stage_map().recompute_blocks.iter().any(|&x| x > 0) {
+                return bad("sub-pipelined tensor parallelism is not combined with recompute in the runtime; use recompute none".into());
+            }
+        }
+        if self.resume && self.checkpoint.is_none() {
+            return bad("--resume needs --checkpoint-dir".into());
+        }
+        Ok(())
+    }
+
+    /// The schedule every pipeline rank executes.
+    pub fn schedule(&self) -> Result<Schedule> {
+        let spec = plait_spec::schedule_spec(&self.parallel, &self.train_spec(), &self.stage_map())
+            .map_err(|e| RuntimeError::Config(format!("schedule: {e}")))?;
+        let s = generate(&spec).map_err(|e| RuntimeError::Config(format!("schedule: {e}")))?;
+        validate(&s).map_err(|e| RuntimeError::Config(format!("schedule is invalid: {e}")))?;
+        Ok(s)
+    }
+}
+
+/// Parses an explicit plan `dp2,tp2,pp2` (also `vp2`, `mbs2`, `zero1`, `sp`,
+/// `recompute=full`, `schedule=gpipe`) against `workers`. Each item at most once.
+pub fn parse_plan(text: &str, workers: usize) -> Result<ParallelConfig> {
+    let mut c = ParallelConfig::default();
+    let mut dp = None;
+    let mut seen: Vec<&str> = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = || {
+            RuntimeError::Config(format!(
+                "--plan: cannot read `{part}` (expected auto, or items like dp2,tp2,pp2,vp2,mbs1,zero1,sp,recompute=full,schedule=1f1b)"
+            ))
+        };
+        let key = match part.find(|ch: char| ch.is_ascii_digit() || ch == '=') {
+            Some(i) => &part[..i],
+            None => part,
+        };
+        if seen.contains(&key) {
+            return Err(RuntimeError::Config(format!(
+                "--plan {text}: `{key}` is given twice"
+            )));
+        }
+        seen.push(key);
+        if part == "sp" {
+            c.sp = true;
+            continue;
+        }
+        if let Some(v) = part.strip_prefix("recompute=") {
+            c.recompute = v
+                .parse()
+                .map_err(|e: String| RuntimeError::Config(format!("--plan: {e}")))?;
+            continue;
+        }
+        if let Some(v) = part.strip_prefix("schedule=") {
+            c.schedule = v
+                .parse()
+                .map_err(|e: String| RuntimeError::Config(format!("--plan: {e}")))?;
+            continue;
+        }
+        let split = part.find(|ch: char| ch.is_ascii_digit()).ok_or_else(bad)?;
+        let (key, num) = part.split_at(split);
+        let value: u64 = num.parse().map_err(|_| bad())?;
+        if value == 0 {
+            return Err(RuntimeError::Config(format!(
+                "--plan: `{part}` must be at least 1"
+            )));
+        }
+        match key {
+            "dp" => dp = Some(value),
+            "tp" => c.tp = value,
+            "pp" => c.pp = value,
+            "vp" => c.vp = value,
+            "mbs" => c.mbs = value,
+            "zero" => c.zero = value.min(255) as u8,
+            _ => return Err(bad()),
+        }
+    }
+    // Degrees multiply without wrapping: `tp9223372036854775809,dp2` ((2⁶³ + 1) · 2 ≡ 2
+    // in u64) must not pass for 2 workers.
+    let mp = c.tp.checked_mul(c.pp);
+    c.dp = match (dp, mp) {
+        (Some(d), _) => d,
+        (None, Some(mp)) if (workers as u64).is_multiple_of(mp) => workers as u64 / mp,
+        (None, _) => 0,
+    };
+    if c.vp > 1 && c.schedule == Kind::OneFOneB {
+        c.schedule = Kind::Interleaved;
+    }
+    let product = mp.and_then(|mp| mp.checked_mul(c.dp));
+    if product != Some(workers as u64) {
+        return Err(RuntimeError::Config(format!(
+            "--plan {text}: dp×tp×pp = {}×{}×{} = {} but --workers is {workers}",
+            if c.dp == 0 {
+                "?".to_string()
+            } else {
+                c.dp.to_string()
+            },
+            c.tp,
+            c.pp,
+            product.map_or_else(|| "more than 2⁶⁴".to_string(), |p| p.to_string())
+        )));
+    }
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_parse_and_must_match_the_workers() {
+        let c = parse_plan("dp2,tp2,pp2,zero1,sp", 8).unwrap();
+        assert_eq!((c.dp, c.tp, c.pp, c.zero, c.sp), (2, 2, 2, 1, true));
+        let c = parse_plan("pp2,vp2", 2).unwrap();
+        assert_eq!(c.schedule, Kind::Interleaved);
+        assert_eq!(parse_plan("tp2", 4).unwrap().dp, 2);
+        let e = parse_plan("dp2,tp2", 3).unwrap_err().to_string();
+        assert!(e.contains("--workers is 3"), "{e}");
+        assert!(parse_plan("xx2", 1).is_err());
+        assert!(parse_plan("pp2,schedule=gpipe", 2).unwrap().schedule == Kind::Gpipe);
+    }
+
+    #[test]
+    fn plans_refuse_repeated_items_and_overflowing_degrees() {
+        for plan in [
+            "dp1,dp2",
+            "tp2,pp1,tp2",
+            "sp,sp",
+            "recompute=full,recompute=none",
+        ] {
+            let e = parse_plan(plan, 2).unwrap_err().to_string();
+            assert!(e.contains("given twice"), "{plan}: {e}");
+        }
+        // (2⁶³ + 1) · 2 wraps to 2 in u64: it must not pass for 2 workers.
+        let e = parse_plan("tp9223372036854775809,dp2", 2)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("more than 2⁶⁴"), "{e}");
+        let e = parse_plan("tp4294967296,pp4294967296", 4)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--workers is 4"), "{e}");
+    }
+
+    #[test]
+    fn unshard_inverts_shard() {
+        for split in [Split::Rows, Split::Cols, Split::Replicated] {
+            let def = ParamDef {
+                name: "x".into(),
+                shape: vec![6, 4],
+                split,
+                init: crate::model::Init::Normal(1.0),
+            };
+            let full = def.full_values(3);
+            let parts: Vec<Vec<f32>> = (0..2).map(|r| def.shard(&full, 2, r)).collect();
+            assert_eq!(unshard(&def, &parts), full);
+        }
+    }
+}

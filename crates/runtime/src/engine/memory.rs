@@ -1,0 +1,109 @@
+//! Whether a run fits this machine's memory, checked before anything is allocated.
+
+use plait_spec::ModelSpec;
+
+use crate::error::RuntimeError;
+
+type Result<T> = std::result::Result<T, RuntimeError>;
+
+use super::*;
+
+/// The share of the available memory (`MemAvailable`) a run may be estimated to need. A
+/// safety margin, not a measurement: the estimates below leave out the allocator's slack
+/// and fragmentation, transient tensors (gradients in flight, GEMM packing buffers),
+/// thread stacks, and what the OS and other processes take while the run lasts.
+pub(crate) const MEMORY_HEADROOM: f64 = 0.8;
+
+/// Bytes per parameter: f32 weights, gradients and Adam's two moments (16), plus one more
+/// copy for the checkpoint and the gathered full weights.
+pub(crate) const BYTES_PER_PARAMETER: f64 = 20.0;
+
+/// `seq × seq` f32 tensors per attention head that one block keeps for its backward
+/// (`StageModel::block`): q·kᵀ, its scaled and masked versions, the scores shifted by
+/// their row maximum, their exponentials and the probabilities. candle's graph holds every
+/// operation's inputs until the backward has run.
+pub(crate) const SCORE_TENSORS_PER_BLOCK: f64 = 6.0;
+
+/// Attention activations of `blocks` blocks for one micro-batch of `mbs` sequences, all
+/// heads (summed over the tensor-parallel group), in bytes:
+/// `blocks · 6 · mbs · heads · seq² · 4`.
+pub(crate) fn attention_bytes(m: &ModelSpec, seq: usize, mbs: u64, blocks: u64) -> f64 {
+    let seq2 = (seq as f64).powi(2);
+    blocks as f64 * SCORE_TENSORS_PER_BLOCK * mbs as f64 * m.heads as f64 * seq2 * 4.0
+}
+
+/// The activation memory `cfg` needs at least, in bytes over all workers: every worker's
+/// causal masks (one `seq × seq` f32 per chunk it runs), plus the score tensors of the
+/// largest chunk for one micro-batch on each of its data- and tensor-parallel ranks
+/// (between a chunk's forward, or its `Recompute`, and its backward, every block of the
+/// chunk holds them):
+///
+/// ```text
+/// dp·tp·pp · vp · seq² · 4  +  dp · max chunk blocks · 6 · mbs · heads · seq² · 4
+/// ```
+///
+/// Only the terms in seq² are counted (hidden states and MLP activations grow with seq
+/// only), and only one micro-batch in flight, so a run this estimate refuses cannot fit.
+pub fn activation_bytes(cfg: &TrainConfig) -> f64 {
+    let c = &cfg.parallel;
+    let seq2 = (cfg.seq as f64).powi(2);
+    let chunks = [c.dp, c.tp, c.pp, c.vp]
+        .iter()
+        .map(|&x| x as f64)
+        .product::<f64>();
+    let masks = chunks * seq2 * 4.0;
+    let blocks = cfg.stage_map().chunk_blocks.into_iter().max().unwrap_or(0);
+    masks + c.dp as f64 * attention_bytes(&cfg.model, cfg.seq, c.mbs, blocks)
+}
+
+/// [`activation_bytes`] for the smallest plan (one sequence per micro-batch, one block per
+/// chunk): what any run of `m` at `seq` needs at least, before a plan is chosen.
+pub fn min_activation_bytes(m: &ModelSpec, seq: usize) -> f64 {
+    (seq as f64).powi(2) * 4.0 + attention_bytes(m, seq, 1, 1)
+}
+
+/// Refuses a run whose weights, gradients and Adam states (16 bytes per parameter in f32,
+/// plus one more copy for the checkpoint and the gathered full weights) and attention
+/// activations (`activation_bytes`, from [`activation_bytes`] or [`min_activation_bytes`])
+/// would not fit in 80 % of this machine's available memory (`MEMORY_HEADROOM`: a safety
+/// margin, not a measurement).
+pub fn check_memory(m: &ModelSpec, seq: usize, activation_bytes: f64) -> Result<()> {
+    let Some(avail) = available_memory_bytes() else {
+        return Ok(());
+    };
+    let budget = MEMORY_HEADROOM * avail;
+    let params = m.parameter_count() as f64 * BYTES_PER_PARAMETER;
+    let gib = |bytes: f64| bytes / f64::from(1u32 << 30);
+    if params > budget {
+        return Err(RuntimeError::Config(format!(
+            "{} has {:.2} B parameters: training it needs about {:.1} GiB (f32 weights, \
+             gradients and Adam states) but this machine has {:.1} GiB available",
+            m.name,
+            m.parameter_count() as f64 / 1e9,
+            gib(params),
+            gib(avail)
+        )));
+    }
+    if params + activation_bytes > budget {
+        return Err(RuntimeError::Config(format!(
+            "--seq {seq} is too long for this machine: {}'s attention activations need \
+             about {:.1} GiB (they grow with seq²), {:.1} GiB with its weights, gradients \
+             and Adam states, but this machine has {:.1} GiB available (a run may plan on \
+             {:.0} % of it); use a shorter --seq or a smaller micro-batch",
+            m.name,
+            gib(activation_bytes),
+            gib(params + activation_bytes),
+            gib(avail),
+            MEMORY_HEADROOM * 100.0
+        )));
+    }
+    Ok(())
+}
+
+/// `MemAvailable` of /proc/meminfo (Linux), in bytes.
+pub fn available_memory_bytes() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024.0)
+}
