@@ -1,61 +1,7 @@
-//! Closed-form pipeline timing and in-flight micro-batches per schedule.
-//!
-//! These formulas assume each stage repeats the same per-micro-batch work; the event
-//! simulator (schedule crate) refines them for uneven stages and communication.
+//! The pipeline terms the cost model adds to the schedule's closed forms (which live in
+//! `plait_schedule::closed_form`): what a deferred weight pass keeps in memory.
 
-use plait_spec::Schedule;
-
-/// Per-micro-batch time of one pipeline rank (all its chunks).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct StageTime {
-    pub forward_s: f64,
-    /// Backward including recomputation.
-    pub backward_s: f64,
-    /// The weight-gradient part of `backward_s`.
-    pub weight_grad_s: f64,
-    /// Point-to-point transfers of activations and gradients.
-    pub p2p_s: f64,
-}
-
-impl StageTime {
-    pub fn total_s(&self) -> f64 {
-        self.forward_s + self.backward_s + self.p2p_s
-    }
-}
-
-/// Pipeline time of one iteration: the steady state of the slowest stage for every
-/// micro-batch plus the fill and drain of the schedule (the bubble). Returns
-/// `(total, bubble)`, with `bubble = total − m × slowest`.
-pub fn pipeline_time(schedule: Schedule, stages: &[StageTime], m: u64, vp: u64) -> (f64, f64) {
-    let p = stages.len();
-    let m = m as f64;
-    let slowest = stages.iter().map(StageTime::total_s).fold(0.0, f64::max);
-    if p <= 1 {
-        return (m * slowest, 0.0);
-    }
-    let steady = m * slowest;
-    let bubble = match schedule {
-        // A micro-batch passes every stage once on the way in and out; the slowest stage
-        // sets the pace in between: (m − 1)·max + Σ stages, = (m + p − 1)·t for equal stages.
-        Schedule::Gpipe | Schedule::OneFOneB | Schedule::Scp => {
-            stages.iter().map(StageTime::total_s).sum::<f64>() - slowest
-        }
-        // Narayanan et al. 2021: the bubble shrinks by the number of chunks v.
-        Schedule::Interleaved => (p - 1) as f64 * slowest / vp.max(1) as f64,
-        // Qi et al. 2024 (ZB-H1): bubble (p − 1)(F + B_input − W), B = B_input + W.
-        Schedule::ZbH1 => {
-            let worst = stages
-                .iter()
-                .copied()
-                .max_by(|a, b| a.total_s().total_cmp(&b.total_s()))
-                .unwrap_or_default();
-            let input_grad = worst.backward_s - worst.weight_grad_s;
-            (p - 1) as f64
-                * (worst.forward_s + worst.p2p_s + input_grad - worst.weight_grad_s).max(0.0)
-        }
-    };
-    (steady + bubble, bubble)
-}
+pub use plait_schedule::closed_form::{pipeline_time, StageTime};
 
 /// Share of a transformer block's saved activations that its weight-gradient GEMMs read
 /// (their inputs): in Korthikanti et al.'s per-layer account of 34·sbh bytes, the inputs of
@@ -63,68 +9,21 @@ pub fn pipeline_time(schedule: Schedule, stages: &[StageTime], m: u64, vp: u64) 
 /// backward (ZB-H1) keeps them from its input pass until its weight pass.
 pub const WEIGHT_GRAD_INPUT_SHARE: f64 = 14.0 / 34.0;
 
-/// Micro-batches whose activations stage `k` of `p` holds at its peak, in units of one
-/// micro-batch's activations of the whole stage (all its chunks).
-pub fn inflight_microbatches(schedule: Schedule, k: u64, p: u64, m: u64, vp: u64) -> f64 {
-    match schedule {
-        Schedule::Gpipe => m as f64,
-        Schedule::OneFOneB | Schedule::Scp => (p - k).min(m) as f64,
-        // ZB-H1 holds p − k micro-batches until their input pass, like 1F1B, and rank k
-        // delays its weight passes by k micro-batches, each keeping its GEMM inputs.
-        Schedule::ZbH1 => {
-            (p - k).min(m) as f64 + k.min(m.saturating_sub(p - k)) as f64 * WEIGHT_GRAD_INPUT_SHARE
-        }
-        // Megatron-LM's interleaved warm-up: 2(p − k − 1) + (v − 1)p chunk forwards, then one
-        // more before the first backward — or every forward first when m = p; each chunk
-        // holds 1/v of the stage's activations.
-        Schedule::Interleaved => {
-            let chunks = if m == p {
-                m * vp
-            } else {
-                (2 * (p - k - 1) + (vp - 1) * p + 1).min(m * vp)
-            };
-            chunks as f64 / vp as f64
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn uniform(p: usize) -> Vec<StageTime> {
-        vec![
-            StageTime {
-                forward_s: 1.0,
-                backward_s: 2.0,
-                weight_grad_s: 1.0,
-                p2p_s: 0.0
-            };
-            p
-        ]
-    }
-
-    #[test]
-    fn closed_forms_match_the_papers() {
-        let (t, b) = pipeline_time(Schedule::OneFOneB, &uniform(4), 8, 1);
-        assert_eq!((t, b), ((8.0 + 3.0) * 3.0, 9.0));
-        let (t, _) = pipeline_time(Schedule::Gpipe, &uniform(4), 8, 1);
-        assert_eq!(t, 33.0);
-        let (t, b) = pipeline_time(Schedule::Interleaved, &uniform(4), 8, 2);
-        assert_eq!((t, b), (24.0 + 4.5, 4.5));
-        // F = Bi = W = 1: ZB-H1 bubble is (p − 1)(F + Bi − W) = a third of 1F1B's (p − 1)·3.
-        let (_, b) = pipeline_time(Schedule::ZbH1, &uniform(4), 8, 1);
-        assert_eq!(b, 3.0);
-    }
-
-    #[test]
-    fn inflight_follows_the_schedule() {
-        assert_eq!(inflight_microbatches(Schedule::OneFOneB, 0, 8, 64, 1), 8.0);
-        assert_eq!(inflight_microbatches(Schedule::OneFOneB, 7, 8, 64, 1), 1.0);
-        assert_eq!(inflight_microbatches(Schedule::OneFOneB, 0, 8, 4, 1), 4.0);
-        assert_eq!(inflight_microbatches(Schedule::Gpipe, 3, 8, 64, 1), 64.0);
-        // Stage 0 of interleaved holds p(1 + (p − 1)/(pv)) micro-batches (Korthikanti et al.).
-        let got = inflight_microbatches(Schedule::Interleaved, 0, 8, 64, 2);
-        assert!((got - 8.0 * (1.0 + 7.0 / 16.0)).abs() < 1e-12, "{got}");
-    }
+/// Micro-batches whose activations stage `k` of `p` holds at its peak under `schedule`
+/// (`plait_schedule::closed_form`, with this crate's weight-gradient input share).
+pub fn inflight_microbatches(
+    schedule: plait_spec::Schedule,
+    k: u64,
+    p: u64,
+    m: u64,
+    vp: u64,
+) -> f64 {
+    plait_schedule::closed_form::inflight_microbatches(
+        schedule,
+        k,
+        p,
+        m,
+        vp,
+        WEIGHT_GRAD_INPUT_SHARE,
+    )
 }

@@ -564,7 +564,8 @@ fn screen(
     };
     let e = est(&map);
     // scp differs from 1F1B only in where it recomputes: without recompute it is 1F1B.
-    let scp_without_recompute = c.schedule == Schedule::Scp && c.recompute != Recompute::Full;
+    let scp_without_recompute =
+        c.schedule.is_1f1b_without_recompute() && c.recompute != Recompute::Full;
     if c.recompute == Recompute::Full || (e.fits && !scp_without_recompute) {
         return (1, Some(summary(&e, None)));
     }

@@ -64,6 +64,12 @@ impl ScheduleKind {
         self == ScheduleKind::Scp && ranks > 1 && rank + 1 == ranks
     }
 
+    /// Whether the schedule is 1F1B's order when no rank recomputes (scp only moves where
+    /// recomputation happens).
+    pub fn is_1f1b_without_recompute(self) -> bool {
+        self == ScheduleKind::Scp
+    }
+
     /// Whether the schedule rebuilds a rank's recomputed chunk before its backward as one
     /// instruction with its own memory (scp), rather than layer by layer inside it.
     pub fn rebuilds_before_backward(self) -> bool {

@@ -2,11 +2,13 @@
 //! the validator (`validate`), timed by the discrete-event simulator (`simulate`) and drawn
 //! as a Perfetto trace or an SVG Gantt chart (`render`). The runtime executes the same IR.
 //!
-//! The schedule kinds and their rules (`kind`) live here and nowhere else.
+//! The schedule kinds and their rules (`kind`) and the closed forms of their timing and
+//! memory (`closed_form`) live here and nowhere else.
 //!
 //! This crate knows nothing of models, GPUs or cost formulas: the simulator takes durations
 //! and bytes per instruction kind as plain numbers ([`Costs`]).
 
+pub mod closed_form;
 pub mod generate;
 pub mod ir;
 pub mod kind;
