@@ -1,11 +1,9 @@
 //! Communication: where each parallel group's ranks sit (inside a node or across nodes) and
 //! alpha–beta times of the collectives NCCL runs over them.
 //!
-//! Rank order follows Megatron-LM: tensor parallel fastest, then context parallel, then
-//! data parallel (expert parallel groups are consecutive data-parallel ranks), then
-//! pipeline stages.
+//! Rank order is `plait_spec::Mesh`'s (Megatron-LM's): groups are placed by its strides.
 
-use plait_spec::{ClusterSpec, ParallelConfig};
+use plait_spec::{ClusterSpec, Dim, ParallelConfig};
 
 /// A communicator: its size and the link it effectively runs over.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -162,14 +160,18 @@ pub struct Groups {
 }
 
 impl Groups {
+    /// The groups of `c`, placed by the mesh's rank order (`plait_spec::Mesh`).
     pub fn new(cluster: &ClusterSpec, c: &ParallelConfig) -> Groups {
+        let mesh = c.mesh();
+        let stride = |d: Dim| mesh.stride(d);
         Groups {
-            tp: Group::place(cluster, c.tp, 1),
-            cp: Group::place(cluster, c.cp, c.tp),
-            // dp × cp ranks of one model replica shard: their stride is tp.
-            dp: Group::place(cluster, c.dp * c.cp, c.tp),
-            ep: Group::place(cluster, c.ep, c.tp * c.cp),
-            pp: Group::place(cluster, c.pp.min(2), c.tp * c.cp * c.dp),
+            tp: Group::place(cluster, c.tp, stride(Dim::Tp)),
+            cp: Group::place(cluster, c.cp, stride(Dim::Cp)),
+            // Gradients reduce over the dp × cp block, which starts at cp's stride.
+            dp: Group::place(cluster, c.dp * c.cp, stride(Dim::Cp)),
+            // Expert groups are consecutive ranks of that block, outside cp.
+            ep: Group::place(cluster, c.ep, stride(Dim::Dp)),
+            pp: Group::place(cluster, c.pp.min(2), stride(Dim::Pp)),
         }
     }
 }

@@ -1,7 +1,7 @@
-//! Where each worker sits: world rank ↔ (data, tensor, pipeline) coordinates in Megatron-LM's
-//! order (tensor parallel fastest, then data parallel, then pipeline), the same order the
-//! cost model assumes (`plait_cost::comm`).
+//! Where each worker sits: world rank ↔ (data, tensor, pipeline) coordinates, in the rank
+//! order of `plait_spec::Mesh` (the one the cost model places its groups by).
 
+use plait_spec::{Dim, Mesh, MeshCoords};
 use serde::{Deserialize, Serialize};
 
 /// The parallel degrees of one run.
@@ -22,43 +22,58 @@ pub struct Coords {
 
 impl Topology {
     pub fn world(&self) -> usize {
-        self.dp * self.tp * self.pp
+        self.mesh().world() as usize
+    }
+
+    /// The mesh of this run (no context parallelism in the runtime).
+    pub fn mesh(&self) -> Mesh {
+        Mesh {
+            tp: self.tp as u64,
+            cp: 1,
+            dp: self.dp as u64,
+            pp: self.pp as u64,
+        }
     }
 
     pub fn coords(&self, rank: usize) -> Coords {
+        let c = self.mesh().coords(rank as u64);
         Coords {
-            tp: rank % self.tp,
-            dp: (rank / self.tp) % self.dp,
-            pp: rank / (self.tp * self.dp),
+            tp: c.tp as usize,
+            dp: c.dp as usize,
+            pp: c.pp as usize,
         }
     }
 
     pub fn rank(&self, c: Coords) -> usize {
-        c.tp + self.tp * (c.dp + self.dp * c.pp)
+        self.mesh().rank(MeshCoords {
+            tp: c.tp as u64,
+            cp: 0,
+            dp: c.dp as u64,
+            pp: c.pp as u64,
+        }) as usize
+    }
+
+    fn group(&self, d: Dim, rank: usize) -> Vec<usize> {
+        self.mesh()
+            .group(d, rank as u64)
+            .into_iter()
+            .map(|r| r as usize)
+            .collect()
     }
 
     /// World ranks of `rank`'s tensor-parallel group, in group-rank order.
     pub fn tp_group(&self, rank: usize) -> Vec<usize> {
-        let c = self.coords(rank);
-        (0..self.tp)
-            .map(|tp| self.rank(Coords { tp, ..c }))
-            .collect()
+        self.group(Dim::Tp, rank)
     }
 
     /// World ranks of `rank`'s data-parallel group.
     pub fn dp_group(&self, rank: usize) -> Vec<usize> {
-        let c = self.coords(rank);
-        (0..self.dp)
-            .map(|dp| self.rank(Coords { dp, ..c }))
-            .collect()
+        self.group(Dim::Dp, rank)
     }
 
     /// World ranks of `rank`'s pipeline: group rank r holds pipeline rank r.
     pub fn pp_group(&self, rank: usize) -> Vec<usize> {
-        let c = self.coords(rank);
-        (0..self.pp)
-            .map(|pp| self.rank(Coords { pp, ..c }))
-            .collect()
+        self.group(Dim::Pp, rank)
     }
 
     /// The first and last pipeline ranks of `rank`'s pipeline (the tied-embedding group).

@@ -7,6 +7,7 @@
 pub mod cluster;
 pub mod error;
 pub mod hf;
+pub mod mesh;
 pub mod model;
 pub mod presets;
 pub mod stage_map;
@@ -17,6 +18,7 @@ pub use cluster::{
 };
 pub use error::{Result, SpecError};
 pub use hf::model_from_hf_config;
+pub use mesh::{Dim, Mesh, MeshCoords};
 pub use model::{
     Activation, Family, Gemm, Layer, LayerKind, ModelSpec, MoeSpec, Norm, Positions, Shard,
 };

@@ -171,7 +171,17 @@ impl Default for ParallelConfig {
 impl ParallelConfig {
     /// GPUs this configuration occupies.
     pub fn gpus(&self) -> u64 {
-        self.dp * self.tp * self.pp * self.cp
+        self.mesh().world()
+    }
+
+    /// The device mesh of this configuration (degrees and rank order).
+    pub fn mesh(&self) -> crate::mesh::Mesh {
+        crate::mesh::Mesh {
+            tp: self.tp,
+            cp: self.cp,
+            dp: self.dp,
+            pp: self.pp,
+        }
     }
 
     /// Micro-batches per pipeline per iteration.
