@@ -65,6 +65,11 @@ pub struct WorkloadArgs {
 /// One parallel configuration.
 #[derive(Debug, Args)]
 pub struct ConfigArgs {
+    /// The whole configuration as `plait plan` prints it, e.g. "dp32 tp8 pp4 vp8 mbs4 zero1
+    /// sp recompute=selective interleaved" (instead of the flags below; dp may be left to
+    /// --gpus).
+    #[arg(long, conflicts_with_all = ["dp", "tp", "pp", "vp", "cp", "ep", "mbs", "zero", "sp", "recompute", "schedule"])]
+    pub config: Option<String>,
     /// Data-parallel degree (default: --gpus / (tp × pp × cp)).
     #[arg(long, allow_negative_numbers = true)]
     pub dp: Option<i64>,
@@ -236,6 +241,31 @@ impl WorkloadArgs {
 impl ConfigArgs {
     /// The configuration, with dp derived from `gpus` when not given.
     pub fn resolve(&self, gpus: Option<u64>) -> Result<ParallelConfig, SpecError> {
+        if let Some(text) = &self.config {
+            let (mut c, dp) = plait_spec::parse_config_items(text).map_err(|e| {
+                SpecError::new(
+                    "--config",
+                    "config",
+                    e,
+                    "the configuration syntax of `plait plan`",
+                )
+            })?;
+            if let (None, Some(g)) = (dp, gpus) {
+                let model_parallel = c.tp * c.pp * c.cp;
+                if g % model_parallel != 0 {
+                    return Err(SpecError::new(
+                        "--gpus",
+                        "gpus",
+                        format!(
+                            "{g} GPUs do not split into tp×pp×cp = {model_parallel} model replicas"
+                        ),
+                        format!("multiples of {model_parallel}"),
+                    ));
+                }
+                c.dp = g / model_parallel;
+            }
+            return Ok(c);
+        }
         let tp = positive("tp", self.tp)?;
         let pp = positive("pp", self.pp)?;
         let cp = positive("cp", self.cp)?;

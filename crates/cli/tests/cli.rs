@@ -312,3 +312,37 @@ fn a_model_directory_is_read_through_its_config_json() {
     check_error(&["estimate", "--model", d], "without a config.json");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_configuration_pasted_from_plan_estimates_like_its_flags() {
+    let pasted = common::json(&[
+        "estimate",
+        "--gpus",
+        "1024",
+        "--config",
+        "dp32 tp8 pp4 vp8 mbs4 zero2 sp recompute=selective interleaved",
+        "--json",
+    ]);
+    let flags = common::json(&[
+        "estimate",
+        "--gpus",
+        "1024",
+        "--tp",
+        "8",
+        "--pp",
+        "4",
+        "--vp",
+        "8",
+        "--mbs",
+        "4",
+        "--zero",
+        "2",
+        "--sp",
+        "--recompute",
+        "selective",
+        "--json",
+    ]);
+    assert_eq!(pasted["iteration_time_s"], flags["iteration_time_s"]);
+    assert_eq!(pasted["config"], flags["config"]);
+    check_error(&["estimate", "--config", "tp8 tp4"], "given twice");
+}

@@ -25,4 +25,7 @@ pub use model::{
 pub use plait_schedule::virtual_stage;
 pub use presets::{model_preset, model_preset_names};
 pub use stage_map::{even_chunk_blocks, schedule_spec, StageMap};
-pub use train::{AttentionImpl, Dtype, Engine, ParallelConfig, Recompute, Schedule, TrainSpec};
+pub use train::{
+    parse_config_items, AttentionImpl, Dtype, Engine, ParallelConfig, Recompute, Schedule,
+    TrainSpec,
+};

@@ -363,6 +363,84 @@ impl ParallelConfig {
     }
 }
 
+/// A configuration read from its own display string (`dp32 tp8 pp4 vp8 mbs4 zero1 sp
+/// recompute=selective interleaved`, as `plait plan` prints it), items separated by spaces
+/// or commas, each at most once; `schedule=1f1b` works as well as the bare keyword. Degrees
+/// not given are 1; `dp` may be left out (`None`) for the caller to derive from a GPU count.
+pub fn parse_config_items(
+    text: &str,
+) -> std::result::Result<(ParallelConfig, Option<u64>), String> {
+    let mut c = ParallelConfig::default();
+    let mut dp = None;
+    let mut seen: Vec<String> = Vec::new();
+    let expected = "items like dp2 tp2 pp2 vp2 cp2 ep2 mbs1 zero1 sp recompute=full 1f1b";
+    for part in text
+        .split(|ch: char| ch == ',' || ch.is_whitespace())
+        .filter(|p| !p.is_empty())
+    {
+        let bad = || format!("cannot read `{part}` (expected {expected})");
+        let key = match part.find(|ch: char| ch.is_ascii_digit() || ch == '=') {
+            Some(i) if !part.starts_with(|ch: char| ch.is_ascii_digit()) => &part[..i],
+            _ if part.parse::<Schedule>().is_ok() => "schedule",
+            _ => part,
+        };
+        if seen.iter().any(|k| k == key) {
+            return Err(format!("`{key}` is given twice"));
+        }
+        seen.push(key.to_string());
+        if part == "sp" {
+            c.sp = true;
+            continue;
+        }
+        if let Some(v) = part.strip_prefix("recompute=") {
+            c.recompute = v.parse()?;
+            continue;
+        }
+        if let Ok(kind) = part
+            .strip_prefix("schedule=")
+            .unwrap_or(part)
+            .parse::<Schedule>()
+        {
+            c.schedule = kind;
+            continue;
+        }
+        let split = part.find(|ch: char| ch.is_ascii_digit()).ok_or_else(bad)?;
+        let (key, num) = part.split_at(split);
+        let value: u64 = num.parse().map_err(|_| bad())?;
+        if value == 0 {
+            return Err(format!("`{part}` must be at least 1"));
+        }
+        match key {
+            "dp" => dp = Some(value),
+            "tp" => c.tp = value,
+            "pp" => c.pp = value,
+            "vp" => c.vp = value,
+            "cp" => c.cp = value,
+            "ep" => c.ep = value,
+            "mbs" => c.mbs = value,
+            "zero" if value <= 3 => c.zero = value as u8,
+            "zero" => {
+                return Err(format!(
+                    "ZeRO stage {value} does not exist (allowed: 0|1|2|3)"
+                ))
+            }
+            _ => return Err(bad()),
+        }
+    }
+    if c.vp > 1 && c.schedule == Schedule::OneFOneB {
+        c.schedule = Schedule::Interleaved;
+    }
+    c.dp = dp.unwrap_or(1);
+    Ok((c, dp))
+}
+
+impl FromStr for ParallelConfig {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        parse_config_items(s).map(|(c, _)| c)
+    }
+}
+
 impl fmt::Display for ParallelConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "dp{} tp{} pp{}", self.dp, self.tp, self.pp)?;
@@ -464,6 +542,40 @@ mod tests {
             3,
             "cp",
         );
+    }
+
+    #[test]
+    fn configurations_parse_from_their_display() {
+        let c = ParallelConfig {
+            dp: 32,
+            tp: 8,
+            pp: 4,
+            vp: 8,
+            cp: 2,
+            ep: 2,
+            mbs: 4,
+            zero: 1,
+            sp: true,
+            recompute: Recompute::Selective,
+            schedule: Schedule::Interleaved,
+        };
+        assert_eq!(c.to_string().parse::<ParallelConfig>(), Ok(c));
+        let d = ParallelConfig::default();
+        assert_eq!(d.to_string().parse::<ParallelConfig>(), Ok(d));
+        let (c, dp) = parse_config_items("tp2,pp2,schedule=gpipe").unwrap();
+        assert_eq!((c.tp, c.pp, c.schedule, dp), (2, 2, Schedule::Gpipe, None));
+        assert!("tp2 tp4"
+            .parse::<ParallelConfig>()
+            .unwrap_err()
+            .contains("twice"));
+        assert!("zero5"
+            .parse::<ParallelConfig>()
+            .unwrap_err()
+            .contains("0|1|2|3"));
+        assert!("xx2"
+            .parse::<ParallelConfig>()
+            .unwrap_err()
+            .contains("cannot read"));
     }
 
     #[test]

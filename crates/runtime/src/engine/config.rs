@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use plait_schedule::{generate, validate, Schedule};
-use plait_spec::{ModelSpec, ParallelConfig, Recompute, Schedule as Kind, StageMap, TrainSpec};
+use plait_spec::{ModelSpec, ParallelConfig, Recompute, StageMap, TrainSpec};
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::CheckpointConfig;
@@ -207,59 +207,8 @@ impl TrainConfig {
 /// Parses an explicit plan `dp2,tp2,pp2` (also `vp2`, `mbs2`, `zero1`, `sp`,
 /// `recompute=full`, `schedule=gpipe`) against `workers`. Each item at most once.
 pub fn parse_plan(text: &str, workers: usize) -> Result<ParallelConfig> {
-    let mut c = ParallelConfig::default();
-    let mut dp = None;
-    let mut seen: Vec<&str> = Vec::new();
-    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let bad = || {
-            RuntimeError::Config(format!(
-                "--plan: cannot read `{part}` (expected auto, or items like dp2,tp2,pp2,vp2,mbs1,zero1,sp,recompute=full,schedule=1f1b)"
-            ))
-        };
-        let key = match part.find(|ch: char| ch.is_ascii_digit() || ch == '=') {
-            Some(i) => &part[..i],
-            None => part,
-        };
-        if seen.contains(&key) {
-            return Err(RuntimeError::Config(format!(
-                "--plan {text}: `{key}` is given twice"
-            )));
-        }
-        seen.push(key);
-        if part == "sp" {
-            c.sp = true;
-            continue;
-        }
-        if let Some(v) = part.strip_prefix("recompute=") {
-            c.recompute = v
-                .parse()
-                .map_err(|e: String| RuntimeError::Config(format!("--plan: {e}")))?;
-            continue;
-        }
-        if let Some(v) = part.strip_prefix("schedule=") {
-            c.schedule = v
-                .parse()
-                .map_err(|e: String| RuntimeError::Config(format!("--plan: {e}")))?;
-            continue;
-        }
-        let split = part.find(|ch: char| ch.is_ascii_digit()).ok_or_else(bad)?;
-        let (key, num) = part.split_at(split);
-        let value: u64 = num.parse().map_err(|_| bad())?;
-        if value == 0 {
-            return Err(RuntimeError::Config(format!(
-                "--plan: `{part}` must be at least 1"
-            )));
-        }
-        match key {
-            "dp" => dp = Some(value),
-            "tp" => c.tp = value,
-            "pp" => c.pp = value,
-            "vp" => c.vp = value,
-            "mbs" => c.mbs = value,
-            "zero" => c.zero = value.min(255) as u8,
-            _ => return Err(bad()),
-        }
-    }
+    let (mut c, dp) = plait_spec::parse_config_items(text)
+        .map_err(|e| RuntimeError::Config(format!("--plan {text}: {e} (or auto)",)))?;
     // Degrees multiply without wrapping: `tp9223372036854775809,dp2` ((2⁶³ + 1) · 2 ≡ 2
     // in u64) must not pass for 2 workers.
     let mp = c.tp.checked_mul(c.pp);
@@ -268,9 +217,6 @@ pub fn parse_plan(text: &str, workers: usize) -> Result<ParallelConfig> {
         (None, Some(mp)) if (workers as u64).is_multiple_of(mp) => workers as u64 / mp,
         (None, _) => 0,
     };
-    if c.vp > 1 && c.schedule == Kind::OneFOneB {
-        c.schedule = Kind::Interleaved;
-    }
     let product = mp.and_then(|mp| mp.checked_mul(c.dp));
     if product != Some(workers as u64) {
         return Err(RuntimeError::Config(format!(
@@ -291,6 +237,7 @@ pub fn parse_plan(text: &str, workers: usize) -> Result<ParallelConfig> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use plait_spec::Schedule as Kind;
 
     #[test]
     fn plans_parse_and_must_match_the_workers() {
