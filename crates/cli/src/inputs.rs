@@ -238,6 +238,20 @@ impl WorkloadArgs {
     }
 }
 
+/// Model replicas (the data-parallel degree) that `gpus` GPUs hold at `model_parallel`
+/// GPUs each.
+fn replicas(gpus: u64, model_parallel: u64) -> Result<u64, SpecError> {
+    if !gpus.is_multiple_of(model_parallel) {
+        return Err(SpecError::new(
+            "--gpus",
+            "gpus",
+            format!("{gpus} GPUs do not split into tp×pp×cp = {model_parallel} model replicas"),
+            format!("multiples of {model_parallel}"),
+        ));
+    }
+    Ok(gpus / model_parallel)
+}
+
 impl ConfigArgs {
     /// The configuration, with dp derived from `gpus` when not given.
     pub fn resolve(&self, gpus: Option<u64>) -> Result<ParallelConfig, SpecError> {
@@ -251,18 +265,7 @@ impl ConfigArgs {
                 )
             })?;
             if let (None, Some(g)) = (dp, gpus) {
-                let model_parallel = c.tp * c.pp * c.cp;
-                if g % model_parallel != 0 {
-                    return Err(SpecError::new(
-                        "--gpus",
-                        "gpus",
-                        format!(
-                            "{g} GPUs do not split into tp×pp×cp = {model_parallel} model replicas"
-                        ),
-                        format!("multiples of {model_parallel}"),
-                    ));
-                }
-                c.dp = g / model_parallel;
+                c.dp = replicas(g, c.tp * c.pp * c.cp)?;
             }
             return Ok(c);
         }
@@ -272,19 +275,7 @@ impl ConfigArgs {
         let model_parallel = tp * pp * cp;
         let dp = match (self.dp, gpus) {
             (Some(dp), _) => positive("dp", dp)?,
-            (None, Some(g)) => {
-                if g % model_parallel != 0 {
-                    return Err(SpecError::new(
-                        "--gpus",
-                        "gpus",
-                        format!(
-                            "{g} GPUs do not split into tp×pp×cp = {model_parallel} model replicas"
-                        ),
-                        format!("multiples of {model_parallel}"),
-                    ));
-                }
-                g / model_parallel
-            }
+            (None, Some(g)) => replicas(g, model_parallel)?,
             (None, None) => 1,
         };
         if !(0..=3).contains(&self.zero) {

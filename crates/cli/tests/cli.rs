@@ -209,34 +209,7 @@ fn bad_input_is_a_one_line_error_naming_the_field() {
 
 #[test]
 fn estimate_names_its_engine_and_brackets_the_time() {
-    for engine in ["megatron", "deepspeed", "fsdp", "torchtitan", "plait"] {
-        let v = common::json(&[
-            "estimate",
-            "--model",
-            "llama2-7b",
-            "--gpus",
-            "64",
-            "--zero",
-            "3",
-            "--mbs",
-            "2",
-            "--gbs",
-            "512",
-            "--engine",
-            engine,
-            "--json",
-        ]);
-        assert_eq!(v["engine"], engine);
-        let (low, mid, high) = (
-            v["iteration_time_low_s"].as_f64().unwrap(),
-            v["iteration_time_s"].as_f64().unwrap(),
-            v["iteration_time_high_s"].as_f64().unwrap(),
-        );
-        assert!(low < mid && mid < high, "{engine}: {low} {mid} {high}");
-    }
-    // The engines differ where their profiles do: FSDP's eager kernels and Triton attention
-    // against Megatron's fused ones.
-    let time = |engine: &str| {
+    let under = |engine: &str| {
         common::json(&[
             "estimate",
             "--model",
@@ -252,10 +225,21 @@ fn estimate_names_its_engine_and_brackets_the_time() {
             "--engine",
             engine,
             "--json",
-        ])["iteration_time_s"]
-            .as_f64()
-            .unwrap()
+        ])
     };
+    for engine in ["megatron", "deepspeed", "fsdp", "torchtitan", "plait"] {
+        let v = under(engine);
+        assert_eq!(v["engine"], engine);
+        let (low, mid, high) = (
+            v["iteration_time_low_s"].as_f64().unwrap(),
+            v["iteration_time_s"].as_f64().unwrap(),
+            v["iteration_time_high_s"].as_f64().unwrap(),
+        );
+        assert!(low < mid && mid < high, "{engine}: {low} {mid} {high}");
+    }
+    // The engines differ where their profiles do: FSDP's eager kernels and Triton attention
+    // against Megatron's fused ones.
+    let time = |engine: &str| under(engine)["iteration_time_s"].as_f64().unwrap();
     assert!(time("fsdp") > time("megatron"));
 }
 
