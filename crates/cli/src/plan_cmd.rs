@@ -239,14 +239,21 @@ pub fn run(args: &PlanArgs) -> Result<String> {
             || args.pictures.trace.is_some()
             || args.pictures.ir.is_some()
         {
-            let s = simulate_mapped(
-                &r.model,
-                &r.cluster,
-                &r.train,
-                &best.config,
-                &r.device,
-                &best.stage_map,
-            )?;
+            let owned;
+            let s = match &best.simulated {
+                Some(s) => s.as_ref(),
+                None => {
+                    owned = simulate_mapped(
+                        &r.model,
+                        &r.cluster,
+                        &r.train,
+                        &best.config,
+                        &r.device,
+                        &best.stage_map,
+                    )?;
+                    &owned
+                }
+            };
             let title = format!(
                 "{} on {gpus} × {}: {}",
                 r.model.name, r.cluster.gpu.name, best.config

@@ -3,8 +3,12 @@
 
 use serde::Serialize;
 
+use std::sync::Arc;
+
 use plait_cost::Estimate;
 use plait_spec::{ParallelConfig, StageMap};
+
+use crate::Simulated;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Plan {
@@ -19,4 +23,8 @@ pub struct Plan {
     pub closed_form_iteration_time_s: f64,
     /// Why this plan wins, or what limits it (one short sentence each).
     pub notes: Vec<String>,
+    /// The simulation behind `estimate` (schedule, costs, timeline): what pictures and
+    /// traces of the plan draw, without simulating again. Not part of the JSON.
+    #[serde(skip)]
+    pub simulated: Option<Arc<Simulated>>,
 }

@@ -495,9 +495,10 @@ fn refine(
                     config: s.config,
                     microbatches: s.config.microbatches(req.train),
                     closed_form_iteration_time_s: sim.closed_form.iteration_time_s,
-                    estimate: sim.estimate,
+                    estimate: sim.estimate.clone(),
                     stage_map: map,
                     notes: Vec::new(),
+                    simulated: Some(std::sync::Arc::new(sim)),
                 },
             )));
         }

@@ -17,7 +17,7 @@ use plait_spec::{ClusterSpec, ModelSpec, ParallelConfig, Recompute, StageMap, Tr
 use crate::PlanError;
 
 /// A configuration simulated event by event.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Simulated {
     pub schedule: Schedule,
     pub costs: Costs,

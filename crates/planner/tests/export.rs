@@ -32,6 +32,7 @@ fn case(model: &str, gbs: u64, seq: u64, c: ParallelConfig) -> Case {
         closed_form_iteration_time_s: est.iteration_time_s,
         estimate: est,
         notes: vec![],
+        simulated: None,
     };
     Case {
         plan,
