@@ -12,9 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use plait_planner::export::{export, Engine};
-use plait_planner::{
-    plan, simulate_mapped, Infeasible, MapShape, Pins, Plan, Request, SearchStats,
-};
+use plait_planner::{plan, simulate_mapped, Infeasible, Pins, Plan, Request, SearchStats};
 use plait_spec::{Recompute, Schedule};
 
 use crate::inputs::{parse_keyword, positive, WorkloadArgs};
@@ -183,15 +181,13 @@ pub fn run(args: &PlanArgs) -> Result<String> {
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     let engine = args.export;
-    let allow = move |layout: &plait_planner::export::Layout| {
-        engine.is_none_or(|e| plait_planner::export::supports(e, layout).is_ok())
-    };
+    // The planner keeps to what the engine it plans under can run (`--export X` plans
+    // under X).
+    let runs_on = r.train.engine;
     let mut req = Request::new(&r.model, &r.cluster, &r.train, &r.device, gpus);
     req.pins = pins;
     req.top = top;
     req.simulate = simulate.max(top);
-    req.shape = engine.map_or(MapShape::Any, plait_planner::export::map_shape);
-    req.allow = Some(&allow);
 
     let bar = ProgressBar::new(0);
     bar.set_style(
@@ -217,6 +213,12 @@ pub fn run(args: &PlanArgs) -> Result<String> {
     if let (Some(engine), 0) = (engine, outcome.search.candidates) {
         bail!(
             "--export {engine}: {engine} can run none of the configurations of {gpus} GPUs that the given flags allow"
+        );
+    }
+    if outcome.search.candidates == 0 && runs_on == plait_spec::Engine::Fsdp {
+        bail!(
+            "--engine fsdp: FSDP shards data-parallel only (tp = pp = cp = ep = 1), and no such configuration of {gpus} GPUs matches the batch of {} sequences and the given flags (allowed: a GPU count that divides the batch, or --engine megatron|deepspeed|torchtitan)",
+            r.train.gbs
         );
     }
 

@@ -166,6 +166,10 @@ fn bad_input_is_a_one_line_error_naming_the_field() {
         ],
         "--engine fsdp contradicts --export deepspeed",
     );
+    check_error(
+        &["plan", "--gpus", "1024", "--engine", "fsdp"],
+        "FSDP shards data-parallel only",
+    );
     check_error(&["estimate", "--dtype", "fp8"], "`dtype`");
     check_error(
         &[

@@ -57,8 +57,9 @@ pub struct Request<'a> {
     pub simulate: usize,
     /// Block layouts the plans may use (an engine may not express every layout).
     pub shape: MapShape,
-    /// Extra filter on plans (e.g. what an export engine can run): applied to every
-    /// configuration with its even layout, and again to the final layouts.
+    /// Extra filter on plans beyond what `train.engine` runs (which the search always
+    /// checks): applied to every configuration with its even layout, and again to the final
+    /// layouts.
     pub allow: Option<&'a (dyn Fn(&Layout) -> bool + Sync)>,
 }
 
@@ -79,7 +80,9 @@ impl<'a> Request<'a> {
             pins: Pins::default(),
             top: 5,
             simulate: 16,
-            shape: MapShape::Any,
+            // The block layouts the engine it plans under can express.
+            shape: crate::export::export_target(train.engine)
+                .map_or(MapShape::Any, crate::export::map_shape),
             allow: None,
         }
     }
@@ -276,10 +279,9 @@ pub fn enumerate(req: &Request) -> Vec<ParallelConfig> {
 }
 
 /// Whether `req.allow` accepts `c` with `map` (its even layout when None).
+/// Whether the engine the request plans under runs `c` (with `map`, or its even layout),
+/// and the caller's extra filter accepts it.
 fn allowed(req: &Request, c: &ParallelConfig, map: Option<&StageMap>) -> bool {
-    let Some(allow) = req.allow else {
-        return true;
-    };
     let even;
     let stage_map = match map {
         Some(m) => m,
@@ -288,11 +290,13 @@ fn allowed(req: &Request, c: &ParallelConfig, map: Option<&StageMap>) -> bool {
             &even
         }
     };
-    allow(&Layout {
+    let layout = Layout {
         config: c,
         stage_map,
         microbatches: c.microbatches(req.train),
-    })
+    };
+    crate::export::engine_supports(req.train.engine, &layout).is_ok()
+        && req.allow.is_none_or(|allow| allow(&layout))
 }
 
 /// The (schedule, chunks) pairs worth trying for `pp` ranks and `micro` micro-batches.

@@ -287,3 +287,35 @@ fn plans_are_ordered_robustly() {
         }
     }
 }
+
+/// A plan under an engine is one that engine runs: DeepSpeed's pipeline engine has no
+/// interleaving, FSDP (llm-foundry) shards data-parallel only.
+#[test]
+fn plans_keep_to_what_their_engine_runs() {
+    use plait_planner::export::{engine_supports, export_target, map_shape};
+    let cluster = cluster_preset("dgx-h100").unwrap();
+    let m = model_preset("llama2-13b").unwrap();
+    for engine in [plait_spec::Engine::Deepspeed, plait_spec::Engine::Fsdp] {
+        let t = TrainSpec {
+            engine,
+            ..TrainSpec::new(512, 4096)
+        };
+        let d = device_for(&cluster, t.dtype).unwrap();
+        // The request alone keeps to the engine: no filter of the caller's.
+        let req = Request::new(&m, &cluster, &t, &d, 64);
+        assert_eq!(
+            req.shape,
+            export_target(engine).map_or(plait_planner::MapShape::Any, map_shape)
+        );
+        let out = plan(&req, &|_, _| {}).unwrap();
+        assert!(!out.plans.is_empty(), "{engine}");
+        for p in &out.plans {
+            assert!(
+                engine_supports(engine, &p.layout()).is_ok(),
+                "{engine}: {}",
+                p.config
+            );
+            assert_ne!(p.config.schedule, Schedule::Interleaved, "{engine}");
+        }
+    }
+}

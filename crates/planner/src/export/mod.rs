@@ -110,6 +110,33 @@ pub fn supports(engine: Engine, layout: &Layout) -> Result<(), String> {
     join(plan_reasons(engine, layout))
 }
 
+/// The export target that speaks for `engine`'s capabilities, where plait writes one.
+pub fn export_target(engine: plait_spec::Engine) -> Option<Engine> {
+    match engine {
+        plait_spec::Engine::Megatron => Some(Engine::Megatron),
+        plait_spec::Engine::Deepspeed => Some(Engine::DeepSpeed),
+        plait_spec::Engine::Torchtitan => Some(Engine::Torchtitan),
+        plait_spec::Engine::Fsdp | plait_spec::Engine::Plait => None,
+    }
+}
+
+/// Why `engine` cannot run `layout`, or `Ok`: the export targets' checks, and for FSDP1 as
+/// llm-foundry runs it, data parallelism only (no tensor, pipeline, context or expert
+/// parallelism in its MPT models, `llmfoundry/models/mpt/modeling_mpt.py`). plait's own
+/// runtime is checked by `plait train`.
+pub fn engine_supports(engine: plait_spec::Engine, layout: &Layout) -> Result<(), String> {
+    if let Some(target) = export_target(engine) {
+        return supports(target, layout);
+    }
+    let c = layout.config;
+    if engine == plait_spec::Engine::Fsdp && (c.tp > 1 || c.pp > 1 || c.cp > 1 || c.ep > 1) {
+        return Err(format!(
+            "FSDP (llm-foundry) shards data-parallel only; {c} uses tp/pp/cp/ep"
+        ));
+    }
+    Ok(())
+}
+
 /// The block layouts `engine` can express: Megatron-LM and torchtitan place any layout
 /// (`--pipeline-model-parallel-layout`, `module_fqns_per_model_part`); DeepSpeed's
 /// `PipelineModule` partitions evenly. None recomputes different block counts per rank.
