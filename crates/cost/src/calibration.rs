@@ -460,8 +460,9 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
             } else {
                 Positions::Rotary
             },
-            qkv_bias: gpt_like,
-            linear_bias: gpt_like,
+            // GPT-3 has biases; Nemotron (`add_bias_linear = False`) and Llama do not.
+            qkv_bias: gpt_like && row.str("model")?.starts_with("GPT3"),
+            linear_bias: gpt_like && row.str("model")?.starts_with("GPT3"),
             tied_embeddings: row.int("tied")? == 1,
             causal: true,
             moe: (experts > 0).then(|| MoeSpec {
@@ -476,6 +477,11 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
             train: TrainSpec {
                 dtype: Dtype::Fp8,
                 engine: Engine::Megatron,
+                // NeMo's GPTConfig5B and GPTConfig20B leave Megatron's dropout defaults
+                // (hidden and attention 0.1, `transformer_config.py:188-191`); its 175B,
+                // Llama and Nemotron configs set 0 (NeMo 8cfedd7, `gpt/model/base.py`,
+                // `nemotron.py:50-51`).
+                dropout: matches!(row.str("model")?, "GPT3-5B" | "GPT3-20B"),
                 ..TrainSpec::new(gbs, seq)
             },
             config: ParallelConfig {
