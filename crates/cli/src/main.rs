@@ -62,8 +62,16 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
+            use std::io::Write;
+            match std::io::stdout().lock().write_all(text.as_bytes()) {
+                Ok(()) => ExitCode::SUCCESS,
+                // The reader left (`plait plan | head`): nothing more to say.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: cannot write the output: {e}");
+                    ExitCode::from(2)
+                }
+            }
         }
         Err(err) => {
             eprintln!("error: {err:#}");

@@ -150,6 +150,12 @@ fn bad_input_is_a_one_line_error_naming_the_field() {
         "gpipe|1f1b|interleaved|zb-h1|scp",
     );
     check_error(&["estimate", "--recompute", "some"], "none|selective|full");
+    // Sizes are bounded before anything is allocated by them.
+    check_error(&["estimate", "--vp", "9223372036854775807"], "`vp`");
+    check_error(
+        &["estimate", "--pp", "4294967296"],
+        "integers from 1 to 1048576",
+    );
     check_error(
         &["estimate", "--engine", "colossal"],
         "megatron|deepspeed|fsdp|torchtitan|plait",
@@ -333,4 +339,26 @@ fn a_configuration_pasted_from_plan_estimates_like_its_flags() {
     assert_eq!(pasted["iteration_time_s"], flags["iteration_time_s"]);
     assert_eq!(pasted["config"], flags["config"]);
     check_error(&["estimate", "--config", "tp8 tp4"], "given twice");
+}
+
+#[test]
+fn a_reader_that_leaves_early_is_not_an_error() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_plait"))
+        .args(["plan", "--gpus", "1024"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    // The pipe closes here, before plait has written its table.
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(first.starts_with("plait plan"), "{first}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
 }

@@ -290,6 +290,8 @@ pub fn estimate(
     c: &ParallelConfig,
     d: &DeviceModel,
 ) -> Result<Estimate, SpecError> {
+    // Checked before the map is sized by the degrees.
+    c.validate(m, t, c.gpus())?;
     estimate_mapped(m, cluster, t, c, d, &StageMap::uniform(m.layers, c))
 }
 

@@ -147,7 +147,8 @@ pub struct Schedule {
 impl Schedule {
     /// Virtual stage of chunk `chunk` on rank `rank`.
     pub fn virtual_stage(&self, rank: u32, chunk: u32) -> u32 {
-        chunk * self.stages + rank
+        // Within u32: the generator bounds stages × chunks.
+        crate::kind::virtual_stage(rank.into(), chunk.into(), self.stages.into()) as u32
     }
 
     /// Number of virtual stages `p·v`.

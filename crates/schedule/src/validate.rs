@@ -308,7 +308,8 @@ pub(crate) fn queue(from: u32, gradient: bool) -> usize {
 /// prove that sends and receives match and that no rank waits forever.
 fn check_links(s: &Schedule) -> Result<(), ValidationError> {
     let p = s.stages;
-    let mut links: Vec<VecDeque<(u32, usize, Instr)>> = vec![VecDeque::new(); (p * p * 2) as usize];
+    // One in-order queue per (sender, kind): 2p queues (see `queue`).
+    let mut links: Vec<VecDeque<(u32, usize, Instr)>> = vec![VecDeque::new(); 2 * p as usize];
     let mut pc = vec![0usize; p as usize];
     let mut progressed = true;
     while progressed {

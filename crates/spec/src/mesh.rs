@@ -50,8 +50,12 @@ impl Mesh {
     }
 
     /// Ranks in the mesh.
+    /// Saturates rather than wraps: a mesh beyond 2^64 ranks is refused by the checks.
     pub fn world(&self) -> u64 {
-        self.tp * self.cp * self.dp * self.pp
+        self.tp
+            .saturating_mul(self.cp)
+            .saturating_mul(self.dp)
+            .saturating_mul(self.pp)
     }
 
     /// Distance in world ranks between neighbours along `d`: the product of the degrees of

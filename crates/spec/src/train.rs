@@ -150,6 +150,10 @@ pub struct ParallelConfig {
     pub schedule: Schedule,
 }
 
+/// Largest degree (dp, tp, pp, vp, cp, ep) or micro-batch a configuration may have: 2^20,
+/// far beyond the largest published runs (tens of thousands of GPUs).
+pub const MAX_DEGREE: u64 = 1 << 20;
+
 impl Default for ParallelConfig {
     fn default() -> Self {
         Self {
@@ -214,6 +218,14 @@ impl ParallelConfig {
             if v == 0 {
                 return err(field, "must be ≥ 1, got 0".into(), "integers ≥ 1".into());
             }
+            // Degrees beyond any machine are refused before anything is sized by them.
+            if field != "gbs" && field != "seq" && v > MAX_DEGREE {
+                return err(
+                    field,
+                    format!("{v} is larger than any machine runs"),
+                    format!("integers from 1 to {MAX_DEGREE}"),
+                );
+            }
         }
         if self.zero > 3 {
             return err(
@@ -266,7 +278,7 @@ impl ParallelConfig {
                 format!("divisors of {}", model.ffn_hidden),
             );
         }
-        if self.pp * self.vp > model.layers {
+        if self.pp.saturating_mul(self.vp) > model.layers {
             return err(
                 "pp",
                 format!(
