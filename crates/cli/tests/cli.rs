@@ -342,6 +342,25 @@ fn a_configuration_pasted_from_plan_estimates_like_its_flags() {
 }
 
 #[test]
+fn a_huge_batch_is_answered_at_once() {
+    // 2^63 − 1 sequences: the micro-batch sizes are tested, not every divisor of the batch,
+    // and the token count is not multiplied in u64. The answer is that no schedule holds so
+    // many micro-batches, at once, not after minutes of trial division.
+    check_error(
+        &[
+            "plan",
+            "--gpus",
+            "64",
+            "--gbs",
+            "9223372036854775807",
+            "--model",
+            "llama2-7b",
+        ],
+        "too large to schedule",
+    );
+}
+
+#[test]
 fn a_reader_that_leaves_early_is_not_an_error() {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};

@@ -262,7 +262,7 @@ fn layer_sample_factors(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> Option<
 /// Model FLOPs of one iteration (forward + backward = 3 × forward, no recompute), counting
 /// attention over the full sequence as the published MFU figures do.
 pub fn model_flops(m: &ModelSpec, t: &TrainSpec) -> f64 {
-    let tokens = (t.gbs * t.seq) as f64;
+    let tokens = t.gbs as f64 * t.seq as f64;
     let h = m.hidden as f64;
     let attn_weights = h * (m.q_width() + 2 * m.kv_width()) as f64 + m.q_width() as f64 * h;
     let mlp_mats = match m.activation {
@@ -724,7 +724,7 @@ fn assemble(
         iteration_time_s,
         iteration_time_low_s: iteration_time_s,
         iteration_time_high_s: iteration_time_s,
-        tokens_per_s: (t.gbs * t.seq) as f64 / iteration_time_s,
+        tokens_per_s: t.gbs as f64 * t.seq as f64 / iteration_time_s,
         tflops_per_gpu: flops / iteration_time_s / gpus / 1e12,
         mfu: flops / iteration_time_s / gpus / d.peak_flops_per_s,
         model_flops_per_iteration: flops,

@@ -230,9 +230,11 @@ pub fn enumerate(req: &Request) -> Vec<ParallelConfig> {
                         continue;
                     }
                     let per_replica = t.gbs / dp;
-                    let mbss = divisors(per_replica)
-                        .into_iter()
-                        .filter(|&b| b <= MAX_MBS || pins.mbs == Some(b))
+                    // Only micro-batches up to MAX_MBS (or the pinned one) are tried: test
+                    // those, not every divisor of the batch (which may be near 2^64).
+                    let mbss = (1..=MAX_MBS)
+                        .chain(pins.mbs.filter(|&b| b > MAX_MBS))
+                        .filter(|&b| per_replica.is_multiple_of(b))
                         .collect();
                     for mbs in pinned(pins.mbs, mbss) {
                         let micro = per_replica / mbs;

@@ -244,7 +244,7 @@ pub fn refine(e: &Estimate, sim: &Simulation, t: &TrainSpec) -> Estimate {
     out.iteration_time_low_s = out.iteration_time_s - (e.iteration_time_s - e.iteration_time_low_s);
     out.iteration_time_high_s =
         out.iteration_time_s + (e.iteration_time_high_s - e.iteration_time_s);
-    out.tokens_per_s = (t.gbs * t.seq) as f64 / out.iteration_time_s;
+    out.tokens_per_s = t.gbs as f64 * t.seq as f64 / out.iteration_time_s;
     let scale = e.iteration_time_s / out.iteration_time_s;
     out.tflops_per_gpu = e.tflops_per_gpu * scale;
     out.mfu = e.mfu * scale;
