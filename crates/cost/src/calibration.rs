@@ -244,11 +244,7 @@ pub fn sc21_table1(text: &str) -> Result<Table, SpecError> {
                 mbs,
                 sp: false,
                 recompute: Recompute::Full,
-                schedule: if vp > 1 {
-                    Schedule::Interleaved
-                } else {
-                    Schedule::OneFOneB
-                },
+                schedule: Schedule::megatron_for_chunks(vp),
                 ..ParallelConfig::default()
             },
             measured_step_s: measured,
@@ -495,11 +491,7 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
                 zero: 1,
                 sp: tp > 1,
                 recompute: Recompute::None,
-                schedule: if vp > 1 {
-                    Schedule::Interleaved
-                } else {
-                    Schedule::OneFOneB
-                },
+                schedule: Schedule::megatron_for_chunks(vp),
             },
             measured_step_s: row.num("step_s")?,
         });

@@ -49,11 +49,7 @@ fn sc21_plans_beat_the_published_configurations() {
             vp,
             mbs,
             recompute: Recompute::Full,
-            schedule: if vp > 1 {
-                Schedule::Interleaved
-            } else {
-                Schedule::OneFOneB
-            },
+            schedule: Schedule::megatron_for_chunks(vp),
             ..ParallelConfig::default()
         };
         let baseline = simulate_config(&m, &cluster, &t, &published, &d)

@@ -53,6 +53,16 @@ impl ScheduleKind {
             .join("|")
     }
 
+    /// Megatron-LM's schedule for `chunks` chunks per rank: interleaved with more than one,
+    /// 1F1B otherwise.
+    pub fn megatron_for_chunks(chunks: u64) -> ScheduleKind {
+        if chunks > 1 {
+            ScheduleKind::Interleaved
+        } else {
+            ScheduleKind::OneFOneB
+        }
+    }
+
     /// Whether the schedule runs `chunks` chunks per rank: only interleaved runs more than one.
     pub fn accepts_chunks(self, chunks: u64) -> bool {
         chunks == 1 || self == ScheduleKind::Interleaved

@@ -290,7 +290,7 @@ impl ParallelConfig {
                 format!("pp×vp ≤ {}", model.layers),
             );
         }
-        if self.vp > 1 && self.schedule != Schedule::Interleaved {
+        if !self.schedule.accepts_chunks(self.vp) {
             return err(
                 "vp",
                 format!(
