@@ -165,8 +165,11 @@ fn render(title: &str, s: &Simulated) -> String {
     }
     out += &format!("{table}\n");
     out += &format!(
-        "iteration: {:.3} s simulated vs {:.3} s closed form ({:+.1} %) · bubble fraction {:.1} %\n",
+        "iteration: {:.3} s simulated (band {:.3}–{:.3} s, engine {}) vs {:.3} s closed form ({:+.1} %) · bubble fraction {:.1} %\n",
         e.iteration_time_s,
+        e.iteration_time_low_s,
+        e.iteration_time_high_s,
+        e.engine,
         s.closed_form.iteration_time_s,
         100.0 * (e.iteration_time_s / s.closed_form.iteration_time_s - 1.0),
         100.0 * sim.bubble_fraction,
