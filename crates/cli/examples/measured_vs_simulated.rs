@@ -6,6 +6,11 @@
 //! cargo run --release -p plait --example measured_vs_simulated [-- --profile FILE]
 //! ```
 
+// The CLI's prediction of a run on this machine (the example is the CLI package's).
+#[path = "../src/auto_plan.rs"]
+#[allow(dead_code)]
+mod auto_plan;
+
 use plait_runtime::profile::{measure, CpuProfile, MeasureOptions};
 use plait_runtime::{parse_plan, train, Dataset, TrainConfig};
 use plait_spec::model_preset;
@@ -61,15 +66,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ] {
         let mut cfg = TrainConfig::new(model.clone(), parse_plan(plan, workers)?, SEQ, GBS, STEPS);
         cfg.seed = 1;
-        let (cluster, device) = profile.cluster(cfg.topology().world())?;
-        let sim = plait_planner::simulate_mapped(
-            &cfg.model,
-            &cluster,
-            &cfg.train_spec(),
-            &cfg.parallel,
-            &device,
-            &cfg.stage_map(),
-        )?;
+        let sim = auto_plan::predict(&cfg, &profile)?;
         let predicted = sim.estimate.iteration_time_s;
         cfg.trace = verbose;
         let report = train(&cfg, &data, |_| {})?;

@@ -28,10 +28,37 @@ pub struct Group {
 /// to the Simple protocol's (NVLink 3.4 µs, network 14 µs), and the fraction of the bus
 /// bandwidth the protocol reaches (LL: `busBw * .5`, LL128: `busBw * 0.92`). NCCL picks the
 /// fastest for each message size; so does this model.
-const RING_PROTOCOLS: [(f64, f64, f64, f64); 3] = [
-    (6.6e-6, 0.6 / 3.4, 2.7 / 14.0, 0.5),
-    (14.0e-6, 1.9 / 3.4, 4.0 / 14.0, 0.92),
-    (8.4e-6, 1.0, 1.0, 1.0),
+struct RingProtocol {
+    base_s: f64,
+    intra_rel: f64,
+    inter_rel: f64,
+    bandwidth_share: f64,
+    /// Simple pays the proxy's network overhead three times per step (`tuning.cc:408`).
+    simple: bool,
+}
+
+const RING_PROTOCOLS: [RingProtocol; 3] = [
+    RingProtocol {
+        base_s: 6.6e-6,
+        intra_rel: 0.6 / 3.4,
+        inter_rel: 2.7 / 14.0,
+        bandwidth_share: 0.5,
+        simple: false,
+    },
+    RingProtocol {
+        base_s: 14.0e-6,
+        intra_rel: 1.9 / 3.4,
+        inter_rel: 4.0 / 14.0,
+        bandwidth_share: 0.92,
+        simple: false,
+    },
+    RingProtocol {
+        base_s: 8.4e-6,
+        intra_rel: 1.0,
+        inter_rel: 1.0,
+        bandwidth_share: 1.0,
+        simple: true,
+    },
 ];
 /// On multi-node rings every step pays the proxy's network overhead, 1 µs on x86 hosts and
 /// 3× that with the Simple protocol (`getNetOverhead`, `tuning.cc:228-233, 404-410`).
@@ -100,16 +127,17 @@ impl Group {
         let inter_steps = rounds * (self.nodes - 1) as f64;
         RING_PROTOCOLS
             .iter()
-            .map(|&(base, intra_rel, inter_rel, bw)| {
-                let mut intra = self.intra_step_latency_s * intra_rel;
+            .map(|p| {
+                let mut intra = self.intra_step_latency_s * p.intra_rel;
                 if self.nodes > 1 {
-                    let overhead = if bw == 1.0 { 3.0 } else { 1.0 } * NET_OVERHEAD_S;
+                    let overhead = if p.simple { 3.0 } else { 1.0 } * NET_OVERHEAD_S;
                     intra = intra.max(overhead);
                 }
-                let inter = self.step_latency_s * inter_rel;
-                base + (steps - inter_steps) * intra
+                let inter = self.step_latency_s * p.inter_rel;
+                p.base_s
+                    + (steps - inter_steps) * intra
                     + inter_steps * inter
-                    + bytes / (self.ring_bytes_per_s * bw)
+                    + bytes / (self.ring_bytes_per_s * p.bandwidth_share)
             })
             .fold(f64::INFINITY, f64::min)
     }

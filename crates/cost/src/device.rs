@@ -48,7 +48,7 @@ impl Generation {
             Generation::Volta
         } else if name.contains("A100") || name.contains("A10") || name.contains("A40") {
             Generation::Ampere
-        } else if name.contains("B200") || name.contains("B300") || name.contains("GB") {
+        } else if name.contains("B200") || name.contains("B300") {
             Generation::Blackwell
         } else {
             Generation::Hopper
@@ -108,7 +108,7 @@ const VOLTA_ATTENTION_FRACTION: (f64, f64) = (0.30, 0.25);
 
 /// Fraction of the 16-bit peak (forward, backward) that `kernel` reaches at sequence length
 /// `seq` and head dimension `head_dim` on `gen`, by log-linear interpolation in the FA2
-/// tables (clamped outside 512–16k and head dims 64–128). `speedup_index` picks the low,
+/// tables (clamped outside 512–16k and head dims 64–128). `level` picks the low,
 /// central or slow end (0 optimistic, 1 central, 2 pessimistic) of the kernel's published
 /// range against FlashAttention-2.
 pub fn attention_fraction(
@@ -117,7 +117,7 @@ pub fn attention_fraction(
     seq: f64,
     head_dim: f64,
     causal: bool,
-    speedup_index: usize,
+    level: usize,
 ) -> (f64, f64) {
     let (table, peak) = match gen {
         Generation::Volta => return VOLTA_ATTENTION_FRACTION,
@@ -132,7 +132,7 @@ pub fn attention_fraction(
         let at = |row: &[f64; 6]| row[i] + (row[i + 1] - row[i]) * t;
         at(&table[base]) * (1.0 - hd) + at(&table[base + 1]) * hd
     };
-    let level = speedup_index.min(2);
+    let level = level.min(2);
     let combined = lookup(table) / peak;
     // FlashAttention-2: 3.5 / combined = 1 / fwd + 2.5 / bwd with bwd = r·fwd.
     let r = FA2_BACKWARD_OVER_FORWARD;
@@ -329,16 +329,9 @@ impl DeviceModel {
         seq: f64,
         head_dim: f64,
         causal: bool,
-        speedup_index: usize,
+        level: usize,
     ) -> (f64, f64) {
-        let (f, b) = attention_fraction(
-            self.generation,
-            kernel,
-            seq,
-            head_dim,
-            causal,
-            speedup_index,
-        );
+        let (f, b) = attention_fraction(self.generation, kernel, seq, head_dim, causal, level);
         let rate = self.sixteen_bit_peak_flops_per_s * self.sustained;
         (forward_flops / (rate * f), 2.5 * forward_flops / (rate * b))
     }

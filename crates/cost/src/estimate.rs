@@ -290,9 +290,17 @@ pub fn estimate(
     c: &ParallelConfig,
     d: &DeviceModel,
 ) -> Result<Estimate, SpecError> {
-    // Checked before the map is sized by the degrees.
+    // Checked before the map is sized by the degrees; the uniform map is valid by
+    // construction.
     c.validate(m, t, c.gpus())?;
-    estimate_mapped(m, cluster, t, c, d, &StageMap::uniform(m.layers, c))
+    Ok(estimate_checked(
+        m,
+        cluster,
+        t,
+        c,
+        d,
+        &StageMap::uniform(m.layers, c),
+    ))
 }
 
 /// Estimates one configuration with its blocks laid out by `map`.
@@ -306,6 +314,18 @@ pub fn estimate_mapped(
 ) -> Result<Estimate, SpecError> {
     c.validate(m, t, c.gpus())?;
     map.validate(m.layers, c)?;
+    Ok(estimate_checked(m, cluster, t, c, d, map))
+}
+
+/// The estimate with its band of a validated configuration and map.
+fn estimate_checked(
+    m: &ModelSpec,
+    cluster: &ClusterSpec,
+    t: &TrainSpec,
+    c: &ParallelConfig,
+    d: &DeviceModel,
+    map: &StageMap,
+) -> Estimate {
     let g = Groups::new(cluster, c);
     let at_level = |level: usize| {
         let costs = |recompute: Recompute| {
@@ -323,7 +343,7 @@ pub fn estimate_mapped(
     };
     let central = at_level(1);
     let (low, high) = (at_level(0), at_level(2));
-    Ok(central.with_band(low.iteration_time_s, high.iteration_time_s))
+    central.with_band(low.iteration_time_s, high.iteration_time_s)
 }
 
 /// Bytes per parameter of [weights, gradients, optimizer states] under ZeRO stage `zero`
@@ -447,11 +467,8 @@ fn assemble(
     let overlap_dp = t.overlap_grad_reduce && (c.zero >= 3 || engine.overlaps_zero12_reduce);
     let sms = d.sms();
     let dp_contention = contention_per_overlap_s(w.level, nccl_channels(g.dp.spans_nodes), sms);
-    // torchtitan keeps the weights gathered from forward to backward under pipelining
-    // (`reshard_after_forward = not pp_enabled`, torchtitan `distributed/fsdp.py:112-136`);
-    // FSDP's SHARD_GRAD_OP (ZeRO-2 here) never re-gathers either.
-    let regather = engine.sharded.regather_in_backward
-        && !(engine.engine == plait_spec::Engine::Torchtitan && c.pp > 1);
+    let regather =
+        engine.sharded.regather_in_backward && (c.pp == 1 || engine.sharded.regather_with_pipeline);
 
     let mut stage_times = Vec::with_capacity(p);
     let mut stages = Vec::with_capacity(p);
@@ -631,7 +648,6 @@ fn assemble(
             zero3_per_mb_worst = zero3_per_mb_worst.max(zero3_exposed);
         }
         worst_dp_contention = worst_dp_contention.max(dp_contention_s);
-        let stage_dp_contention = dp_contention_s;
         let opt_params = params / if c.zero >= 1 { dense_dp } else { 1.0 }
             + expert_params / if c.zero >= 1 { expert_dp } else { 1.0 };
         let block_params = policy.block.params + policy.block.expert_params;
@@ -656,7 +672,7 @@ fn assemble(
             dp_reduce_s: dp_total,
             dp_param_gather_s: param_gather,
             zero3_exposed_per_mb_s: zero3_exposed,
-            dp_contention_s: stage_dp_contention,
+            dp_contention_s,
             optimizer_s,
             peak_memory_bytes: memory.total_bytes(),
             memory,

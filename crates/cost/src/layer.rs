@@ -480,8 +480,7 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
             let mut overlapped = |comm: f64, splits: f64, gemm_s: f64, channels: f64| {
                 let first = comm / splits;
                 let rest = comm - first;
-                contention += rest.min(gemm_s)
-                    * contention_per_overlap_s(w.level, channels, sms).min(channels / sms * 2.0);
+                contention += rest.min(gemm_s) * contention_per_overlap_s(w.level, channels, sms);
                 first + (rest - gemm_s).max(0.0)
             };
             let (dg_proj, _) = backward_gemms(&attn_out);

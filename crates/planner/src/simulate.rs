@@ -5,7 +5,7 @@
 //! This is the bridge between `plait-cost` (which knows layers, not schedules) and
 //! `plait-schedule` (which knows schedules, not layers).
 
-use plait_cost::estimate::{layer_costs, policy_recompute, LayerCosts, GRAD_BUCKET_PARAMS};
+use plait_cost::estimate::{grad_bucket_params, layer_costs, policy_recompute, LayerCosts};
 use plait_cost::layer::{LayerCost, Workload};
 use plait_cost::pipeline::WEIGHT_GRAD_INPUT_SHARE;
 use plait_cost::{comm::Groups, DeviceModel, Estimate};
@@ -126,7 +126,9 @@ pub fn costs(
                         recompute_bytes,
                         backward_bytes: stage.memory.transient_bytes,
                         reduce_s: rank_reduce_s * share,
-                        reduce_buckets: (params / GRAD_BUCKET_PARAMS).ceil().clamp(1.0, 1e6) as u32,
+                        reduce_buckets: (params / grad_bucket_params((c.dp * c.cp) as f64))
+                            .ceil()
+                            .clamp(1.0, 1e6) as u32,
                     }
                 })
                 .collect();
