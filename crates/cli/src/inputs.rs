@@ -53,7 +53,8 @@ pub struct WorkloadArgs {
     pub no_overlap_grad_reduce: bool,
     /// Training engine whose behaviour the estimate follows: megatron (Megatron-Core +
     /// Transformer Engine, default), deepspeed, fsdp (PyTorch FSDP1 as llm-foundry runs
-    /// it), torchtitan (FSDP2 + DTensor), plait (plait's runtime).
+    /// it), torchtitan (FSDP2 + DTensor), plait (plait's runtime), megatron-2021 (Megatron-LM
+    /// as SC'21 ran it).
     #[arg(long, value_parser = parse_keyword::<Engine>)]
     pub engine: Option<Engine>,
     /// MoE load imbalance: tokens of the busiest expert rank over the balanced share

@@ -233,7 +233,7 @@ pub fn sc21_table1(text: &str) -> Result<Table, SpecError> {
                 attention: AttentionImpl::Unfused,
                 dropout: true,
                 overlap_grad_reduce: false,
-                engine: Engine::Megatron,
+                engine: Engine::MegatronLm2021,
                 ..TrainSpec::new(gbs, 2048)
             },
             config: ParallelConfig {
@@ -252,7 +252,7 @@ pub fn sc21_table1(text: &str) -> Result<Table, SpecError> {
     }
     Ok(Table {
         name: "SC'21 Table 1 (Megatron-LM, A100)",
-        engine: Engine::Megatron,
+        engine: Engine::MegatronLm2021,
         runs,
         skipped: vec![],
     })

@@ -164,6 +164,15 @@ impl EngineProfile {
                 overlaps_interleaved_p2p: false,
                 ..megatron
             },
+            // Megatron-LM of 2021–22 (SC'21, Korthikanti et al.): Megatron's fused kernels
+            // and dgrad/wgrad overlap, but neither Transformer Engine's userbuffers (TE came
+            // in 2022) nor `overlap_p2p_comm` (added with Megatron-Core).
+            Engine::MegatronLm2021 => EngineProfile {
+                attention: AttentionKernel::Flash2,
+                tp_comm_overlap: false,
+                overlaps_interleaved_p2p: false,
+                ..megatron
+            },
             // plait's runtime: eager, in-line collectives.
             Engine::Plait => EngineProfile {
                 attention: AttentionKernel::Flash2,

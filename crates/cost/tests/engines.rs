@@ -108,7 +108,14 @@ fn deepspeed_zero3_loses_to_ptd_p_at_1536_gpus_and_scales_worse_with_dp() {
         schedule: Schedule::OneFOneB,
         ..ParallelConfig::default()
     };
-    let p = estimate(&m, &cluster, &sc21_style(Engine::Megatron, 1536), &ptdp, &d).unwrap();
+    let p = estimate(
+        &m,
+        &cluster,
+        &sc21_style(Engine::MegatronLm2021, 1536),
+        &ptdp,
+        &d,
+    )
+    .unwrap();
     let z = zero3(1536);
     assert!(
         z.iteration_time_s > p.iteration_time_s,

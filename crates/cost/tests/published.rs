@@ -30,6 +30,7 @@ fn megatron_2021(gbs: u64, seq: u64) -> TrainSpec {
         attention: AttentionImpl::Unfused,
         dropout: true,
         overlap_grad_reduce: false,
+        engine: plait_spec::Engine::MegatronLm2021,
         ..TrainSpec::new(gbs, seq)
     }
 }

@@ -62,13 +62,16 @@ keyword_enum!(
     /// * `deepspeed` — DeepSpeed ZeRO 1–3 and its pipeline engine;
     /// * `fsdp` — PyTorch FSDP1 (FULL_SHARD / SHARD_GRAD_OP) as llm-foundry/Composer run it;
     /// * `torchtitan` — FSDP2 + DTensor TP/SP/CP + torch.distributed.pipelining;
-    /// * `plait` — plait's own runtime.
+    /// * `plait` — plait's own runtime;
+    /// * `megatron-2021` — Megatron-LM as the SC'21 and Korthikanti et al. (2022) papers ran
+    ///   it: no Transformer Engine, no communication overlap beyond its own.
     Engine {
         Megatron => "megatron",
         Deepspeed => "deepspeed",
         Fsdp => "fsdp",
         Torchtitan => "torchtitan",
         Plait => "plait",
+        MegatronLm2021 => "megatron-2021",
     }
 );
 

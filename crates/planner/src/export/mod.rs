@@ -113,7 +113,7 @@ pub fn supports(engine: Engine, layout: &Layout) -> Result<(), String> {
 /// The export target that speaks for `engine`'s capabilities, where plait writes one.
 pub fn export_target(engine: plait_spec::Engine) -> Option<Engine> {
     match engine {
-        plait_spec::Engine::Megatron => Some(Engine::Megatron),
+        plait_spec::Engine::Megatron | plait_spec::Engine::MegatronLm2021 => Some(Engine::Megatron),
         plait_spec::Engine::Deepspeed => Some(Engine::DeepSpeed),
         plait_spec::Engine::Torchtitan => Some(Engine::Torchtitan),
         plait_spec::Engine::Fsdp | plait_spec::Engine::Plait => None,
