@@ -13,7 +13,7 @@ use plait_schedule::RankReport;
 
 use crate::inputs::{ConfigArgs, WorkloadArgs};
 use crate::outputs::{write_pictures, Pictures};
-use plait_spec::GIB;
+use plait_spec::{virtual_stage, StageMap, GIB};
 
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
@@ -70,6 +70,33 @@ struct SimulateJson<'a> {
     instructions: usize,
     simulated_stages: Vec<StageJson<'a>>,
     critical_path: Vec<String>,
+    /// The block layout simulated (and executed by `plait.torch`): `chunk_blocks` per
+    /// virtual stage, `recompute_blocks` per pipeline rank, and per rank and chunk its
+    /// virtual stage and fully recomputed blocks.
+    stage_map: StageMapJson,
+}
+
+#[derive(Serialize)]
+struct StageMapJson {
+    #[serde(flatten)]
+    map: StageMap,
+    virtual_stages: Vec<Vec<u64>>,
+    chunk_recompute_blocks: Vec<Vec<u64>>,
+}
+
+impl StageMapJson {
+    fn new(map: StageMap, pp: u64, vp: u64) -> Self {
+        let per_rank = |f: &dyn Fn(u64, u64) -> u64| -> Vec<Vec<u64>> {
+            (0..pp)
+                .map(|r| (0..vp).map(|c| f(r, c)).collect())
+                .collect()
+        };
+        StageMapJson {
+            virtual_stages: per_rank(&|r, c| virtual_stage(r, c, pp)),
+            chunk_recompute_blocks: per_rank(&|r, c| map.chunk_recompute_blocks(r, c, pp)),
+            map,
+        }
+    }
 }
 
 pub fn run(args: &SimulateArgs) -> Result<String> {
@@ -114,6 +141,12 @@ pub fn run(args: &SimulateArgs) -> Result<String> {
                 })
                 .collect(),
             critical_path: critical_path(&s),
+            // The map simulate_config lays the blocks out by.
+            stage_map: StageMapJson::new(
+                StageMap::uniform(r.model.layers, &config),
+                config.pp,
+                config.vp,
+            ),
         };
         return Ok(serde_json::to_string_pretty(&doc)? + "\n");
     }

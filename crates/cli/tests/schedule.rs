@@ -133,6 +133,19 @@ fn simulate_reports_simulated_and_closed_form() {
         );
         assert!((a / b - 1.0).abs() < 0.01, "{a} vs {b}");
     }
+    // The layout simulated, as plait.torch executes it: 96 blocks over 8 ranks, rank r's
+    // only chunk is virtual stage r; selective recompute recomputes no block in full.
+    let map = &v["stage_map"];
+    let blocks: Vec<u64> = map["chunk_blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_u64().unwrap())
+        .collect();
+    assert_eq!(blocks, vec![12; 8]);
+    assert_eq!(map["recompute_blocks"], serde_json::json!([0, 0, 0, 0, 0, 0, 0, 0]));
+    assert_eq!(map["virtual_stages"][3], serde_json::json!([3]));
+    assert_eq!(map["chunk_recompute_blocks"][7], serde_json::json!([0]));
 }
 
 #[test]
