@@ -258,6 +258,71 @@ pub fn sc21_table1(text: &str) -> Result<Table, SpecError> {
     })
 }
 
+/// SC'21 Table 2: GPT-3 175B at batch 1536 as ZeRO-3 without model parallelism (DeepSpeed of
+/// March 2021, `deepspeed-2021`) and as PTD-P (Megatron-LM, `megatron-2021`), on 384–1536
+/// A100s; fp16, dropout, the unfused attention chain, full recompute. Step times follow from
+/// the published TFLOP/s through the paper's FLOP formula, as for Table 1.
+pub fn sc21_table2(text: &str) -> Result<Table, SpecError> {
+    const SOURCE: &str = "megatron_sc21_table2.csv";
+    let (header, data) = csv(text, SOURCE)?;
+    let cluster = cluster_preset("dgx-a100-80g")?;
+    let m = model_preset("gpt3-175b")?;
+    let (gbs, seq) = (1536u64, 2048.0);
+    let (l, h, v) = (m.layers as f64, m.hidden as f64, m.vocab as f64);
+    let flops = 96.0 * gbs as f64 * seq * l * h * h * (1.0 + seq / (6.0 * h) + v / (16.0 * l * h));
+    let mut runs = vec![];
+    for row in rows(SOURCE, &header, &data) {
+        let (tp, pp, gpus, mbs) = (
+            row.int("tp")?,
+            row.int("pp")?,
+            row.int("gpus")?,
+            row.int("mbs")?,
+        );
+        let scheme = row.str("scheme")?;
+        let (engine, zero, schedule) = match scheme {
+            "zero3" => (Engine::Deepspeed2021, 3, Schedule::OneFOneB),
+            "ptdp" => (Engine::MegatronLm2021, 0, Schedule::OneFOneB),
+            other => {
+                return Err(SpecError::new(
+                    SOURCE,
+                    "scheme",
+                    format!("row {} has {other:?}", row.line),
+                    "zero3, ptdp",
+                ))
+            }
+        };
+        runs.push(Run {
+            label: format!("{scheme} tp{tp} pp{pp} mbs{mbs} on {gpus}"),
+            model: m.clone(),
+            cluster: cluster.clone(),
+            train: TrainSpec {
+                dtype: Dtype::Fp16,
+                attention: AttentionImpl::Unfused,
+                dropout: true,
+                engine,
+                ..TrainSpec::new(gbs, 2048)
+            },
+            config: ParallelConfig {
+                dp: gpus / (tp * pp),
+                tp,
+                pp,
+                mbs,
+                zero,
+                recompute: Recompute::Full,
+                schedule,
+                ..ParallelConfig::default()
+            },
+            measured_step_s: flops / (row.num("tflops_per_gpu")? * 1e12 * gpus as f64),
+        });
+    }
+    Ok(Table {
+        name: "SC'21 Table 2 (ZeRO-3 on DeepSpeed vs PTD-P, A100)",
+        engine: Engine::Deepspeed2021,
+        runs,
+        skipped: vec![],
+    })
+}
+
 /// MosaicML llm-foundry's MPT benchmarks on A100 80GB: PyTorch FSDP1 through Composer, no
 /// tensor or pipeline parallelism, bf16, flash attention, ALiBi (no position parameters).
 pub fn llmfoundry_fsdp(text: &str) -> Result<Table, SpecError> {
@@ -508,6 +573,7 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
 pub fn builtin_tables() -> Result<Vec<Table>, SpecError> {
     Ok(vec![
         sc21_table1(include_str!("../data/megatron_sc21_table1.csv"))?,
+        sc21_table2(include_str!("../data/megatron_sc21_table2.csv"))?,
         llmfoundry_fsdp(include_str!("../data/llmfoundry_fsdp_a100_80gb.csv"))?,
         nemo(include_str!("../data/nemo_performance.csv"))?,
     ])

@@ -34,6 +34,48 @@ pub struct ShardedParams {
     /// `fully_shard` per TransformerBlock); DeepSpeed fetches per sub-module, the four
     /// linear layers of a block.
     pub collectives_per_block: f64,
+    /// The weights are gathered a third time for the recomputed forward of full
+    /// recomputation: DeepSpeed's forward hooks fetch and release each sub-module's
+    /// parameters also inside the checkpointed re-run (`stage3.py`
+    /// `pre_sub_module_forward_function` / `post_sub_module_forward_function` →
+    /// `release_sub_module`), and its backward hook fetches them again. FSDP recomputes
+    /// inside a unit whose weights its pre-backward hook already gathered.
+    pub regather_for_recompute: bool,
+    /// Host-side work per collective that grows with the group: eager ops issued per rank
+    /// of the group (0 for engines that gather into one flat tensor). See
+    /// [`ShardedParams::DEEPSPEED_2021`].
+    pub host_ops_per_rank: f64,
+    /// Every parameter tensor of a block (biases and norms included) is reduce-scattered by
+    /// a collective of its own, rather than in buckets of `collectives_per_block`.
+    pub reduce_per_tensor: bool,
+}
+
+impl ShardedParams {
+    /// DeepSpeed v0.3.13 (c814abdad, March 2021) on PyTorch 1.8, as SC'21 ran ZeRO-3:
+    /// * each parameter of at least `param_persistence_threshold` = 1e5 elements (the four
+    ///   weight matrices of a GPT block; biases and norms stay gathered) is all-gathered by
+    ///   its own `torch.distributed.all_gather` into a list of one view per rank
+    ///   (`partition_parameters.py` `_allgather_param`), after a `torch.cuda.synchronize()`;
+    ///   `fetch_sub_module` then waits with another (`stage3.py`
+    ///   `_synchronize_communication`): the device drains before each gather is issued, so
+    ///   the host's issue time is not hidden behind queued kernels;
+    /// * every parameter's gradient is reduce-scattered by its own
+    ///   `torch.distributed.reduce_scatter` over a list of one view per rank
+    ///   (`_reduce_scatter_gradient`);
+    /// * PyTorch 1.8's `ProcessGroupNCCL::allgather` and `reduce_scatter` take such lists by
+    ///   flattening: one `copy_` per rank into (or out of) a flat buffer, issued by the host
+    ///   (`torch/lib/c10d/ProcessGroupNCCL.cpp`, the loops over `outputFlattened[i][j]`) —
+    ///   one eager op per rank and collective;
+    /// * prefetch: `stage3_prefetch_bucket_size` = 5e7 elements (`stage3.py`).
+    pub const DEEPSPEED_2021: ShardedParams = ShardedParams {
+        regather_in_backward: true,
+        regather_with_pipeline: true,
+        prefetch_params: Some(5e7),
+        collectives_per_block: 4.0,
+        regather_for_recompute: true,
+        host_ops_per_rank: 1.0,
+        reduce_per_tensor: true,
+    };
 }
 
 /// One engine's behaviour.
@@ -110,6 +152,9 @@ impl EngineProfile {
                 regather_with_pipeline: true,
                 prefetch_params: None,
                 collectives_per_block: 1.0,
+                regather_for_recompute: false,
+                host_ops_per_rank: 0.0,
+                reduce_per_tensor: false,
             },
             overlaps_tp_backward: true,
             tp_comm_overlap: true,
@@ -130,6 +175,15 @@ impl EngineProfile {
                     regather_with_pipeline: true,
                     prefetch_params: Some(5e7),
                     collectives_per_block: 4.0,
+                    // The recomputed forward runs the sub-modules' fetch/release hooks
+                    // too (`zero/parameter_offload.py` `_pre_forward_module_hook`,
+                    // `_post_forward_module_hook`).
+                    regather_for_recompute: true,
+                    // `all_gather_into_tensor` / `reduce_scatter_tensor` on flat buffers
+                    // (`zero/partition_parameters.py`, `stage3.py` `__avg_scatter_grads`),
+                    // gradients in buckets of `reduce_bucket_size`.
+                    host_ops_per_rank: 0.0,
+                    reduce_per_tensor: false,
                 },
                 tp_comm_overlap: false,
                 overlaps_interleaved_p2p: false,
@@ -169,6 +223,17 @@ impl EngineProfile {
             // in 2022) nor `overlap_p2p_comm` (added with Megatron-Core).
             Engine::MegatronLm2021 => EngineProfile {
                 attention: AttentionKernel::Flash2,
+                tp_comm_overlap: false,
+                overlaps_interleaved_p2p: false,
+                ..megatron
+            },
+            // DeepSpeed of March 2021 driving Megatron-LM's GPT (SC'21 Table 2): that
+            // Megatron's kernels, ZeRO-3 as `ShardedParams::DEEPSPEED_2021` describes.
+            Engine::Deepspeed2021 => EngineProfile {
+                attention: AttentionKernel::Flash2,
+                grad_reduce_bf16_bytes: 2.0,
+                overlaps_zero12_reduce: false,
+                sharded: ShardedParams::DEEPSPEED_2021,
                 tp_comm_overlap: false,
                 overlaps_interleaved_p2p: false,
                 ..megatron

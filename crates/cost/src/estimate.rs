@@ -9,7 +9,7 @@ use plait_spec::{
 };
 
 use crate::comm::{Group, Groups};
-use crate::device::DeviceModel;
+use crate::device::{DeviceModel, KERNEL_DISPATCH_S};
 use crate::engine::{contention_per_overlap_s, nccl_channels, EngineProfile};
 use crate::layer::{block_cost, embedding_cost, head_cost, padded_vocab, LayerCost, Workload};
 use crate::pipeline::{inflight_microbatches, pipeline_time, StageTime};
@@ -631,7 +631,14 @@ fn assemble(
                 (exposed, comm - exposed)
             };
             let (fe, fh) = pass(gather_u, gather_u * hidden_share, fwd_u);
-            let bgather = if regather { gather_u } else { 0.0 };
+            // Blocks recomputed in full gather once more inside the backward, where the
+            // engine releases weights after the recomputed forward.
+            let recompute_share = if engine.sharded.regather_for_recompute && n_blocks > 0 {
+                recomputed / n_blocks as f64
+            } else {
+                0.0
+            };
+            let bgather = if regather { gather_u } else { 0.0 } + recompute_share * gather_u;
             let (be, bh) = pass(
                 bgather + scatter_u,
                 bgather * hidden_share + scatter_u,
@@ -643,7 +650,23 @@ fn assemble(
             let hidden = (n - 1.0) * (fh + bh);
             let contention =
                 hidden * contention_per_overlap_s(w.level, nccl_channels(g.dp.spans_nodes), sms);
-            zero3_exposed = exposed + contention;
+            // Host work that scales with the group and that the engine does not hide
+            // (`ShardedParams::host_ops_per_rank`): each gather and reduce-scatter issues
+            // eager ops per rank while the device waits.
+            let host_s = if engine.sharded.host_ops_per_rank > 0.0 {
+                let gathers = units * (1.0 + bgather / gather_u.max(f64::MIN_POSITIVE));
+                let scatters = if engine.sharded.reduce_per_tensor {
+                    n_blocks as f64 * m.block_param_tensors() as f64
+                } else {
+                    units
+                };
+                (gathers + scatters)
+                    * (dense_dp * engine.sharded.host_ops_per_rank)
+                    * KERNEL_DISPATCH_S
+            } else {
+                0.0
+            };
+            zero3_exposed = exposed + contention + host_s;
             dp_contention_s += scatter_u;
             zero3_per_mb_worst = zero3_per_mb_worst.max(zero3_exposed);
         }

@@ -5,10 +5,7 @@
 use plait_cost::calibration::{builtin_tables, evaluate, TableResult};
 use plait_cost::comm::Group;
 use plait_cost::{device_for, estimate};
-use plait_spec::{
-    cluster_preset, model_preset, AttentionImpl, Dtype, Engine, ParallelConfig, Recompute,
-    Schedule, TrainSpec,
-};
+use plait_spec::{cluster_preset, model_preset, Dtype, Engine, ParallelConfig, TrainSpec};
 
 fn results() -> Vec<TableResult> {
     builtin_tables()
@@ -73,65 +70,52 @@ fn every_band_holds_its_centre_and_is_not_degenerate() {
     }
 }
 
-fn sc21_style(engine: Engine, gbs: u64) -> TrainSpec {
-    TrainSpec {
-        dtype: Dtype::Fp16,
-        attention: AttentionImpl::Unfused,
-        dropout: true,
-        engine,
-        ..TrainSpec::new(gbs, 2048)
-    }
-}
-
 #[test]
-fn deepspeed_zero3_loses_to_ptd_p_at_1536_gpus_and_scales_worse_with_dp() {
-    // SC'21 Table 2: GPT-3 175B, batch 1536; ZeRO-3 without model parallelism against
-    // PTD-P (tp 8 × pp 12). Measured 44 vs 141 TFLOP/s per GPU at 1536 GPUs.
-    let m = model_preset("gpt3-175b").unwrap();
-    let cluster = cluster_preset("dgx-a100-80g").unwrap();
-    let d = device_for(&cluster, Dtype::Fp16).unwrap();
-    let zero3 = |gpus: u64| {
-        let c = ParallelConfig {
-            dp: gpus,
-            mbs: 1536 / gpus,
-            zero: 3,
-            recompute: Recompute::Full,
-            ..ParallelConfig::default()
-        };
-        estimate(&m, &cluster, &sc21_style(Engine::Deepspeed, 1536), &c, &d).unwrap()
+fn sc21_table2_zero3_against_ptd_p() {
+    // SC'21 Table 2: GPT-3 175B at batch 1536, ZeRO-3 (DeepSpeed of 2021) against PTD-P
+    // (Megatron-LM tp 8 × pp 12) on the same GPUs.
+    let table =
+        plait_cost::calibration::sc21_table2(include_str!("../data/megatron_sc21_table2.csv"))
+            .unwrap();
+    let result = plait_cost::calibration::evaluate(&table).unwrap();
+    let time = |scheme: &str, gpus: u64| {
+        let r = result
+            .rows
+            .iter()
+            .find(|r| r.label.starts_with(scheme) && r.label.ends_with(&format!(" on {gpus}")))
+            .unwrap();
+        (r.predicted_step_s, r.measured_step_s)
     };
-    let ptdp = ParallelConfig {
-        dp: 16,
-        tp: 8,
-        pp: 12,
-        recompute: Recompute::Full,
-        schedule: Schedule::OneFOneB,
-        ..ParallelConfig::default()
-    };
-    let p = estimate(
-        &m,
-        &cluster,
-        &sc21_style(Engine::MegatronLm2021, 1536),
-        &ptdp,
-        &d,
-    )
-    .unwrap();
-    let z = zero3(1536);
-    assert!(
-        z.iteration_time_s > p.iteration_time_s,
-        "ZeRO-3 {} s vs PTD-P {} s",
-        z.iteration_time_s,
-        p.iteration_time_s
-    );
-    // Doubling the GPUs at a fixed batch halves the compute but not the gathers, whose
-    // ring latency grows with the ranks: the per-GPU rate falls.
-    let (a, b) = (zero3(384), zero3(1536));
-    assert!(
-        b.tflops_per_gpu < 0.8 * a.tflops_per_gpu,
-        "{} vs {}",
-        a.tflops_per_gpu,
-        b.tflops_per_gpu
-    );
+    let mut zero3 = vec![];
+    for gpus in [384, 768, 1536] {
+        let ((z, zm), (p, pm)) = (time("zero3", gpus), time("ptdp", gpus));
+        println!(
+            "{gpus:5} GPUs: ZeRO-3 {z:.1} s (measured {zm:.1}, {:+.1} %), PTD-P {p:.1} s (measured {pm:.1}, {:+.1} %)",
+            100.0 * (z / zm - 1.0),
+            100.0 * (p / pm - 1.0),
+        );
+        // Each within 15 % of its measurement (the ZeRO-3 model was 25–65 % too fast
+        // before the per-rank host work of 2021's list collectives was modelled).
+        assert!(
+            (z / zm - 1.0).abs() < 0.15,
+            "{gpus} GPUs: ZeRO-3 {z} s vs {zm} s"
+        );
+        assert!(
+            (p / pm - 1.0).abs() < 0.08,
+            "{gpus} GPUs: PTD-P {p} s vs {pm} s"
+        );
+        // Wherever the measured times differ by ≥ 10 %, the order is the measured one.
+        if zm > 1.1 * pm {
+            assert!(
+                z > 1.1 * p,
+                "{gpus} GPUs: ZeRO-3 {z} s should lose to PTD-P {p} s"
+            );
+        }
+        zero3.push(z);
+    }
+    // Doubling the GPUs at a fixed batch halves the compute but not the gathers, whose host
+    // work grows with the ranks: the ZeRO-3 step no longer shrinks from 768 to 1536 GPUs.
+    assert!(zero3[2] > 0.9 * zero3[1], "{zero3:?}");
 }
 
 #[test]

@@ -220,6 +220,31 @@ impl ModelSpec {
         }
     }
 
+    /// Parameter tensors of one transformer block as Megatron-LM lays it out: the fused
+    /// qkv, output, fc1 (gate and up fused) and fc2 weights, two norm weights, and the
+    /// biases the architecture has (linear biases, LayerNorm biases), plus the router and
+    /// two weights per expert in place of the dense MLP's for MoE blocks.
+    pub fn block_param_tensors(&self) -> u64 {
+        let mlp_linears = match self.moe {
+            None => 2,
+            Some(moe) => 2 * moe.experts + 1,
+        };
+        let linears = 2 + mlp_linears;
+        let mut biases = 0;
+        if self.qkv_bias {
+            biases += 1;
+        }
+        if self.linear_bias {
+            // output projection and the MLP's (or each expert's) linears
+            biases += 1 + mlp_linears - u64::from(self.moe.is_some());
+        }
+        let norms = match self.norm {
+            Norm::LayerNorm => 4,
+            Norm::RmsNorm => 2,
+        };
+        linears + biases + norms
+    }
+
     /// Parameters of one transformer block.
     pub fn block_params(&self) -> u64 {
         self.attention_params() + self.mlp_params() + 2 * self.norm_params()

@@ -64,7 +64,9 @@ keyword_enum!(
     /// * `torchtitan` — FSDP2 + DTensor TP/SP/CP + torch.distributed.pipelining;
     /// * `plait` — plait's own runtime;
     /// * `megatron-2021` — Megatron-LM as the SC'21 and Korthikanti et al. (2022) papers ran
-    ///   it: no Transformer Engine, no communication overlap beyond its own.
+    ///   it: no Transformer Engine, no communication overlap beyond its own;
+    /// * `deepspeed-2021` — DeepSpeed v0.3.13 (March 2021) on PyTorch 1.8, as SC'21 ran
+    ///   ZeRO-3: per-parameter collectives behind a device synchronize.
     Engine {
         Megatron => "megatron",
         Deepspeed => "deepspeed",
@@ -72,6 +74,7 @@ keyword_enum!(
         Torchtitan => "torchtitan",
         Plait => "plait",
         MegatronLm2021 => "megatron-2021",
+        Deepspeed2021 => "deepspeed-2021",
     }
 );
 

@@ -114,7 +114,9 @@ pub fn supports(engine: Engine, layout: &Layout) -> Result<(), String> {
 pub fn export_target(engine: plait_spec::Engine) -> Option<Engine> {
     match engine {
         plait_spec::Engine::Megatron | plait_spec::Engine::MegatronLm2021 => Some(Engine::Megatron),
-        plait_spec::Engine::Deepspeed => Some(Engine::DeepSpeed),
+        plait_spec::Engine::Deepspeed | plait_spec::Engine::Deepspeed2021 => {
+            Some(Engine::DeepSpeed)
+        }
         plait_spec::Engine::Torchtitan => Some(Engine::Torchtitan),
         plait_spec::Engine::Fsdp | plait_spec::Engine::Plait => None,
     }
