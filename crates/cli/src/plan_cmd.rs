@@ -17,6 +17,7 @@ use plait_spec::{Recompute, Schedule};
 
 use crate::inputs::{parse_keyword, positive, WorkloadArgs};
 use crate::outputs::{write_pictures, Pictures};
+use crate::simulate_cmd::placement;
 use plait_spec::GIB;
 
 /// Configuration flags given to `plan` pin that dimension; the search covers the rest.
@@ -145,6 +146,10 @@ struct PlanEntry<'a> {
     #[serde(flatten)]
     plan: &'a Plan,
     reason: Option<String>,
+    /// Per pipeline rank and chunk: its virtual stage and its fully recomputed blocks
+    /// (the stage map's placement, as `plait.torch` executes it).
+    virtual_stages: Vec<Vec<u64>>,
+    chunk_recompute_blocks: Vec<Vec<u64>>,
 }
 
 #[derive(Serialize)]
@@ -272,9 +277,15 @@ pub fn run(args: &PlanArgs) -> Result<String> {
             plans: outcome
                 .plans
                 .iter()
-                .map(|p| PlanEntry {
-                    plan: p,
-                    reason: p.estimate.reason(),
+                .map(|p| {
+                    let (virtual_stages, chunk_recompute_blocks) =
+                        placement(&p.stage_map, p.config.pp, p.config.vp);
+                    PlanEntry {
+                        plan: p,
+                        reason: p.estimate.reason(),
+                        virtual_stages,
+                        chunk_recompute_blocks,
+                    }
                 })
                 .collect(),
             search: SearchJson {

@@ -86,17 +86,26 @@ struct StageMapJson {
 
 impl StageMapJson {
     fn new(map: StageMap, pp: u64, vp: u64) -> Self {
-        let per_rank = |f: &dyn Fn(u64, u64) -> u64| -> Vec<Vec<u64>> {
-            (0..pp)
-                .map(|r| (0..vp).map(|c| f(r, c)).collect())
-                .collect()
-        };
+        let (virtual_stages, chunk_recompute_blocks) = placement(&map, pp, vp);
         StageMapJson {
-            virtual_stages: per_rank(&|r, c| virtual_stage(r, c, pp)),
-            chunk_recompute_blocks: per_rank(&|r, c| map.chunk_recompute_blocks(r, c, pp)),
+            virtual_stages,
+            chunk_recompute_blocks,
             map,
         }
     }
+}
+
+/// Per pipeline rank and chunk: its virtual stage, and its blocks recomputed in full.
+pub(crate) fn placement(map: &StageMap, pp: u64, vp: u64) -> (Vec<Vec<u64>>, Vec<Vec<u64>>) {
+    let per_rank = |f: &dyn Fn(u64, u64) -> u64| -> Vec<Vec<u64>> {
+        (0..pp)
+            .map(|r| (0..vp).map(|c| f(r, c)).collect())
+            .collect()
+    };
+    (
+        per_rank(&|r, c| virtual_stage(r, c, pp)),
+        per_rank(&|r, c| map.chunk_recompute_blocks(r, c, pp)),
+    )
 }
 
 pub fn run(args: &SimulateArgs) -> Result<String> {

@@ -143,7 +143,10 @@ fn simulate_reports_simulated_and_closed_form() {
         .map(|b| b.as_u64().unwrap())
         .collect();
     assert_eq!(blocks, vec![12; 8]);
-    assert_eq!(map["recompute_blocks"], serde_json::json!([0, 0, 0, 0, 0, 0, 0, 0]));
+    assert_eq!(
+        map["recompute_blocks"],
+        serde_json::json!([0, 0, 0, 0, 0, 0, 0, 0])
+    );
     assert_eq!(map["virtual_stages"][3], serde_json::json!([3]));
     assert_eq!(map["chunk_recompute_blocks"][7], serde_json::json!([0]));
 }
