@@ -31,8 +31,14 @@ use serde::{Deserialize, Serialize};
 use crate::problem::Problem;
 
 /// Labels (search states) the exact search may create before it stops and reports its
-/// bound: about 100 MB at 64 bytes per label plus its map entry.
-pub const DEFAULT_MAX_LABELS: usize = 1_500_000;
+/// bound: about 60 MB at 64 bytes per label plus its map entry, and about 1 s on one core
+/// of the development machine (a 2-core cloud VM).
+pub const DEFAULT_MAX_LABELS: usize = 800_000;
+/// Stage candidates the exact search may evaluate before it stops and reports its bound
+/// (about 1 s on one core of the development machine).
+const MAX_WORK: u64 = 60_000_000;
+/// Greedy dives from the best open states when the search stops early.
+const DIVES: usize = 64;
 /// States kept per layer boundary by the incumbent beam.
 const BEAM_WIDTH: usize = 16;
 /// Relative slack for comparing a bound against the incumbent: bounds and costs are sums
@@ -506,6 +512,8 @@ struct Search<'c, 'a> {
     next: Vec<f64>,
     hlat: Vec<f64>,
     nextlat: Vec<f64>,
+    /// Stage candidates evaluated so far (the search's unit of work).
+    work: std::cell::Cell<u64>,
 }
 
 impl Search<'_, '_> {
@@ -594,6 +602,7 @@ impl Search<'_, '_> {
             }
             let key = l.key + self.radix(d);
             self.core.stages(self.metric, d, j, |k, cost, time| {
+                self.work.set(self.work.get() + 1);
                 let g2 = self.comb.of(g1, cost);
                 let lat2 = lat1 + time;
                 if g2 >= *ub * (1.0 - REL_EPS) {
@@ -696,6 +705,39 @@ impl Search<'_, '_> {
         }
     }
 
+    /// Greedy descent from label `start`: always the child with the smallest bound.
+    fn dive(
+        &self,
+        arena: &mut Vec<Label>,
+        start: u32,
+        ub: &mut f64,
+        best: &mut Option<(f64, Path)>,
+    ) {
+        let mut cur = start;
+        let mut out = Vec::new();
+        loop {
+            let l = arena[cur as usize];
+            let counts = self.counts(l.key);
+            out.clear();
+            let mut goal = None;
+            self.expand(&l, cur, &counts, ub, |g, v| goal = Some((*g, v)), &mut out);
+            if let Some((g, v)) = goal {
+                *best = Some((v, Self::path(arena, &g)));
+            }
+            let pick = out
+                .iter()
+                .filter(|(_, f)| *f < *ub * (1.0 - REL_EPS))
+                .min_by(|a, b| a.1.total_cmp(&b.1).then(b.0.j.cmp(&a.0.j)));
+            match pick {
+                Some(&(c, _)) => {
+                    cur = arena.len() as u32;
+                    arena.push(c);
+                }
+                None => return,
+            }
+        }
+    }
+
     fn run(&self, max_labels: usize) -> Outcome {
         let nc = self.core.nc();
         let mut ub = f64::INFINITY;
@@ -752,9 +794,21 @@ impl Search<'_, '_> {
                 });
                 continue;
             }
-            if arena.len() >= max_labels {
+            if arena.len() >= max_labels || self.work.get() >= MAX_WORK {
                 lower_bound = o.f.min(ub);
                 exhausted = true;
+                // Dive greedily from the best open states for a better incumbent.
+                let mut starts = vec![o.idx];
+                while starts.len() < DIVES {
+                    match heap.pop() {
+                        Some(x) if !arena[x.idx as usize].dead => starts.push(x.idx),
+                        Some(_) => {}
+                        None => break,
+                    }
+                }
+                for s in starts {
+                    self.dive(&mut arena, s, &mut ub, &mut best);
+                }
                 break;
             }
             expanded += 1;
@@ -841,6 +895,7 @@ fn solve(
         next,
         hlat,
         nextlat,
+        work: std::cell::Cell::new(0),
     }
     .run(max_labels)
 }
