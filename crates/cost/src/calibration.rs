@@ -359,6 +359,9 @@ pub fn llmfoundry_fsdp(text: &str) -> Result<Table, SpecError> {
             tied_embeddings: row.int("tied")? == 1,
             causal: true,
             moe: None,
+            // Neither changes a cost.
+            rope_theta: plait_spec::model::DEFAULT_ROPE_THETA,
+            norm_eps: plait_spec::model::DEFAULT_NORM_EPS,
         };
         let sharding = row.str("sharding")?;
         let zero = match sharding {
@@ -526,6 +529,9 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
             linear_bias: gpt_like && row.str("model")?.starts_with("GPT3"),
             tied_embeddings: row.int("tied")? == 1,
             causal: true,
+            // Neither changes a cost.
+            rope_theta: plait_spec::model::DEFAULT_ROPE_THETA,
+            norm_eps: plait_spec::model::DEFAULT_NORM_EPS,
             moe: (experts > 0).then(|| MoeSpec {
                 experts,
                 top_k: row.int("top_k").unwrap_or(2),

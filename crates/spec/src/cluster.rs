@@ -120,6 +120,37 @@ fn infiniband(nics: u64, gbit_per_s: f64, gpus_per_node: u64) -> LinkSpec {
     }
 }
 
+/// PCIe Gen4 ×16 (L40S datasheet: 64 GB/s bidirectional): 32 GB/s per direction. Without
+/// NVLink, GPUs of a node talk over PCIe. Collectives reach ≈ 89 % of the link: measured
+/// peer-to-peer write bandwidth on PCIe Gen5 ×16 GPUs, ≈ 56 of 63 GB/s (voipmonitor/rtx6kpro,
+/// hardware/pcie-bandwidth.md, same NUMA node; across sockets 39–51 GB/s, so this is the
+/// optimistic end for rings that cross the CPU interconnect).
+fn pcie_gen4_x16() -> LinkSpec {
+    LinkSpec {
+        bandwidth_bytes_per_s: 32.0 * GB,
+        latency_s: PCIE_STEP_LATENCY_S,
+        collective_efficiency: PCIE_COLLECTIVE_EFFICIENCY,
+    }
+}
+const PCIE_COLLECTIVE_EFFICIENCY: f64 = 56.0 / 63.0;
+/// NCCL's ring step latency over PCIe with the Simple protocol
+/// (`hwLatencies[PCI][RING][SIMPLE]` = 5.7 µs, NCCL 5067397 `src/graph/tuning.cc`).
+const PCIE_STEP_LATENCY_S: f64 = 5.7e-6;
+
+/// AMD Infinity Fabric (xGMI) on an 8 × MI300X platform: each GPU has seven links, one to each
+/// peer (a full mesh, no switch), 64 GB/s per direction each (AMD MI300X platform datasheet:
+/// 896 GB/s aggregate bidirectional peer-to-peer), so 448 GB/s per direction per GPU.
+/// Usable: ≈ 48 of 64 GB/s per link (75 %) after CRC and protocol overhead (AMD ROCm blog
+/// "Understanding RCCL Bandwidth and xGMI Performance on AMD Instinct MI300X", Mar 2025).
+/// Step latency: RCCL's own tuner constants were not checked; assumes NCCL's NVLink one.
+fn xgmi_mi300x() -> LinkSpec {
+    LinkSpec {
+        bandwidth_bytes_per_s: 7.0 * 64.0 * GB,
+        latency_s: NVLINK_STEP_LATENCY_S,
+        collective_efficiency: 48.0 / 64.0,
+    }
+}
+
 /// A100 SXM4 80 GB. Peaks: NVIDIA A100 datasheet (312 TFLOP/s dense fp16/bf16, 2,039 GB/s,
 /// 80 GB); 108 SMs (A100 whitepaper). MAMF 267.9 TFLOP/s = 85.9 % (S. Bekman,
 /// ml-engineering, "Maximum Achievable Matmul FLOPS comparison table", CUDA 12.1).
@@ -206,6 +237,77 @@ pub fn gb200() -> GpuSpec {
     }
 }
 
+/// B300 (Blackwell Ultra) in a DGX/HGX B300. Peaks: NVIDIA HGX B300 specifications, for 8
+/// GPUs with sparsity (dense is half): FP16/BF16 36 PFLOP/s, FP8 72 PFLOP/s, so 2.25 and
+/// 4.5 PFLOP/s dense per GPU. 288 GB HBM3e at 8 TB/s and 160 SMs: NVIDIA technical blog
+/// "Inside NVIDIA Blackwell Ultra: The Chip Powering the AI Factory Era" (Aug 2025; 160 SMs
+/// is its full implementation, the one its 15 PFLOP/s dense NVFP4 figure is quoted for).
+/// No public MAMF measurement (ml-engineering lists B300 as "??"): assumes H100's 80.1 %,
+/// and Hopper's sustained clock.
+pub fn b300() -> GpuSpec {
+    GpuSpec {
+        name: "B300-288GB".into(),
+        peak_bf16_flops_per_s: 2250.0 * TERA,
+        peak_fp16_flops_per_s: 2250.0 * TERA,
+        peak_fp8_flops_per_s: Some(4500.0 * TERA),
+        matmul_efficiency: 0.801,
+        sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
+        memory_bytes: 288.0 * GB,
+        memory_bandwidth_bytes_per_s: 8000.0 * GB,
+        sms: 160,
+    }
+}
+
+/// B300 in a GB300 superchip (NVIDIA GB300 NVL72 specifications, rack figures with sparsity
+/// ÷ 72 ÷ 2 for dense: FP16/BF16 360 PFLOP/s → 2.5 PFLOP/s, FP8 720 PFLOP/s → 5 PFLOP/s per
+/// GPU; HBM3e 576 TB/s ÷ 72 = 8 TB/s); 288 GB and 160 SMs as [`b300`] (Blackwell Ultra blog).
+pub fn gb300() -> GpuSpec {
+    GpuSpec {
+        name: "B300-GB300-288GB".into(),
+        peak_bf16_flops_per_s: 2500.0 * TERA,
+        peak_fp16_flops_per_s: 2500.0 * TERA,
+        peak_fp8_flops_per_s: Some(5000.0 * TERA),
+        ..b300()
+    }
+}
+
+/// L40S (PCIe, Ada). NVIDIA L40S datasheet: BF16/FP16 tensor 362.05 TFLOP/s dense (733 with
+/// sparsity), FP8 733 TFLOP/s dense (1,466 with sparsity), 48 GB GDDR6 at 864 GB/s; 142 SMs
+/// (18,176 CUDA cores at Ada's 128 per SM, NVIDIA Ada GPU architecture whitepaper). No public
+/// MAMF measurement: assumes H100's 80.1 %, and Hopper's sustained clock.
+pub fn l40s() -> GpuSpec {
+    GpuSpec {
+        name: "L40S-48GB".into(),
+        peak_bf16_flops_per_s: 362.05 * TERA,
+        peak_fp16_flops_per_s: 362.05 * TERA,
+        peak_fp8_flops_per_s: Some(733.0 * TERA),
+        matmul_efficiency: 0.801,
+        sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
+        memory_bytes: 48.0 * GIB,
+        memory_bandwidth_bytes_per_s: 864.0 * GB,
+        sms: 142,
+    }
+}
+
+/// AMD Instinct MI300X (OAM). AMD Instinct MI300X datasheet: FP16/BF16 1,307.4 TFLOP/s dense
+/// (2,614.9 with sparsity), FP8 2,614.9 TFLOP/s dense, 192 GB HBM3 at 5.3 TB/s, 304 compute
+/// units (the counterpart of SMs for wave quantisation). MAMF 781.9 TFLOP/s (Bekman,
+/// ml-engineering, MAMF table v1, ROCm 6.2; its v2 table, with cache resets, has 668.4) over
+/// 1,307.4 = 59.8 %. No public sustained-clock measurement: assumes Hopper's.
+pub fn mi300x() -> GpuSpec {
+    GpuSpec {
+        name: "MI300X-192GB".into(),
+        peak_bf16_flops_per_s: 1307.4 * TERA,
+        peak_fp16_flops_per_s: 1307.4 * TERA,
+        peak_fp8_flops_per_s: Some(2614.9 * TERA),
+        matmul_efficiency: 781.9 / 1307.4,
+        sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
+        memory_bytes: 192.0 * GIB,
+        memory_bandwidth_bytes_per_s: 5300.0 * GB,
+        sms: 304,
+    }
+}
+
 /// V100 SXM2 32 GB. NVIDIA V100 datasheet: 125 TFLOP/s fp16 tensor, 900 GB/s, 32 GB; no
 /// bf16 (bf16 requests run at the fp16 rate, as the planner's stand-in), 80 SMs. No public
 /// MAMF measurement was available: assumes H100's measured 80.1 %.
@@ -243,13 +345,17 @@ fn dgx(
 }
 
 /// Names of the built-in cluster presets.
-pub const CLUSTER_PRESETS: [&str; 6] = [
+pub const CLUSTER_PRESETS: [&str; 10] = [
     "dgx-a100-80g",
     "dgx-h100",
     "dgx-h200",
     "dgx-b200",
+    "dgx-b300",
     "gb200-nvl72",
+    "gb300-nvl72",
     "dgx-v100",
+    "l40s-8",
+    "mi300x-8",
 ];
 
 /// A built-in cluster by name (case-insensitive; `h200`, `a100` … accepted as aliases).
@@ -280,6 +386,52 @@ pub fn cluster_preset(name: &str) -> Result<ClusterSpec> {
             nics_per_node: 72,
             memory_reserve_bytes: DEFAULT_RESERVE_BYTES,
         },
+        // GB300 NVL72: the same rack as GB200 NVL72 — 72 GPUs in 18 trays of 4 on one NVLink5
+        // switch fabric (9 NVSwitch trays, 130 TB/s, 1.8 TB/s bidirectional per GPU) — with
+        // B300 GPUs and one 800 Gb/s ConnectX-8 per GPU (NVIDIA GB300 NVL72 specifications;
+        // NVIDIA Enterprise Reference Architecture "NVL72 AI factory", components: 4 ConnectX-8
+        // per 4-GPU compute tray). The rack is one NVLink domain, the "node" here.
+        "gb300-nvl72" | "gb300" | "dgx-gb300" => ClusterSpec {
+            name: "gb300-nvl72".into(),
+            gpu: gb300(),
+            gpus_per_node: 72,
+            intra_node: nvlink(1800.0),
+            inter_node: infiniband(72, 800.0, 72),
+            nics_per_node: 72,
+            memory_reserve_bytes: DEFAULT_RESERVE_BYTES,
+        },
+        // DGX B300: 8 B300 on NVLink5 at 1.8 TB/s bidirectional per GPU (14.4 TB/s total);
+        // 8 single-port ConnectX-8 VPI at up to 800 Gb/s (DGX B300 datasheet; HGX B300
+        // specifications: 1.6 TB/s networking for 8 GPUs).
+        "dgx-b300" | "b300" | "hgx-b300" => dgx("dgx-b300", b300(), 1800.0, 8, 800.0),
+        // 8 × L40S on PCIe Gen4, no NVLink (L40S datasheet). Network: AWS EC2 g6e.48xlarge
+        // (8 × L40S, 400 Gb/s network bandwidth with EFA; EC2 accelerated-computing instance
+        // specifications), taken as the published 8 × L40S node.
+        "l40s-8" | "l40s" | "g6e" => ClusterSpec {
+            name: "l40s-8".into(),
+            gpu: l40s(),
+            gpus_per_node: 8,
+            intra_node: pcie_gen4_x16(),
+            inter_node: infiniband(1, 400.0, 8),
+            nics_per_node: 1,
+            memory_reserve_bytes: DEFAULT_RESERVE_BYTES,
+        },
+        // 8 × MI300X on Infinity Fabric (a full xGMI mesh, see `xgmi_mi300x`). Network: Azure
+        // ND MI300X v5 (8 × MI300X, one 400 Gb/s Quantum-2 ConnectX-7 InfiniBand per GPU,
+        // 3.2 Tb/s per VM; Azure ND MI300X v5 size series documentation).
+        "mi300x-8" | "mi300x" | "nd-mi300x-v5" => ClusterSpec {
+            name: "mi300x-8".into(),
+            gpu: mi300x(),
+            gpus_per_node: 8,
+            intra_node: xgmi_mi300x(),
+            inter_node: infiniband(8, 400.0, 8),
+            nics_per_node: 8,
+            memory_reserve_bytes: DEFAULT_RESERVE_BYTES,
+        },
+        // No 8 × RTX 4090 preset: the GPU and PCIe numbers are public (Ada whitepaper: 165.2
+        // TFLOP/s dense bf16 with FP32 accumulation, 330.3 fp8, 24 GB at 1,008 GB/s, 128 SMs;
+        // no peer-to-peer over PCIe), but no published reference system fixes such a server's
+        // network; write a cluster TOML with `nic_gbit_per_s` for yours.
         // DGX-1 (V100): NVLink2, 6 links × 50 GB/s bidirectional = 300 GB/s per GPU; 4 × 100 Gb/s
         // EDR InfiniBand per node (DGX-1 datasheet).
         "dgx-v100" | "dgx-1" | "v100" => dgx("dgx-v100", v100_32g(), 300.0, 4, 100.0),

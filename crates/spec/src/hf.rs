@@ -6,11 +6,11 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use crate::error::{Result, SpecError};
-use crate::model::{Activation, Family, ModelSpec, MoeSpec, Norm, Positions};
+use crate::model::{Activation, Family, ModelSpec, MoeSpec, Norm, Positions, DEFAULT_ROPE_THETA};
 use crate::presets;
 
 /// The `model_type`s this parser understands.
-pub const HF_MODEL_TYPES: [&str; 9] = [
+pub const HF_MODEL_TYPES: [&str; 12] = [
     "gpt2",
     "gpt_neox",
     "llama",
@@ -19,7 +19,23 @@ pub const HF_MODEL_TYPES: [&str; 9] = [
     "qwen2",
     "qwen3",
     "qwen3_moe",
+    "phi3",
+    "olmo2",
+    "falcon",
     "bert",
+];
+
+/// `model_type`s recognised but refused, each naming the key whose architecture `ModelSpec`
+/// (one block kind repeated, full causal attention of `heads × head_dim` q/k/v/o
+/// projections, one MLP kind) cannot hold exactly.
+pub const HF_REFUSED_MODEL_TYPES: [&str; 7] = [
+    "gemma2",
+    "gemma3_text",
+    "deepseek_v2",
+    "deepseek_v3",
+    "kimi_k2",
+    "gpt_oss",
+    "nemotron_h",
 ];
 
 /// Largest accepted dimension (hidden size, heads, vocabulary, …).
@@ -54,6 +70,21 @@ const READ_KEYS: &[&str] = &[
     "num_local_experts",
     "num_experts_per_tok",
     "add_cross_attention",
+    "rope_theta",
+    "rope_parameters",
+    "rotary_emb_base",
+    "rms_norm_eps",
+    "layer_norm_eps",
+    "layer_norm_epsilon",
+    "new_decoder_architecture",
+    "multi_query",
+    "num_kv_heads",
+    "parallel_attn",
+    "bias",
+    "alibi",
+    "ffn_hidden_size",
+    "activation",
+    "hidden_act",
 ];
 
 /// Parses a Hugging Face `config.json`; `source` (the file name) is used in errors.
@@ -66,6 +97,18 @@ const READ_KEYS: &[&str] = &[
 /// - `gpt_neox`: `attention_bias` sets the q/k/v biases only (the attention output bias
 ///   always counts); partial rotary (`rotary_pct`) and the parallel residual carry no
 ///   parameters and are not represented.
+/// - `phi3`: fused `qkv_proj` and `gate_up_proj` hold the same weights as separate ones;
+///   partial rotary (`partial_rotary_factor`) and RoPE scaling carry no parameters.
+/// - `olmo2`: its norms sit after attention and MLP (not before) and it RMS-normalises q and
+///   k over their full width; those `(heads + kv_heads) × head_dim` weights per layer
+///   (0.004 % of OLMo-2 7B) are left out of the count and the time, as for Qwen3.
+/// - `falcon`: the parallel attention/MLP block of Falcon-7B has one LayerNorm, counted as
+///   the two of a sequential block (`2h` parameters per layer too many, 0.004 % of 7B);
+///   `alibi = true` is refused (ALiBi positions are not expressible).
+/// - A sliding window on every layer (`sliding_window` of `mistral`, `phi3`) is not
+///   represented: attention is costed over the whole causal sequence, which overstates it
+///   for sequences longer than the window. Models that alternate local and full attention
+///   layers ([`HF_REFUSED_MODEL_TYPES`]) are refused instead.
 ///
 /// Dimensions above 10^9, more than 10^5 layers, or more than 10^15 parameters in all are
 /// rejected, so that every count `ModelSpec` derives fits in `u64`.
@@ -113,7 +156,10 @@ pub fn model_from_hf_config(text: &str, source: &str) -> Result<ModelSpec> {
         "llama" | "mistral" | "mixtral" | "qwen2" | "qwen3" | "qwen3_moe" => {
             cfg.llama(model_type)?
         }
+        "phi3" | "olmo2" => cfg.llama(model_type)?,
+        "falcon" => cfg.falcon()?,
         "bert" => cfg.bert()?,
+        refused if HF_REFUSED_MODEL_TYPES.contains(&refused) => return Err(cfg.refusal(refused)),
         other => {
             return Err(cfg.err(
                 "model_type",
@@ -243,6 +289,174 @@ impl Config<'_> {
         Ok(d)
     }
 
+    /// An optional positive finite number with its default.
+    fn float(&self, key: &str, default: f64) -> Result<f64> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => self.check_float(key, v),
+        }
+    }
+
+    fn check_float(&self, key: &str, v: &Value) -> Result<f64> {
+        match v.as_f64() {
+            Some(x) if x.is_finite() && x > 0.0 => Ok(x),
+            _ => Err(self.err(
+                key,
+                format!("must be a positive number, got {}", show(v)),
+                "a number > 0",
+            )),
+        }
+    }
+
+    /// RoPE θ: `key` at the top level, else `rope_parameters.rope_theta` (the layout of
+    /// transformers 5), else `default`.
+    fn rope_theta(&self, key: &str, default: f64) -> Result<f64> {
+        if self.get(key).is_some() {
+            return self.float(key, default);
+        }
+        match self.get("rope_parameters") {
+            Some(Value::Object(m)) => match m.get("rope_theta").filter(|v| !v.is_null()) {
+                Some(v) => self.check_float("rope_parameters.rope_theta", v),
+                None => Ok(default),
+            },
+            _ => Ok(default),
+        }
+    }
+
+    /// The refusal of a recognised `model_type` that `ModelSpec` cannot express exactly,
+    /// naming the first key (present in the file, or the one transformers reads) that
+    /// carries the missing architecture.
+    fn refusal(&self, model_type: &str) -> SpecError {
+        let present = |k: &str| self.get(k).is_some();
+        let alternation = |what: &str| {
+            let key = if present("layer_types") {
+                "layer_types"
+            } else {
+                "sliding_window"
+            };
+            self.err(
+                key,
+                format!(
+                    "model_type `{model_type}` {what}; plait costs every layer with the same \
+                     full causal attention, so the local layers would be costed wrong"
+                ),
+                "a model whose layers all use full attention (per-layer attention kinds are \
+                 not expressible yet)",
+            )
+        };
+        match model_type {
+            "gemma2" => alternation(
+                "alternates sliding-window (local) and full (global) attention layer by layer",
+            ),
+            "gemma3_text" => alternation(
+                "interleaves sliding-window (local) layers with a full (global) layer every \
+                 `sliding_window_pattern` layers",
+            ),
+            "gpt_oss" => alternation(
+                "alternates sliding-window and full attention layers (with attention sinks and \
+                 biased MoE experts)",
+            ),
+            "deepseek_v2" | "deepseek_v3" | "kimi_k2" => self.err(
+                "kv_lora_rank",
+                format!(
+                    "model_type `{model_type}` uses multi-head latent attention (low-rank q/kv \
+                     projections `q_lora_rank`/`kv_lora_rank` with decoupled RoPE heads \
+                     `qk_rope_head_dim`), and dense first layers (`first_k_dense_replace`) \
+                     beside shared and routed experts; plait's attention is q/k/v/o over \
+                     heads × head_dim and its layers are all of one kind"
+                ),
+                "a model with standard multi-head or grouped-query attention and one MLP kind \
+                 (MLA is not expressible yet)",
+            ),
+            _ => self.err(
+                "hybrid_override_pattern",
+                format!(
+                    "model_type `{model_type}` mixes Mamba-2 mixer, attention and MLP layers; \
+                     plait's layers are all transformer blocks (attention + MLP)"
+                ),
+                "a model made of transformer blocks only (Mamba-2 layers are not expressible \
+                 yet)",
+            ),
+        }
+    }
+
+    /// Falcon (`FalconForCausalLM`): rotary positions (ALiBi refused), LayerNorm, GELU 4h
+    /// MLP, multi-query (Falcon-7B) or grouped-query attention (`new_decoder_architecture`),
+    /// biases all on or all off (`bias`), tied head.
+    fn falcon(&self) -> Result<ModelSpec> {
+        let hidden = self.int("hidden_size", MAX_DIM)?;
+        let layers = self.int("num_hidden_layers", MAX_LAYERS)?;
+        let heads = self.int("num_attention_heads", MAX_DIM)?;
+        let vocab = self.int("vocab_size", MAX_DIM)?;
+        if self.flag("alibi", false)? {
+            return Err(self.err(
+                "alibi",
+                "ALiBi attention biases are not expressible (positions are learned or rotary)",
+                "false (rotary positions)",
+            ));
+        }
+        match self.get("activation") {
+            None => {}
+            Some(Value::String(a)) if a == "gelu" => {}
+            Some(v) => {
+                return Err(self.err(
+                    "activation",
+                    format!("{} is not expressible", show(v)),
+                    "\"gelu\" (Falcon's MLP)",
+                ))
+            }
+        }
+        let new_arch = self.flag("new_decoder_architecture", false)?;
+        let kv_heads = if new_arch {
+            self.opt_int("num_kv_heads", MAX_DIM)?.unwrap_or(heads)
+        } else if self.flag("multi_query", true)? {
+            1
+        } else {
+            heads
+        };
+        if heads % kv_heads > 0 {
+            return Err(self.err(
+                "num_kv_heads",
+                format!("{kv_heads} does not divide num_attention_heads = {heads}"),
+                format!("a divisor of num_attention_heads ({heads})"),
+            ));
+        }
+        let ffn = self
+            .opt_int("ffn_hidden_size", MAX_DIM)?
+            .unwrap_or(4 * hidden);
+        self.flag("parallel_attn", true)?;
+        let bias = self.flag("bias", false)?;
+        let tied = self.flag("tie_word_embeddings", true)?;
+        let head_dim = self.head_dim(
+            ("num_attention_heads", heads),
+            ("hidden_size", hidden),
+            None,
+            false,
+        )?;
+        let spec = ModelSpec {
+            kv_heads,
+            head_dim,
+            ffn_hidden: ffn,
+            positions: Positions::Rotary,
+            qkv_bias: bias,
+            linear_bias: bias,
+            tied_embeddings: tied,
+            rope_theta: self.rope_theta("rope_theta", DEFAULT_ROPE_THETA)?,
+            norm_eps: self.float("layer_norm_epsilon", 1e-5)?,
+            ..presets::gpt("", hidden, layers, heads, vocab, 0)
+        };
+        self.check_size(
+            &spec,
+            &[
+                ("hidden_size", hidden),
+                ("num_hidden_layers", layers),
+                ("ffn_hidden_size", ffn),
+                ("vocab_size", vocab),
+            ],
+        )?;
+        Ok(spec)
+    }
+
     /// Rejects a model whose parameter count leaves the range `ModelSpec` can count in,
     /// naming the largest of the dimensions read.
     fn check_size(&self, spec: &ModelSpec, dims: &[(&str, u64)]) -> Result<()> {
@@ -289,6 +503,7 @@ impl Config<'_> {
             head_dim,
             ffn_hidden: ffn,
             tied_embeddings: tied,
+            norm_eps: self.float("layer_norm_epsilon", 1e-5)?,
             ..presets::gpt("", hidden, layers, heads, vocab, positions)
         };
         self.check_size(
@@ -327,6 +542,8 @@ impl Config<'_> {
             positions: Positions::Rotary,
             qkv_bias: attention_bias,
             tied_embeddings: tied,
+            rope_theta: self.float("rotary_emb_base", DEFAULT_ROPE_THETA)?,
+            norm_eps: self.float("layer_norm_eps", 1e-5)?,
             ..presets::gpt("", hidden, layers, heads, vocab, 0)
         };
         self.check_size(
@@ -372,8 +589,31 @@ impl Config<'_> {
                 self.flag("mlp_bias", false)?,
             ),
             "qwen2" => (true, false),
+            // OLMo 2: no biases; RMSNorm on q and k over their full width (left out, as for
+            // Qwen3).
+            "olmo2" => (self.flag("attention_bias", false)?, false),
             _ => (false, false),
         };
+        if model_type == "phi3" {
+            if let Some(a) = self.get("hidden_act") {
+                if a.as_str() != Some("silu") {
+                    return Err(self.err(
+                        "hidden_act",
+                        format!("{} is not expressible", show(a)),
+                        "\"silu\" (Phi-3's SwiGLU MLP)",
+                    ));
+                }
+            }
+        }
+        // transformers' defaults per config class.
+        let (theta_default, eps_default) = match model_type {
+            "mixtral" => (1e6, 1e-5),
+            "phi3" => (DEFAULT_ROPE_THETA, 1e-5),
+            "olmo2" => (DEFAULT_ROPE_THETA, 1e-5),
+            _ => (DEFAULT_ROPE_THETA, 1e-6),
+        };
+        let rope_theta = self.rope_theta("rope_theta", theta_default)?;
+        let norm_eps = self.float("rms_norm_eps", eps_default)?;
         let moe = if model_type == "mixtral" || model_type == "qwen3_moe" {
             let experts_key = if model_type == "mixtral" {
                 "num_local_experts"
@@ -412,6 +652,8 @@ impl Config<'_> {
             qkv_bias,
             linear_bias,
             tied_embeddings: tied,
+            rope_theta,
+            norm_eps,
             ..presets::llama("", hidden, layers, heads, kv_heads, ffn, vocab, moe)
         };
         self.check_size(
@@ -474,6 +716,7 @@ impl Config<'_> {
             head_dim,
             ffn_hidden: ffn,
             type_vocab,
+            norm_eps: self.float("layer_norm_eps", 1e-12)?,
             ..presets::bert("", hidden, layers, heads, vocab, positions)
         };
         self.check_size(

@@ -87,6 +87,28 @@ pub struct ModelSpec {
     /// Causal (decoder) or bidirectional (encoder) attention.
     pub causal: bool,
     pub moe: Option<MoeSpec>,
+    /// RoPE base θ (Hugging Face `rope_theta`, Megatron `--rotary-base`); no parameters or
+    /// FLOPs depend on it. Meaningless with learned positions. Defaults to 10,000 (the value
+    /// of the RoFormer paper, transformers' and Megatron's default).
+    #[serde(default = "default_rope_theta")]
+    pub rope_theta: f64,
+    /// ε of every LayerNorm/RMSNorm (`rms_norm_eps` / `layer_norm_eps`, Megatron
+    /// `--norm-epsilon`). Defaults to 1e-5 (Megatron's `layernorm_epsilon` default).
+    #[serde(default = "default_norm_eps")]
+    pub norm_eps: f64,
+}
+
+/// RoPE base of RoFormer (Su et al. 2021) and the default of transformers and Megatron-LM.
+pub const DEFAULT_ROPE_THETA: f64 = 10_000.0;
+/// Megatron-LM's `layernorm_epsilon` default (`transformer_config.py`).
+pub const DEFAULT_NORM_EPS: f64 = 1e-5;
+
+fn default_rope_theta() -> f64 {
+    DEFAULT_ROPE_THETA
+}
+
+fn default_norm_eps() -> f64 {
+    DEFAULT_NORM_EPS
 }
 
 /// What a layer of the model is.

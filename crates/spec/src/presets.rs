@@ -3,7 +3,9 @@
 //! counts against the published totals.
 
 use crate::error::{Result, SpecError};
-use crate::model::{Activation, Family, ModelSpec, MoeSpec, Norm, Positions};
+use crate::model::{
+    Activation, Family, ModelSpec, MoeSpec, Norm, Positions, DEFAULT_NORM_EPS, DEFAULT_ROPE_THETA,
+};
 
 /// GPT-style decoder with learned positions, LayerNorm, GELU 4h MLP, biases, tied head.
 pub(crate) fn gpt(
@@ -34,6 +36,9 @@ pub(crate) fn gpt(
         tied_embeddings: true,
         causal: true,
         moe: None,
+        // Learned positions: θ unused. GPT-2's `layer_norm_epsilon` (HF gpt2 config.json).
+        rope_theta: DEFAULT_ROPE_THETA,
+        norm_eps: 1e-5,
     }
 }
 
@@ -73,6 +78,8 @@ pub(crate) fn llama(
         tied_embeddings: false,
         causal: true,
         moe,
+        rope_theta: DEFAULT_ROPE_THETA,
+        norm_eps: DEFAULT_NORM_EPS,
     }
 }
 
@@ -89,7 +96,17 @@ pub(crate) fn bert(
         family: Family::Bert,
         type_vocab: 2,
         causal: false,
+        // BERT's `layer_norm_eps` (HF bert-large-uncased config.json).
+        norm_eps: 1e-12,
         ..gpt(name, hidden, layers, heads, vocab, seq)
+    }
+}
+
+/// Llama 3's RoPE base (Dubey et al. 2024, §3.2: θ = 500,000).
+fn llama3(m: ModelSpec) -> ModelSpec {
+    ModelSpec {
+        rope_theta: 500_000.0,
+        ..m
     }
 }
 
@@ -141,23 +158,37 @@ pub fn model_preset(name: &str) -> Result<ModelSpec> {
         "llama2-13b" => llama("llama2-13b", 5120, 40, 40, 40, 13824, 32000, None),
         "llama2-70b" => llama("llama2-70b", 8192, 80, 64, 8, 28672, 32000, None),
         // Llama 3 herd paper (Dubey et al. 2024), Table 3, and the released config.json files.
-        "llama3-8b" => llama("llama3-8b", 4096, 32, 32, 8, 14336, 128256, None),
-        "llama3-70b" => llama("llama3-70b", 8192, 80, 64, 8, 28672, 128256, None),
-        "llama3-405b" => llama("llama3-405b", 16384, 126, 128, 8, 53248, 128256, None),
-        // Jiang et al. 2024 (Mixtral of Experts), Table 1: 8 experts, top-2.
-        "mixtral-8x7b" => llama(
-            "mixtral-8x7b",
-            4096,
-            32,
-            32,
+        // RoPE θ = 500,000 (paper §3.2; `rope_theta` in the config.json files), RMSNorm ε 1e-5.
+        "llama3-8b" => llama3(llama("llama3-8b", 4096, 32, 32, 8, 14336, 128256, None)),
+        "llama3-70b" => llama3(llama("llama3-70b", 8192, 80, 64, 8, 28672, 128256, None)),
+        "llama3-405b" => llama3(llama(
+            "llama3-405b",
+            16384,
+            126,
+            128,
             8,
-            14336,
-            32000,
-            Some(MoeSpec {
-                experts: 8,
-                top_k: 2,
-            }),
-        ),
+            53248,
+            128256,
+            None,
+        )),
+        // Jiang et al. 2024 (Mixtral of Experts), Table 1: 8 experts, top-2; RoPE θ = 10^6
+        // (`rope_theta` of the released config.json).
+        "mixtral-8x7b" => ModelSpec {
+            rope_theta: 1e6,
+            ..llama(
+                "mixtral-8x7b",
+                4096,
+                32,
+                32,
+                8,
+                14336,
+                32000,
+                Some(MoeSpec {
+                    experts: 8,
+                    top_k: 2,
+                }),
+            )
+        },
         // Devlin et al. 2019: BERT-large, 24 layers, h 1024, 16 heads, WordPiece 30,522.
         "bert-large" => bert("bert-large", 1024, 24, 16, 30522, 512),
         // Small models for the CPU runtime (`plait train`): GPT-2's and LLaMA's block

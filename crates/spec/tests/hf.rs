@@ -321,7 +321,8 @@ fn unsupported_model_type_lists_the_supported_ones() {
     let err = error(&with(GPT2, "model_type", json!("t5")), "model_type");
     assert!(err.problem.contains("t5"), "{err}");
     for t in [
-        "gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2", "bert",
+        "gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2", "phi3", "olmo2", "falcon",
+        "bert",
     ] {
         assert!(err.allowed.contains(t), "{err}");
     }
@@ -405,4 +406,188 @@ proptest! {
             Err(e) => prop_assert!(!e.to_string().contains('\n')),
         }
     }
+}
+
+/// `got` within 1 % of the `published` total.
+fn within_1_percent(name: &str, got: u64, published: f64) {
+    let rel = (got as f64 - published).abs() / published;
+    assert!(
+        rel <= 0.01,
+        "{name}: {got} parameters vs published {published} ({:.3} % off)",
+        100.0 * rel
+    );
+}
+
+/// microsoft/Phi-3-mini-4k-instruct config.json (the keys that shape the model).
+fn phi3_mini() -> Value {
+    json!({
+        "architectures": ["Phi3ForCausalLM"], "model_type": "phi3",
+        "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32064,
+        "max_position_embeddings": 4096, "original_max_position_embeddings": 4096,
+        "hidden_act": "silu", "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+        "rope_scaling": null, "sliding_window": 2047, "tie_word_embeddings": false,
+        "attention_dropout": 0.0, "embd_pdrop": 0.0, "resid_pdrop": 0.0,
+        "bos_token_id": 1, "eos_token_id": 32000, "pad_token_id": 32000,
+        "torch_dtype": "bfloat16"
+    })
+}
+
+#[test]
+fn phi3_mini_4k() {
+    let m = parse(
+        &phi3_mini().to_string(),
+        "Phi-3-mini-4k-instruct/config.json",
+    );
+    assert_eq!(m.family, Family::Llama);
+    assert_eq!(
+        (m.hidden, m.layers, m.heads, m.kv_heads),
+        (3072, 32, 32, 32)
+    );
+    assert!(!m.qkv_bias && !m.linear_bias && !m.tied_embeddings);
+    assert_eq!((m.rope_theta, m.norm_eps), (10_000.0, 1e-5));
+    // Model card / safetensors: 3.82 B parameters.
+    assert_eq!(m.parameter_count(), 3_821_079_552);
+    within_1_percent("phi-3-mini", m.parameter_count(), 3.82e9);
+    let gelu = with(&phi3_mini().to_string(), "hidden_act", json!("gelu"));
+    error(&gelu, "hidden_act");
+}
+
+#[test]
+fn olmo2_7b() {
+    // allenai/OLMo-2-1124-7B config.json.
+    let cfg = json!({
+        "architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2",
+        "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 100352,
+        "max_position_embeddings": 4096, "hidden_act": "silu", "rms_norm_eps": 1e-06,
+        "rope_theta": 500000, "rope_scaling": null, "attention_bias": false,
+        "attention_dropout": 0.0, "tie_word_embeddings": false, "pad_token_id": 100277,
+        "eos_token_id": 100257, "torch_dtype": "float32"
+    });
+    let m = parse(&cfg.to_string(), "OLMo-2-1124-7B/config.json");
+    assert_eq!(m.family, Family::Llama);
+    assert_eq!((m.rope_theta, m.norm_eps), (500_000.0, 1e-6));
+    // The q/k norms (2 × 4096 per layer) are left out: 262,144 fewer than the checkpoint.
+    assert_eq!(m.parameter_count(), 7_298_355_200);
+    // Model card: 7.3 B parameters.
+    within_1_percent("olmo-2-7b", m.parameter_count(), 7.30e9);
+}
+
+/// tiiuae/falcon-7b config.json.
+fn falcon_7b() -> Value {
+    json!({
+        "architectures": ["FalconForCausalLM"], "model_type": "falcon",
+        "alibi": false, "apply_residual_connection_post_layernorm": false,
+        "attention_dropout": 0.0, "bias": false, "bos_token_id": 11, "eos_token_id": 11,
+        "hidden_dropout": 0.0, "hidden_size": 4544, "initializer_range": 0.02,
+        "layer_norm_epsilon": 1e-05, "multi_query": true, "new_decoder_architecture": false,
+        "num_attention_heads": 71, "num_hidden_layers": 32, "parallel_attn": true,
+        "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 65024
+    })
+}
+
+#[test]
+fn falcon_7b_and_40b() {
+    let m = parse(&falcon_7b().to_string(), "falcon-7b/config.json");
+    assert_eq!(m.family, Family::Gpt);
+    assert_eq!(m.positions, Positions::Rotary);
+    assert_eq!((m.heads, m.kv_heads, m.head_dim), (71, 1, 64));
+    assert!(m.tied_embeddings && !m.qkv_bias && !m.linear_bias);
+    assert_eq!(m.ffn_hidden, 4 * 4544);
+    // One LayerNorm per parallel block, counted as two here: 2h × 32 = 290,816 more than
+    // the checkpoint's 6,921,720,704 (model card: "7B"; hub: 6.92 B).
+    assert_eq!(m.parameter_count(), 6_921_720_704 + 290_816);
+    within_1_percent("falcon-7b", m.parameter_count(), 6.92e9);
+
+    // tiiuae/falcon-40b config.json: grouped-query attention with 8 kv heads, two
+    // LayerNorms per block (new_decoder_architecture).
+    let cfg = json!({
+        "architectures": ["FalconForCausalLM"], "model_type": "falcon",
+        "alibi": false, "apply_residual_connection_post_layernorm": false,
+        "attention_dropout": 0.0, "bias": false, "bos_token_id": 11, "eos_token_id": 11,
+        "hidden_dropout": 0.0, "hidden_size": 8192, "initializer_range": 0.02,
+        "layer_norm_epsilon": 1e-05, "new_decoder_architecture": true,
+        "num_attention_heads": 128, "num_hidden_layers": 60, "num_kv_heads": 8,
+        "parallel_attn": true, "torch_dtype": "bfloat16", "vocab_size": 65024
+    });
+    let m = parse(&cfg.to_string(), "falcon-40b/config.json");
+    assert_eq!((m.heads, m.kv_heads, m.head_dim), (128, 8, 64));
+    assert_eq!(m.parameter_count(), 41_303_293_952);
+    // Hub: 41.3 B ("40B" on the model card).
+    within_1_percent("falcon-40b", m.parameter_count(), 41.3e9);
+
+    // What ModelSpec cannot hold is refused, naming the key and the allowed values.
+    let alibi = error(
+        &with(&falcon_7b().to_string(), "alibi", json!(true)),
+        "alibi",
+    );
+    assert!(alibi.allowed.contains("false"), "{alibi}");
+    error(
+        &with(&falcon_7b().to_string(), "activation", json!("relu")),
+        "activation",
+    );
+    let biased = parse(
+        &with(&falcon_7b().to_string(), "bias", json!(true)),
+        "falcon.json",
+    );
+    assert!(biased.qkv_bias && biased.linear_bias);
+    let mha = parse(
+        &with(&falcon_7b().to_string(), "multi_query", json!(false)),
+        "falcon.json",
+    );
+    assert_eq!(mha.kv_heads, 71);
+}
+
+#[test]
+fn rope_theta_and_norm_eps_are_read() {
+    let m = parse(QWEN2_7B, "qwen2.json");
+    assert_eq!((m.rope_theta, m.norm_eps), (1e6, 1e-6));
+    let m = parse(MIXTRAL_8X7B, "mixtral.json");
+    assert_eq!(m.rope_theta, 1e6);
+    let m = parse(GPT2, "gpt2.json");
+    assert_eq!(m.norm_eps, 1e-5);
+    let m = parse(BERT_LARGE, "bert.json");
+    assert_eq!(m.norm_eps, 1e-12);
+    // transformers 5 keeps θ under rope_parameters.
+    let v5 = with(
+        &with(LLAMA2_7B, "rope_theta", Value::Null),
+        "rope_parameters",
+        json!({"rope_type": "default", "rope_theta": 500000.0}),
+    );
+    assert_eq!(parse(&v5, "x.json").rope_theta, 500_000.0);
+    error(&with(LLAMA2_7B, "rms_norm_eps", json!(-1)), "rms_norm_eps");
+    error(&with(LLAMA2_7B, "rope_theta", json!("big")), "rope_theta");
+}
+
+#[test]
+fn models_plait_cannot_express_are_refused_naming_the_key() {
+    // google/gemma-2-9b: local and global attention alternate layer by layer.
+    let gemma2 = json!({
+        "model_type": "gemma2", "hidden_size": 3584, "num_hidden_layers": 42,
+        "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256,
+        "intermediate_size": 14336, "vocab_size": 256000, "sliding_window": 4096,
+        "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0
+    });
+    let e = error(&gemma2.to_string(), "sliding_window");
+    assert!(e.problem.contains("gemma2"), "{e}");
+    let mut gemma3 = gemma2.clone();
+    gemma3["model_type"] = json!("gemma3_text");
+    gemma3["layer_types"] = json!(["sliding_attention", "full_attention"]);
+    error(&gemma3.to_string(), "layer_types");
+    // deepseek-ai/DeepSeek-V3 (and Kimi K2, its architecture): multi-head latent attention.
+    for t in ["deepseek_v2", "deepseek_v3", "kimi_k2"] {
+        let ds = json!({
+            "model_type": t, "hidden_size": 7168, "num_hidden_layers": 61,
+            "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+            "first_k_dense_replace": 3, "n_routed_experts": 256, "n_shared_experts": 1
+        });
+        let e = error(&ds.to_string(), "kv_lora_rank");
+        assert!(e.problem.contains("latent attention"), "{e}");
+    }
+    let oss = json!({"model_type": "gpt_oss", "layer_types": ["sliding_attention"]});
+    error(&oss.to_string(), "layer_types");
+    let nemo = json!({"model_type": "nemotron_h", "hybrid_override_pattern": "M-M-M*-"});
+    let e = error(&nemo.to_string(), "hybrid_override_pattern");
+    assert!(e.problem.contains("Mamba-2"), "{e}");
 }
