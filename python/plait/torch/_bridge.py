@@ -107,13 +107,14 @@ def _config_text(c: dict) -> str:
 def simulate(model: str, plan: str, world: int, gbs: int, seq: int, schedule: str | None = None,
              cluster: str | None = None, engine: str = "torchtitan") -> Plan:
     """``plait simulate`` of ``plan`` on ``world`` GPUs: the layout, the IR, the prediction."""
+    if schedule:  # `--schedule S` overrides the plan's: as plait train does, an item of the plan
+        items = [i for i in plan.replace(" ", ",").split(",") if i and not i.startswith("schedule=")]
+        plan = ",".join(items + [f"schedule={schedule}"])
     with tempfile.TemporaryDirectory() as d:
         ir_path = os.path.join(d, "ir.json")
         argv = ["simulate", "--model", model, "--gpus", str(world), "--config", plan,
                 "--gbs", str(gbs), "--seq", str(seq), "--engine", engine, "--json",
                 "--ir", ir_path]
-        if schedule:
-            argv += ["--schedule", schedule]
         if cluster:
             argv += ["--cluster", cluster]
         out = run(argv)

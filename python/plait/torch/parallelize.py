@@ -30,8 +30,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+import warnings
+
 from . import models, recompute as rc
 from ._bridge import Plan, simulate
+
+# A stage returns its (local) logits or hidden states, views of DTensor locals; nothing
+# modifies them in place.
+warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
 
 
 def _local_sum(t):

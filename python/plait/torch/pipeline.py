@@ -111,7 +111,7 @@ def _backward(early: set, split: bool):
         blocks = stage._blocks
         sched._assert_unsharded(stage)
         if (j, m) in early:
-            rc.recompute(blocks, m)
+            rc.STATS["early"] += rc.recompute(blocks, m)
         next_local = j + 1 in stages
         if not stage.is_last and not next_local:
             key = (j, m)

@@ -20,6 +20,11 @@ import torch
 from torch import nn
 
 
+# Blocks recomputed by this process since the last reset (``early``: of those, the ones
+# recomputed before their gradient wait, as scp places them). The train loop logs them.
+STATS = {"blocks": 0, "early": 0}
+
+
 class _Frame:
     """One forward of one block for one micro-batch."""
 
@@ -73,6 +78,7 @@ class _Frame:
             )
         self.tensors = saved
         self.args = self.kwargs = None
+        STATS["blocks"] += 1
 
 
 def _detach(v):
@@ -140,8 +146,8 @@ def enable(block: nn.Module) -> None:
             ctx.__exit__(None, None, None)
         return None
 
-    # prepend: outside any other hook, so FSDP's unshard happens inside our context
-    # consistently and its reshard after it.
+    # FSDP's pre-forward hook (registered later, prepended) gathers before ours enters
+    # the context; its post-forward hook runs after ours has left it.
     block.register_forward_pre_hook(pre, with_kwargs=True)
     block.register_forward_hook(post, with_kwargs=True, always_call=True)
 

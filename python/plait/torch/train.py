@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from . import data as data_mod
 from . import models
+from . import recompute as rc
 from ._bridge import plan_auto, simulate
 from .parallelize import grad_norm_and_clip, parallelize
 
@@ -104,9 +105,10 @@ def _latest(ckpt_dir: str):
 
 
 def _state(par, opt):
-    from torch.distributed.checkpoint.state_dict import get_state_dict
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-    msd, osd = get_state_dict(par.module, opt)
+    # Flat optimizer keys (torchtitan's choice): DCP then stores every hyper-parameter.
+    msd, osd = get_state_dict(par.module, opt, options=StateDictOptions(flatten_optimizer_state_dict=True))
     return {"model": msd, "optim": osd}
 
 
@@ -126,13 +128,14 @@ def save(path, par, opt, step, plan_text, rank):
 
 def load(path, par, opt, rank):
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import set_state_dict
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
     state = _state(par, opt)
     state["meta"] = {"step": 0, "plan": "", "world": 0}
     state[f"rng_{rank}"] = torch.get_rng_state()
     dcp.load(state, checkpoint_id=path)
-    set_state_dict(par.module, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    set_state_dict(par.module, opt, model_state_dict=state["model"], optim_state_dict=state["optim"],
+                   options=StateDictOptions(flatten_optimizer_state_dict=True))
     torch.set_rng_state(state[f"rng_{rank}"])
     return state["meta"]
 
@@ -162,8 +165,13 @@ def main(argv=None) -> int:
             traceback.print_exc()
         sys.stderr.flush()
         os._exit(1)
+    dist.barrier()
     dist.destroy_process_group()
-    return 0
+    # Skip the interpreter's teardown: process-group threads torn down there can abort a
+    # finished run ("terminate called without an active exception").
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _train(a, rank, world, device, _):
@@ -226,6 +234,7 @@ def _train(a, rank, world, device, _):
             t0 = time.perf_counter()
             ids, labels = data_mod.batch(tokens, step, a.gbs, a.seq, a.seed)
             ids, labels = ids[dp_rank * rows : (dp_rank + 1) * rows], labels[dp_rank * rows : (dp_rank + 1) * rows]
+            rc.STATS.update(blocks=0, early=0)
             lr = lr_at(step, a.steps, a.lr)
             for g in opt.param_groups:
                 g["lr"] = lr
@@ -234,9 +243,14 @@ def _train(a, rank, world, device, _):
             opt.step()
             opt.zero_grad(set_to_none=True)
             # The mean loss over the global batch: held by the last stage's dp × tp ranks.
-            lt = torch.tensor([loss if loss is not None else 0.0], dtype=torch.float64, device=device)
+            # One reduction carries the loss and each rank's recompute counts.
+            lt = torch.zeros(1 + 2 * world, dtype=torch.float64, device=device)
+            lt[0] = loss if loss is not None else 0.0
+            lt[1 + rank], lt[1 + world + rank] = rc.STATS["blocks"], rc.STATS["early"]
             dist.all_reduce(lt)
-            mean_loss = lt.item() / (c["dp"] * c["tp"])
+            mean_loss = lt[0].item() / (c["dp"] * c["tp"])
+            recomputed = [int(x) for x in lt[1 : 1 + world].tolist()]
+            early = [int(x) for x in lt[1 + world :].tolist()]
             if device.type == "cuda":
                 torch.cuda.synchronize()
             dt = time.perf_counter() - t0
@@ -247,7 +261,8 @@ def _train(a, rank, world, device, _):
             rec = dict(step=step, loss=mean_loss, grad_norm=norm, lr=lr, tokens=a.gbs * a.seq,
                        step_time_s=dt, tokens_per_s=a.gbs * a.seq / dt,
                        predicted_step_time_s=plan.predicted_step_time_s,
-                       predicted_cluster=plan.cluster, plan=plan.text)
+                       predicted_cluster=plan.cluster, plan=plan.text,
+                       recomputed_blocks=recomputed, early_recomputed_blocks=early)
             log.write(json.dumps(rec) + "\n")
             log.flush()
         if a.checkpoint_dir and ((a.checkpoint_every and step % a.checkpoint_every == 0) or step == a.steps):
