@@ -23,7 +23,7 @@ import operator
 import os
 import re
 import tempfile
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from . import _native
 
@@ -94,6 +94,9 @@ class InfeasibleError(PlaitError):
 
 
 _FLAG_AT_START = re.compile(r"^--([a-z0-9][a-z0-9-]*)")
+# clap names the flag quoted: "invalid value 'x' for '--dtype <DTYPE>'" (the flag after
+# "for", whatever the value), "unexpected argument '--foo' found".
+_CLAP_FLAG_FOR = re.compile(r"for '--([a-z0-9][a-z0-9-]*)")
 _CLAP_FLAG = re.compile(r"'--([a-z0-9][a-z0-9-]*)")
 
 
@@ -112,9 +115,9 @@ def _translate(err: Any, files: Mapping[str, Tuple[str, str]]) -> PlaitError:
     ``--model`` or ``--cluster`` to (that flag, how messages name it)."""
     message, kind, _code, source, field = err.args
     if kind == "usage":
-        # clap's rendering: "error: " before the message, a hint to --help after it.
-        message = re.sub(r"^error: ", "", message)
-        message = re.sub(r"\s*For more information, try '--help'\.\s*$", "", message)
+        # clap's rendering: "error: " before the message; tips, the usage line and a hint
+        # to --help in paragraphs after it, about the command line rather than this call.
+        message = re.sub(r"^error: ", "", message).split("\n\n")[0].strip()
     for path, (_, shown) in files.items():
         if path != shown:
             message = message.replace(path, shown)
@@ -130,7 +133,10 @@ def _translate(err: Any, files: Mapping[str, Tuple[str, str]]) -> PlaitError:
                 source = source.replace(path, shown)
                 break
     if flag is None:
-        m = (_CLAP_FLAG.search if kind == "usage" else _FLAG_AT_START.match)(message)
+        if kind == "usage":
+            m = _CLAP_FLAG_FOR.search(message) or _CLAP_FLAG.search(message)
+        else:
+            m = _FLAG_AT_START.match(message)
         if m:
             flag = m.group(1)
     if flag is not None:
@@ -319,9 +325,6 @@ def _check_bool(fn: str, name: str, v: Any) -> bool:
     return v
 
 
-_Check = Callable[[str, str, Any], str]
-
-
 def _flags(fn: str, values: Mapping[str, Any], spec: Mapping[str, Any]) -> List[str]:
     """argv for the keyword arguments in ``values`` per ``spec``: name -> a value checker
     (``--flag VALUE``), ``bool`` (``--flag`` when True) or ``"tristate"`` (``--flag`` when
@@ -338,7 +341,8 @@ def _flags(fn: str, values: Mapping[str, Any], spec: Mapping[str, Any]) -> List[
         elif kind == "tristate":
             argv.append(flag if _check_bool(fn, name, v) else "--no-" + name.replace("_", "-"))
         else:
-            argv += [flag, kind(fn, name, v)]
+            # `--flag=VALUE`: a value that starts with `-` stays a value.
+            argv.append(f"{flag}={kind(fn, name, v)}")
     return argv
 
 
@@ -424,11 +428,11 @@ class _Call:
     def model_argv(self, model: Any, cluster: Any) -> List[str]:
         argv: List[str] = []
         if model is not None:
-            argv += ["--model", self.model(model)]
+            argv.append(f"--model={self.model(model)}")
         if cluster is not None:
             path = _check_path(self.fn, "cluster", cluster)
             self.files.setdefault(path, ("cluster", path))
-            argv += ["--cluster", path]
+            argv.append(f"--cluster={path}")
         return argv
 
     def model(self, model: Any) -> str:
@@ -575,7 +579,7 @@ def simulate(
         argv = ["simulate", "--json"] + call.model_argv(model, cluster)
         argv += _flags("simulate", values, {**_WORKLOAD, **_CONFIG, **_PICTURES})
         if ir:
-            argv += ["--ir", call.ir_file()]
+            argv.append(f"--ir={call.ir_file()}")
         doc = call.run(argv)
         return Simulation(doc, call.read_ir() if ir else None)
 
@@ -628,7 +632,7 @@ def plan(
         argv = ["plan", "--json"] + call.model_argv(model, cluster)
         argv += _flags("plan", values, {**_WORKLOAD, **_PINS, **_PLAN, **_PICTURES})
         if ir:
-            argv += ["--ir", call.ir_file()]
+            argv.append(f"--ir={call.ir_file()}")
         doc = call.run(argv)
         return PlanResult(doc, call.read_ir() if ir and doc["plans"] else None)
 
@@ -652,6 +656,6 @@ def schedule(
     values = dict(locals())
     with _Call("schedule") as call:
         argv = ["schedule", "--json"] + _flags("schedule", values, {**_SCHEDULE, **_PICTURES})
-        argv += ["--ir", call.ir_file()]
+        argv.append(f"--ir={call.ir_file()}")
         doc = call.run(argv)
         return Schedule(doc, call.read_ir())

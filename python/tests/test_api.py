@@ -271,6 +271,8 @@ ERRORS = [
     (plait.estimate, dict(zero=4), plait.ConfigError, "zero", ["0|1|2|3"]),
     (plait.estimate, dict(dtype="fp4"), plait.ConfigError, "dtype", ["--dtype", "bf16|fp16|fp8"]),
     (plait.estimate, dict(schedule="zz"), plait.ConfigError, "schedule", ["gpipe|1f1b|interleaved|zb-h1|scp"]),
+    (plait.estimate, dict(dtype="--help"), plait.ConfigError, "dtype", ["`--help` is not one of bf16|fp16|fp8"]),
+    (plait.estimate, dict(config="dp2 tp2", tp=2), plait.ConfigError, "config", ["'--config <CONFIG>' cannot be used with '--tp <TP>'"]),
     (plait.estimate, dict(model="llama3-8b", gpus=6, tp=3), plait.ConfigError, "tp", ["attention heads", "divisors of 32"]),
     (plait.estimate, dict(moe_skew=0.5), plait.ConfigError, "moe_skew", ["--moe-skew", "from 1 to 64"]),
     (plait.estimate, dict(model="no-such-model"), plait.ModelError, "model", ["no-such-model", "llama3-8b", "allowed"]),
@@ -296,7 +298,7 @@ def test_errors_raise_the_subclass_naming_the_field(fn, kwargs, cls, flag, texts
     assert e.flag == flag
     for t in texts:
         assert t in str(e)
-    assert not str(e).startswith("error:") and "try '--help'" not in str(e)
+    assert not str(e).startswith("error:") and "try '--help'" not in str(e) and "Usage:" not in str(e)
 
 
 def test_model_errors_from_a_dict_name_the_key_not_a_temporary_file():
