@@ -655,6 +655,8 @@ const MEGATRON_FLAGS: &[&str] = &[
     "--position-embedding-type",
     "--swiglu",
     "--normalization",
+    "--rotary-base",
+    "--norm-epsilon",
     "--disable-bias-linear",
     "--add-qkv-bias",
     "--untie-embeddings-and-output-weights",
@@ -823,4 +825,66 @@ fn every_emitted_name_is_the_engines_own() {
         }
     }
     assert!(seen.iter().all(|&n| n >= 4), "{seen:?}");
+}
+
+/// The model flags of a Megatron export carry the config's RoPE θ and norm ε.
+fn exported_theta_eps(model: ModelSpec) -> (BTreeMap<String, String>, ModelSpec) {
+    let c = ParallelConfig {
+        dp: 8,
+        mbs: 1,
+        zero: 1,
+        ..ParallelConfig::default()
+    };
+    let t = TrainSpec::new(64, 4096);
+    let cluster = cluster_preset("dgx-h100").unwrap();
+    c.validate(&model, &t, c.gpus()).unwrap();
+    let d = plait_cost::device_for(&cluster, t.dtype).unwrap();
+    let est = plait_cost::estimate(&model, &cluster, &t, &c, &d).unwrap();
+    let plan = Plan {
+        config: c,
+        stage_map: StageMap::uniform(model.layers, &c),
+        microbatches: c.microbatches(&t),
+        closed_form_iteration_time_s: est.iteration_time_s,
+        estimate: est,
+        notes: vec![],
+        simulated: None,
+    };
+    let files = export(Engine::Megatron, &plan, &model, &t).unwrap();
+    (megatron_flags(file(&files, "megatron_args.sh")), model)
+}
+
+#[test]
+fn megatron_exports_carry_rope_theta_and_norm_epsilon() {
+    // Llama 3: θ = 500,000 (Dubey et al. 2024), RMSNorm ε = 1e-5.
+    let (flags, _) = exported_theta_eps(model_preset("llama3-8b").unwrap());
+    assert_eq!(flags["--rotary-base"].parse::<u64>().unwrap(), 500_000);
+    assert_eq!(flags["--norm-epsilon"].parse::<f64>().unwrap(), 1e-5);
+    // Qwen2.5-7B's config.json: θ = 10^6, ε = 1e-6.
+    let qwen25 = serde_json::json!({
+        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+        "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+        "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+        "max_position_embeddings": 131072, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+        "sliding_window": 131072, "use_sliding_window": false, "tie_word_embeddings": false,
+        "hidden_act": "silu", "torch_dtype": "bfloat16"
+    });
+    let m =
+        plait_spec::model_from_hf_config(&qwen25.to_string(), "Qwen2.5-7B/config.json").unwrap();
+    let (flags, _) = exported_theta_eps(m);
+    assert_eq!(flags["--rotary-base"].parse::<u64>().unwrap(), 1_000_000);
+    assert_eq!(flags["--norm-epsilon"].parse::<f64>().unwrap(), 1e-6);
+    // Learned positions write no θ; a fractional θ has no Megatron flag.
+    let (flags, _) = exported_theta_eps(model_preset("gpt-1.7b").unwrap());
+    assert!(!flags.contains_key("--rotary-base"));
+    assert_eq!(flags["--norm-epsilon"].parse::<f64>().unwrap(), 1e-5);
+    let odd = ModelSpec {
+        rope_theta: 10_000.5,
+        ..model_preset("llama2-7b").unwrap()
+    };
+    let k = Case {
+        model: odd,
+        ..llama2_7b()
+    };
+    let err = run(Engine::Megatron, &k).unwrap_err();
+    assert!(err.contains("--rotary-base"), "{err}");
 }

@@ -3,7 +3,8 @@
 //!
 //! Every flag was checked against NVIDIA/Megatron-LM at commit
 //! d98e8a64ddf34856e74b24714e3bedb2f5a39553:
-//! * `megatron/training/arguments.py` — hand-written flags: `--group-query-attention`,
+//! * `megatron/training/arguments.py` — hand-written flags: `--rotary-base` (RoPE θ,
+//!   `type=int`, default 10000), `--group-query-attention`,
 //!   `--max-position-embeddings`, `--position-embedding-type {learned_absolute,rope,…}`,
 //!   `--swiglu`, `--untie-embeddings-and-output-weights`, `--seq-length`, `--num-experts`,
 //!   `--decoder-first-pipeline-num-layers`, `--decoder-last-pipeline-num-layers`,
@@ -19,7 +20,8 @@
 //!   `--bf16`, `--fp16`.
 //! * `megatron/core/transformer/transformer_config.py`: `--num-layers`, `--hidden-size`,
 //!   `--num-attention-heads`, `--num-query-groups`, `--ffn-hidden-size`, `--kv-channels`,
-//!   `--normalization {LayerNorm,RMSNorm}`, `--disable-bias-linear` (its `argparse_meta`),
+//!   `--normalization {LayerNorm,RMSNorm}`, `--norm-epsilon` (field `layernorm_epsilon`,
+//!   its `argparse_meta`), `--disable-bias-linear` (its `argparse_meta`),
 //!   `--add-qkv-bias`, `--hidden-dropout`, `--attention-dropout`,
 //!   `--attention-backend {flash,fused,unfused,local,auto}` (enum `AttnBackend`),
 //!   `--recompute-granularity {full,selective}`, `--recompute-method {uniform,block}`,
@@ -106,6 +108,15 @@ pub(super) fn model_reasons(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -
              (megatron/training/arguments.py)",
             train.seq,
             2 * c.cp
+        ));
+    }
+    let theta = model.rope_theta;
+    if model.positions == Positions::Rotary
+        && !(theta.fract() == 0.0 && theta >= 1.0 && theta <= u64::MAX as f64)
+    {
+        out.push(format!(
+            "Megatron's --rotary-base takes an integer (type=int in \
+             megatron/training/arguments.py); RoPE θ = {theta} is not one"
         ));
     }
     if model.linear_bias && !model.qkv_bias {
@@ -267,6 +278,10 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
         }
         .into(),
     ));
+    if model.positions == Positions::Rotary {
+        // `--rotary-base` is `type=int` (arguments.py); `model_reasons` refuses other θ.
+        m.push(("--rotary-base", format!("{}", model.rope_theta as u64)));
+    }
     if model.activation == plait_spec::Activation::SwiGlu {
         m.push(flag("--swiglu"));
     }
@@ -278,6 +293,7 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
         }
         .into(),
     ));
+    m.push(("--norm-epsilon", format!("{:e}", model.norm_eps)));
     if !model.linear_bias {
         m.push(flag("--disable-bias-linear"));
         if model.qkv_bias {

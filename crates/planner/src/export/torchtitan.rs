@@ -205,8 +205,8 @@ fn flavor(model: &ModelSpec) -> Result<&'static str, String> {
         });
     Err(format!(
         "TransformerModelArgs(dim={}, n_layers={}, n_heads={}, n_kv_heads={}, vocab_size={}, \
-         {mlp}, rope_theta=…)",
-        model.hidden, model.layers, model.heads, model.kv_heads, model.vocab
+         {mlp}, rope_theta={})",
+        model.hidden, model.layers, model.heads, model.kv_heads, model.vocab, model.rope_theta
     ))
 }
 
