@@ -9,8 +9,8 @@ use clap::Args;
 use plait_cost::{device_for, DeviceModel, Profile};
 use plait_spec::{
     cluster_from_toml, cluster_preset, model_from_hf_config, model_preset, AttentionImpl,
-    ClusterSpec, Dtype, Engine, ModelSpec, ParallelConfig, Recompute, Schedule, SpecError,
-    TrainSpec,
+    ClusterSpec, Dtype, Engine, Lora, ModelSpec, ParallelConfig, Recompute, Schedule, SpecError,
+    Task, TrainSpec,
 };
 
 /// Model, cluster and batch.
@@ -61,6 +61,20 @@ pub struct WorkloadArgs {
     /// (1 = balanced; the band's pessimistic end assumes at least 1.25).
     #[arg(long, default_value_t = 1.0)]
     pub moe_skew: f64,
+    /// What the run trains: pretrain, sft (every weight, packed samples) or lora (low-rank
+    /// adapters beside frozen weights).
+    #[arg(long, default_value = "pretrain", value_parser = parse_keyword::<Task>)]
+    pub task: Task,
+    /// LoRA adapter rank (NeMo's default: 32).
+    #[arg(long, allow_negative_numbers = true, default_value_t = 32)]
+    pub lora_rank: i64,
+    /// Linears LoRA adapts: all, or a comma list of qkv, proj, fc1, fc2.
+    #[arg(long, default_value = "all")]
+    pub lora_targets: String,
+    /// Length of the samples packed into each sequence (sft, lora): attention runs within
+    /// each sample instead of over the whole sequence.
+    #[arg(long, allow_negative_numbers = true)]
+    pub pack_len: Option<i64>,
 }
 
 /// One parallel configuration.
@@ -205,8 +219,38 @@ impl WorkloadArgs {
                     self.moe_skew
                 )
             },
+            task: self.task,
+            lora: Lora {
+                rank: positive("lora-rank", self.lora_rank)?,
+                targets: Lora::parse_targets(&self.lora_targets)
+                    .map_err(|e| anyhow::anyhow!("--lora-targets: {e}"))?,
+            },
+            pack_len: match self.pack_len {
+                None => None,
+                Some(_) if self.task == Task::Pretrain => bail!(
+                    "--pack-len: packing applies to fine-tuning (allowed with --task sft or lora)"
+                ),
+                Some(p) => {
+                    let p = positive("pack-len", p)?;
+                    if p > positive("seq", self.seq)? as u64 {
+                        bail!(
+                            "--pack-len: {p} is longer than the sequence (allowed: 1 to --seq = {})",
+                            self.seq
+                        );
+                    }
+                    Some(p)
+                }
+            },
             ..TrainSpec::new(positive("gbs", self.gbs)?, positive("seq", self.seq)?)
         };
+        if train.task == Task::Lora && train.lora.rank > model.hidden {
+            bail!(
+                "--lora-rank: {} exceeds the model's hidden size {} (allowed: 1 to {})",
+                train.lora.rank,
+                model.hidden,
+                model.hidden
+            );
+        }
         let mut device = device_for(&cluster, self.dtype)?;
         let profile = match (&self.profile, self.no_profile) {
             (Some(_), true) => bail!("--profile and --no-profile contradict each other"),

@@ -9,7 +9,8 @@
 
 use plait_spec::{
     cluster_preset, model_preset, Activation, AttentionImpl, ClusterSpec, Dtype, Engine, Family,
-    ModelSpec, MoeSpec, Norm, ParallelConfig, Positions, Recompute, Schedule, SpecError, TrainSpec,
+    Lora, ModelSpec, MoeSpec, Norm, ParallelConfig, Positions, Recompute, Schedule, SpecError,
+    Task, TrainSpec,
 };
 
 use crate::estimate::{device_for, estimate};
@@ -452,25 +453,22 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
                 continue;
             }
         };
-        match row.str("task")? {
-            "lora" => {
-                skipped.push(Skipped {
-                    label,
-                    reason: "LoRA fine-tuning is not expressible yet".into(),
-                });
-                continue;
-            }
-            // NeMo's SFT packs several samples into each sequence; attention then runs per
-            // sample, a length the table does not publish.
-            "sft" => {
-                skipped.push(Skipped {
-                    label,
-                    reason: "SFT packs samples of unpublished length into each sequence".into(),
-                });
-                continue;
-            }
-            _ => {}
-        }
+        // NeMo's SFT and LoRA runs pack samples into each sequence; the table does not
+        // publish their lengths, so attention is costed over the whole sequence (an upper
+        // bound on its work). LoRA as NeMo 24.07 configured it: rank 32 on `attention_qkv`
+        // (NeMo 876c8511e5, examples/nlp/language_modeling/tuning/conf/
+        // megatron_gpt_finetuning_config.yaml, `peft.lora_tuning`).
+        let (task, lora) = match row.str("task")? {
+            "lora" => (
+                Task::Lora,
+                Lora {
+                    rank: 32,
+                    targets: [true, false, false, false],
+                },
+            ),
+            "sft" => (Task::Sft, Lora::default()),
+            _ => (Task::Pretrain, Lora::default()),
+        };
         let (gpus, gbs, mbs, seq) = (
             row.int("gpus")?,
             row.int("gbs")?,
@@ -549,6 +547,8 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
                 // Llama and Nemotron configs set 0 (NeMo 8cfedd7, `gpt/model/base.py`,
                 // `nemotron.py:50-51`).
                 dropout: matches!(row.str("model")?, "GPT3-5B" | "GPT3-20B"),
+                task,
+                lora,
                 ..TrainSpec::new(gbs, seq)
             },
             config: ParallelConfig {

@@ -274,10 +274,19 @@ pub fn model_flops(m: &ModelSpec, t: &TrainSpec) -> f64 {
         None => (1.0, 0.0),
     };
     let mlp_weights = active_experts * mlp_mats * h * m.ffn_hidden as f64 + router;
-    let per_layer = 2.0 * tokens * (attn_weights + mlp_weights)
-        + 4.0 * tokens * t.seq as f64 * m.q_width() as f64;
+    let linears = 2.0 * tokens * (attn_weights + mlp_weights);
+    // Causal or not, the convention counts every score (as Megatron-LM's formula does),
+    // over the packed sample when samples are packed.
+    let attention = 4.0 * tokens * t.attention_span() as f64 * m.q_width() as f64;
     let head = 2.0 * tokens * h * m.vocab as f64;
-    3.0 * (m.layers as f64 * per_layer + head)
+    // Forward, then input and weight gradients (twice the forward); a frozen LoRA base
+    // computes no weight gradients (the adapters' FLOPs are not model FLOPs).
+    let weight_passes = if t.lora_adapters().is_some() {
+        2.0
+    } else {
+        3.0
+    };
+    weight_passes * (m.layers as f64 * linears + head) + 3.0 * m.layers as f64 * attention
 }
 
 /// Estimates one configuration under Megatron-LM's even block layout. Errors only for
@@ -496,6 +505,8 @@ fn assemble(
         let mut transient: f64 = 0.0;
         let mut params = 0.0;
         let mut expert_params = 0.0;
+        let mut trainable = 0.0;
+        let mut trainable_expert = 0.0;
         for &(lc, n) in &layers {
             if n == 0.0 {
                 continue;
@@ -507,10 +518,16 @@ fn assemble(
             transient = transient.max(lc.transient_bytes);
             params += lc.params * n;
             expert_params += lc.expert_params * n;
+            trainable += lc.trainable_params * n;
+            trainable_expert += lc.trainable_expert_params * n;
         }
         // A tied output matrix on another stage than the embedding needs its own copy.
         if last && p > 1 && m.tied_embeddings {
-            params += (padded_vocab(m.vocab, c.tp) / c.tp) as f64 * h;
+            let copy = (padded_vocab(m.vocab, c.tp) / c.tp) as f64 * h;
+            params += copy;
+            if w.lora.is_none() {
+                trainable += copy;
+            }
         }
         // Megatron's interleaved schedule with `overlap_p2p_comm` waits for a transfer only
         // where it outlasts the chunk computed meanwhile.
@@ -528,12 +545,13 @@ fn assemble(
         };
 
         // Weights, gradients and optimizer states under ZeRO.
-        let per_group = |params: f64, d: f64| {
+        // Frozen weights (LoRA) keep only their 16-bit copy: no gradient, no optimizer state.
+        let per_group = |params: f64, trainable: f64, d: f64| {
             let [w, g, o] = zero_state_bytes_per_param(c.zero, d);
-            (params * w, params * g, params * o)
+            (params * w, trainable * g, trainable * o)
         };
-        let (wd, gd, od) = per_group(params, dense_dp);
-        let (we, ge, oe) = per_group(expert_params, expert_dp);
+        let (wd, gd, od) = per_group(params, trainable, dense_dp);
+        let (we, ge, oe) = per_group(expert_params, trainable_expert, expert_dp);
         let inflight = inflight_microbatches(c.schedule, k as u64, c.pp, mb, c.vp);
         let zero3_buffer = zero3_gather_buffer_bytes(c, &policy.block);
         // fp8 copies of the block weights beside the 16-bit ones (of the gathered unit only
@@ -570,12 +588,12 @@ fn assemble(
         let dp_total = if c.zero >= 3 {
             0.0
         } else {
-            reduce(&g.dp, params) + reduce(&expert_group, expert_params)
+            reduce(&g.dp, trainable) + reduce(&expert_group, trainable_expert)
         };
         // The ZeRO-1/2 parameter all-gather within `dp_total` (after the optimizer step).
         let param_gather = if (1..3).contains(&c.zero) {
-            g.dp.all_gather_s(params * WEIGHT_BYTES)
-                + expert_group.all_gather_s(expert_params * WEIGHT_BYTES)
+            g.dp.all_gather_s(trainable * WEIGHT_BYTES)
+                + expert_group.all_gather_s(trainable_expert * WEIGHT_BYTES)
         } else {
             0.0
         };
@@ -584,7 +602,7 @@ fn assemble(
             // cannot hide. The parameter all-gather of ZeRO-1/2 overlaps the next forward
             // the same way, so one window of backward + forward is available.
             let last_bucket = dp_total
-                * (grad_bucket_params(dense_dp) / (params + expert_params).max(1.0)).min(1.0);
+                * (grad_bucket_params(dense_dp) / (trainable + trainable_expert).max(1.0)).min(1.0);
             (dp_total - (bwd + if c.zero >= 1 { fwd } else { 0.0 })).max(last_bucket)
         } else {
             dp_total
@@ -613,8 +631,11 @@ fn assemble(
             let unit_expert = block.expert_params / per_block;
             let gather_u = g.dp.all_gather_s(unit_dense * WEIGHT_BYTES)
                 + expert_group.all_gather_s(unit_expert * WEIGHT_BYTES);
-            let scatter_u = g.dp.reduce_scatter_s(unit_dense * grad_reduce_bytes)
-                + expert_group.reduce_scatter_s(unit_expert * grad_reduce_bytes);
+            let scatter_u =
+                g.dp.reduce_scatter_s(block.trainable_params / per_block * grad_reduce_bytes)
+                    + expert_group.reduce_scatter_s(
+                        block.trainable_expert_params / per_block * grad_reduce_bytes,
+                    );
             let hidden_share = engine
                 .sharded
                 .prefetch_params
@@ -671,8 +692,8 @@ fn assemble(
             zero3_per_mb_worst = zero3_per_mb_worst.max(zero3_exposed);
         }
         worst_dp_contention = worst_dp_contention.max(dp_contention_s);
-        let opt_params = params / if c.zero >= 1 { dense_dp } else { 1.0 }
-            + expert_params / if c.zero >= 1 { expert_dp } else { 1.0 };
+        let opt_params = trainable / if c.zero >= 1 { dense_dp } else { 1.0 }
+            + trainable_expert / if c.zero >= 1 { expert_dp } else { 1.0 };
         let block_params = policy.block.params + policy.block.expert_params;
         let fp8_block_params = if w.fp8 {
             block_params * n_blocks as f64

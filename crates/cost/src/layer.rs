@@ -72,6 +72,11 @@ pub struct LayerCost {
     pub params: f64,
     /// Expert parameters held on this GPU (sharded by ep × tp), reduced over a smaller group.
     pub expert_params: f64,
+    /// Of the parameters, those the run trains (gradients, optimizer states, data-parallel
+    /// reduction): all of them, or only the LoRA adapters beside frozen weights (which
+    /// `params` includes).
+    pub trainable_params: f64,
+    pub trainable_expert_params: f64,
 }
 
 /// Everything about one micro-batch's shape on one GPU.
@@ -97,6 +102,10 @@ pub struct Workload {
     pub level: usize,
     /// MoE load imbalance given by the user (busiest expert rank over the balanced share).
     pub moe_skew: f64,
+    /// Keys each query attends over: the packed sample, or the whole sequence.
+    pub attention_span: f64,
+    /// LoRA adapters beside frozen weights (`None`: every weight trains).
+    pub lora: Option<plait_spec::Lora>,
 }
 
 impl Workload {
@@ -116,6 +125,8 @@ impl Workload {
             engine: EngineProfile::of(t.engine),
             level: 1,
             moe_skew: t.moe_skew.max(1.0),
+            attention_span: t.attention_span() as f64,
+            lora: t.lora_adapters(),
         }
     }
 
@@ -248,8 +259,10 @@ struct AttentionCore {
 fn attention_core(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> AttentionCore {
     let (heads, _kv, dim) = m.attention_shape(w.tp);
     let (heads, dim) = (heads as f64, dim as f64);
-    // Score elements per GPU: local queries × all keys.
-    let scores = w.mbs * heads * w.seq_local * w.seq;
+    // Score elements per GPU: local queries × the keys they attend over (all of the
+    // sequence, or their packed sample's).
+    let keys = w.seq.min(w.attention_span);
+    let scores = w.mbs * heads * w.seq_local * keys;
     let mut forward = Kernels::default();
     let mut backward = Kernels::default();
     let internal_bytes = match w.attention {
@@ -259,7 +272,7 @@ fn attention_core(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> AttentionCore
             let (f_s, b_s) = d.attention_s(
                 w.engine.attention,
                 flops,
-                w.seq_local,
+                w.seq_local.min(keys),
                 dim,
                 m.causal,
                 w.level,
@@ -270,7 +283,7 @@ fn attention_core(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> AttentionCore
         }
         AttentionImpl::Unfused => {
             let batch = w.mbs * heads;
-            let (sq, sk) = (w.seq_local, w.seq);
+            let (sq, sk) = (w.seq_local, keys);
             // Q·Kᵀ, fused scale-mask-softmax, dropout, P·V (Megatron-LM before flash attention).
             forward.gemm_shape(d, sq, sk, dim, batch);
             forward.stream(d, scores * 2.0 * w.e);
@@ -417,13 +430,50 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
     let mut column_parallel_exposed = 0.0;
     let mut column_parallel_hidden = 0.0;
     let mut weight_grad_s = 0.0;
+    // LoRA (Hu et al. 2021): frozen linears compute only their input gradient; each
+    // adapted linear adds x·A (k → r) and (x·A)·B (r → n) in 16-bit, their input and
+    // weight gradients, and the add of the adapter's output into the linear's.
+    let mut adapter_params = 0.0;
     for (i, gm) in [qkv, attn_out, up, down].iter().enumerate() {
         let (dg, wg) = backward_gemms(gm);
         let dg_s = expert_gemm_s(d, &dg, grouped);
-        let wg_s = expert_gemm_s(d, &wg, grouped);
+        let wg_s = if w.lora.is_some() {
+            0.0
+        } else {
+            expert_gemm_s(d, &wg, grouped)
+        };
         bwd.gpu_s += dg_s + wg_s;
-        bwd.count += 2.0 * dg.count as f64;
+        bwd.count += if w.lora.is_some() { 1.0 } else { 2.0 } * dg.count as f64;
         weight_grad_s += wg_s;
+        if let Some(lora) = w.lora.filter(|l| l.adapts(i)) {
+            let r = lora.rank;
+            let a = Gemm {
+                name: "lora_a",
+                m: gm.m,
+                n: r,
+                k: gm.k,
+                count: gm.count,
+            };
+            let b = Gemm {
+                name: "lora_b",
+                m: gm.m,
+                n: gm.n,
+                k: r,
+                count: gm.count,
+            };
+            for ad in [&a, &b] {
+                fwd.fixed(d.gemm16_s(ad.m, ad.n, ad.k, ad.count), ad.count as f64);
+                let (add, awg) = backward_gemms(ad);
+                let s = d.gemm16_s(add.m, add.n, add.k, add.count)
+                    + d.gemm16_s(awg.m, awg.n, awg.k, awg.count);
+                bwd.fixed(s, 2.0 * ad.count as f64);
+                weight_grad_s += d.gemm16_s(awg.m, awg.n, awg.k, awg.count);
+                adapter_params += (ad.k * ad.n * ad.count) as f64;
+            }
+            // Adapter output added into the linear's (read two, write one); its gradient
+            // reaches both branches without a kernel of its own.
+            fwd.stream(d, 3.0 * (gm.m * gm.n * gm.count) as f64 * e);
+        }
         let column_parallel = i % 2 == 0;
         if column_parallel && w.tp > 1 {
             let pairs = if w.sp {
@@ -453,7 +503,19 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
         + norms
         + router * (1.0 - 1.0 / t);
     let expert_params = m.expert_params() as f64 / (t * w.ep as f64);
-    let accumulate_s = d.memory_s(GRAD_ACCUMULATE_BYTES_PER_PARAM * (params + expert_params));
+    let (trainable_params, trainable_expert_params) = if w.lora.is_some() {
+        (adapter_params, 0.0)
+    } else {
+        (params, expert_params)
+    };
+    let params = params
+        + if w.lora.is_some() {
+            adapter_params
+        } else {
+            0.0
+        };
+    let accumulate_s =
+        d.memory_s(GRAD_ACCUMULATE_BYTES_PER_PARAM * (trainable_params + trainable_expert_params));
     bwd.fixed(accumulate_s, 0.0);
     // The GEMMs that run beside the hidden tp collectives lose the SMs those use.
     bwd.fixed(
@@ -569,6 +631,8 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
         weight_grad_s,
         params,
         expert_params,
+        trainable_params,
+        trainable_expert_params,
     }
 }
 
@@ -582,8 +646,11 @@ pub fn embedding_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) 
     let mut bwd = Kernels::default();
     // Gather rows, add positions (and types), write the hidden states.
     fwd.stream(d, 3.0 * tokens * h * e);
-    // Scatter-add the output gradient into the fp32 embedding gradient.
-    bwd.stream(d, tokens * h * (e + 2.0 * FP32));
+    // Scatter-add the output gradient into the fp32 embedding gradient (nothing for a
+    // frozen table: no gradient flows below the first block).
+    if w.lora.is_none() {
+        bwd.stream(d, tokens * h * (e + 2.0 * FP32));
+    }
     let v = padded_vocab(m.vocab, w.tp) as f64;
     let pos = if m.positions == Positions::Learned {
         m.max_positions as f64
@@ -606,6 +673,12 @@ pub fn embedding_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) 
         weight_grad_s: 0.0,
         params: v * h / w.tp as f64 + (pos + m.type_vocab as f64) * h,
         expert_params: 0.0,
+        trainable_params: if w.lora.is_some() {
+            0.0
+        } else {
+            v * h / w.tp as f64 + (pos + m.type_vocab as f64) * h
+        },
+        trainable_expert_params: 0.0,
     }
 }
 
@@ -635,8 +708,13 @@ pub fn head_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> La
     fwd.fixed(d.gemm16_s(proj.m, proj.n, proj.k, 1), 1.0);
     let (dg, wg) = backward_gemms(&proj);
     let dg_s = d.gemm16_s(dg.m, dg.n, dg.k, 1);
-    let wg_s = d.gemm16_s(wg.m, wg.n, wg.k, 1);
-    bwd.fixed(dg_s + wg_s, 2.0);
+    // A frozen output layer (LoRA) computes no weight gradient.
+    let wg_s = if w.lora.is_some() {
+        0.0
+    } else {
+        d.gemm16_s(wg.m, wg.n, wg.k, 1)
+    };
+    bwd.fixed(dg_s + wg_s, if w.lora.is_some() { 1.0 } else { 2.0 });
     // Cross-entropy: read logits, write and re-read fp32 exponentials; backward reads the
     // fp32 softmax and writes the logit gradient.
     let logits = tokens * v_local;
@@ -651,7 +729,8 @@ pub fn head_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> La
     };
     let params =
         m.head_params() as f64 - own_matrix + if m.tied_embeddings { 0.0 } else { v_local * h };
-    bwd.stream(d, GRAD_ACCUMULATE_BYTES_PER_PARAM * params);
+    let trainable_params = if w.lora.is_some() { 0.0 } else { params };
+    bwd.stream(d, GRAD_ACCUMULATE_BYTES_PER_PARAM * trainable_params);
     let full = tokens * h * e;
     let (tp_fwd, tp_bwd) = if w.tp > 1 {
         // Input gathered with sp; the loss's max/sum all-reduces are a few bytes per token.
@@ -676,5 +755,7 @@ pub fn head_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> La
         weight_grad_s: wg_s,
         params,
         expert_params: 0.0,
+        trainable_params,
+        trainable_expert_params: 0.0,
     }
 }

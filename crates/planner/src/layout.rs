@@ -36,6 +36,13 @@ pub(crate) fn state_bytes_per_param(zero: u8, shards: f64) -> f64 {
     zero_state_bytes_per_param(zero, shards).iter().sum()
 }
 
+/// Weights of `params` plus gradients and optimizer states of the `trainable` among them
+/// (frozen LoRA bases keep only their weights).
+pub(crate) fn state_bytes(zero: u8, params: f64, trainable: f64, shards: f64) -> f64 {
+    let [w, g, o] = zero_state_bytes_per_param(zero, shards);
+    params * w + trainable * (g + o)
+}
+
 /// One stage's memory and time as functions of its block count and recompute count,
 /// anchored on the even layout's estimate of that stage.
 struct StageModel {
@@ -72,8 +79,13 @@ impl BlockModel {
         BlockModel {
             policy: policy.block,
             full: full.block,
-            state_bytes: b.params * state_bytes_per_param(c.zero, dense_shards)
-                + b.expert_params * state_bytes_per_param(c.zero, expert_shards),
+            state_bytes: state_bytes(c.zero, b.params, b.trainable_params, dense_shards)
+                + state_bytes(
+                    c.zero,
+                    b.expert_params,
+                    b.trainable_expert_params,
+                    expert_shards,
+                ),
         }
     }
 }

@@ -20,7 +20,9 @@ use plait_spec::{
 };
 
 use crate::export::Layout;
-use crate::layout::{fit_recompute, partition_blocks, state_bytes_per_param, MapShape};
+use crate::layout::{
+    fit_recompute, partition_blocks, state_bytes, state_bytes_per_param, MapShape,
+};
 use crate::simulate::simulate_mapped;
 use crate::{Plan, PlanError};
 use plait_spec::GIB;
@@ -334,11 +336,19 @@ fn schedules(layers: u64, pp: u64, micro: u64, pins: &Pins) -> Vec<(Schedule, u6
 
 /// A lower bound on any stage's weights + gradients + optimizer bytes per GPU: the average
 /// stage holds the blocks' parameters over tp × pp (ZeRO-sharded over dp × cp).
-fn model_state_lower_bound(m: &ModelSpec, c: &ParallelConfig) -> f64 {
+fn model_state_lower_bound(m: &ModelSpec, t: &TrainSpec, c: &ParallelConfig) -> f64 {
     let blocks = (m.layers * m.block_params()) as f64;
     let expert = (m.layers * m.expert_params()) as f64;
     let dense = blocks - expert;
-    let per = |params: f64, shards: f64| params * state_bytes_per_param(c.zero, shards);
+    // A frozen base (LoRA) holds its weights only; the adapters are left out of the bound.
+    let frozen = t.lora_adapters().is_some();
+    let per = |params: f64, shards: f64| {
+        if frozen {
+            state_bytes(c.zero, params, 0.0, shards)
+        } else {
+            params * state_bytes_per_param(c.zero, shards)
+        }
+    };
     let dpc = (c.dp * c.cp) as f64;
     per(dense / (c.tp * c.pp) as f64, dpc)
         + per(expert / (c.tp * c.pp * c.ep) as f64, dpc / c.ep as f64)
@@ -376,7 +386,7 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
         .iter()
         .copied()
         .enumerate()
-        .filter(|(_, c)| model_state_lower_bound(req.model, c) <= capacity)
+        .filter(|(_, c)| model_state_lower_bound(req.model, req.train, c) <= capacity)
         .collect();
     stats.pruned = configs.len() - hopeful.len();
 
@@ -683,7 +693,7 @@ fn min_gpus(req: &Request, from: u64) -> Option<u64> {
             let configs = enumerate(&r);
             let capacity = r.cluster.gpu.memory_bytes - r.cluster.memory_reserve_bytes;
             configs.par_iter().any(|c| {
-                if model_state_lower_bound(r.model, c) > capacity {
+                if model_state_lower_bound(r.model, r.train, c) > capacity {
                     return false;
                 }
                 let g = Groups::new(r.cluster, c);

@@ -69,7 +69,7 @@ pub fn costs(
             let params_of = |layers: &[(LayerCost, f64); 4]| -> f64 {
                 layers
                     .iter()
-                    .map(|(l, n)| (l.params + l.expert_params) * n)
+                    .map(|(l, n)| (l.trainable_params + l.trainable_expert_params) * n)
                     .sum()
             };
             // Each chunk reduces its share of the rank's gradients (the tied output copy of
@@ -91,7 +91,7 @@ pub fn costs(
                     let sum = |f: &dyn Fn(&LayerCost) -> f64| -> f64 {
                         layers.iter().map(|(l, n)| f(l) * n).sum()
                     };
-                    let params = sum(&|l| l.params + l.expert_params);
+                    let params = sum(&|l| l.trainable_params + l.trainable_expert_params);
                     let forward = sum(&|l| l.forward.total_s());
                     let backward = sum(&|l| l.backward.total_s());
                     let weight = sum(&|l| l.weight_grad_s);

@@ -86,6 +86,64 @@ impl Dtype {
     }
 }
 
+keyword_enum!(
+    /// What the run trains: every weight (pre-training), every weight on packed samples
+    /// (supervised fine-tuning), or low-rank adapters beside frozen weights (LoRA, Hu et al.
+    /// 2021).
+    Task { Pretrain => "pretrain", Sft => "sft", Lora => "lora" }
+);
+
+keyword_enum!(
+    /// A block linear that LoRA adapts (Megatron's names: `linear_qkv`, `linear_proj`,
+    /// `linear_fc1`, `linear_fc2`).
+    LoraTarget { Qkv => "qkv", Proj => "proj", Fc1 => "fc1", Fc2 => "fc2" }
+);
+
+/// LoRA adapters: rank and the adapted linears. The default is NeMo 2.0's `llm.peft.LoRA`
+/// (`dim = 32` on `linear_qkv`, `linear_proj`, `linear_fc1`, `linear_fc2`; NeMo 8cfedd7,
+/// `nemo/collections/llm/peft/lora.py`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lora {
+    pub rank: u64,
+    /// Adapted linears in the order qkv, proj, fc1, fc2.
+    pub targets: [bool; 4],
+}
+
+impl Default for Lora {
+    fn default() -> Self {
+        Lora {
+            rank: 32,
+            targets: [true; 4],
+        }
+    }
+}
+
+impl Lora {
+    /// Whether the linear at `index` (0 qkv, 1 proj, 2 fc1, 3 fc2) carries an adapter.
+    pub fn adapts(&self, index: usize) -> bool {
+        self.targets.get(index).copied().unwrap_or(false)
+    }
+
+    /// Parses a comma-separated target list such as `qkv,proj` (or `all`).
+    pub fn parse_targets(s: &str) -> std::result::Result<[bool; 4], String> {
+        if s.trim().eq_ignore_ascii_case("all") {
+            return Ok([true; 4]);
+        }
+        let mut targets = [false; 4];
+        for item in s.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+            let t: LoraTarget = item.parse()?;
+            targets[LoraTarget::ALL.iter().position(|x| *x == t).unwrap_or(0)] = true;
+        }
+        if targets.iter().all(|t| !t) {
+            return Err(format!(
+                "`{s}` names no linear; allowed: all, or a list of {}",
+                LoraTarget::allowed()
+            ));
+        }
+        Ok(targets)
+    }
+}
+
 /// The batch and the software behaviour of the training run (not the parallel split).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainSpec {
@@ -108,6 +166,33 @@ pub struct TrainSpec {
     /// balanced). Every rank waits for the busiest at the all-to-all.
     #[serde(default = "default_moe_skew")]
     pub moe_skew: f64,
+    /// Pre-training, SFT or LoRA.
+    #[serde(default = "default_task")]
+    pub task: Task,
+    /// The adapters of a LoRA run (ignored by other tasks).
+    #[serde(default)]
+    pub lora: Lora,
+    /// Length of the samples packed into each sequence (SFT and LoRA on packed data):
+    /// attention runs within each sample. `None`: one sample per sequence.
+    #[serde(default)]
+    pub pack_len: Option<u64>,
+}
+
+fn default_task() -> Task {
+    Task::Pretrain
+}
+
+impl TrainSpec {
+    /// Tokens each query attends over: the packed sample, or the whole sequence.
+    pub fn attention_span(&self) -> u64 {
+        self.pack_len
+            .map_or(self.seq, |p| p.clamp(1, self.seq.max(1)))
+    }
+
+    /// The LoRA adapters when the task trains them.
+    pub fn lora_adapters(&self) -> Option<Lora> {
+        (self.task == Task::Lora).then_some(self.lora)
+    }
 }
 
 fn default_moe_skew() -> f64 {
@@ -130,6 +215,9 @@ impl TrainSpec {
             overlap_grad_reduce: true,
             engine: Engine::Megatron,
             moe_skew: 1.0,
+            task: Task::Pretrain,
+            lora: Lora::default(),
+            pack_len: None,
         }
     }
 }
