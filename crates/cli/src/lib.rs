@@ -8,6 +8,7 @@ mod estimate_cmd;
 mod inputs;
 mod outputs;
 mod partition_cmd;
+mod place_cmd;
 mod plan_cmd;
 mod profile_cmd;
 mod schedule_cmd;
@@ -42,6 +43,9 @@ enum Command {
     Schedule(schedule_cmd::ScheduleArgs),
     /// Optimal split of an ONNX or placement graph into contiguous pipeline stages.
     Partition(partition_cmd::PartitionArgs),
+    /// Place a chain of layers (explicit costs, or a transformer's inference) over
+    /// heterogeneous devices and links: optimal pipeline for latency or throughput.
+    Place(place_cmd::PlaceArgs),
     /// Train a model for real on CPU worker threads under a plan (dp × tp × pp, schedules,
     /// recompute, ZeRO-1), with checkpoints and resume.
     Train(train_cmd::TrainArgs),
@@ -109,6 +113,7 @@ where
         Command::Simulate(args) => simulate_cmd::run(args),
         Command::Schedule(args) => schedule_cmd::run(args),
         Command::Partition(args) => partition_cmd::run(args),
+        Command::Place(args) => place_cmd::run(args),
         Command::Train(args) => train_cmd::run(args),
         Command::Profile(args) => profile_cmd::run(args),
         Command::Validate(args) => validate_cmd::run(args),

@@ -198,6 +198,8 @@ struct Core<'a> {
     /// Mixed radix of the used-count key; `None` when it does not fit 128 bits.
     radix: Option<Vec<u128>>,
     n: usize,
+    /// Largest stage time or transfer allowed (`Metric::Time`; ∞: no limit).
+    cap: f64,
 }
 
 fn pareto(mut v: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
@@ -348,6 +350,27 @@ impl<'a> Core<'a> {
             links,
             radix,
             n,
+            cap: f64::INFINITY,
+        }
+    }
+
+    /// The same problem with every stage time and transfer limited to `cap`.
+    fn with_cap(&self, cap: f64) -> Core<'a> {
+        Core {
+            p: self.p,
+            classes: self
+                .classes
+                .iter()
+                .map(|c| Class {
+                    members: c.members.clone(),
+                    memory_bytes: c.memory_bytes,
+                })
+                .collect(),
+            t: self.t.clone(),
+            links: self.links.clone(),
+            radix: self.radix.clone(),
+            n: self.n,
+            cap,
         }
     }
 
@@ -370,7 +393,7 @@ impl<'a> Core<'a> {
         for &(bw, lat) in links {
             best = best.min(l.output_messages * lat + l.output_bytes / bw);
         }
-        Some(best)
+        (best <= self.cap).then_some(best)
     }
 
     /// Stage costs of layers `j..=k` on class `c` for k = j, j+1, … while the stage can
@@ -395,7 +418,7 @@ impl<'a> Core<'a> {
             mem += self.p.layers[k].memory_bytes;
             let cost = match metric {
                 Metric::Time => {
-                    if mem > cap {
+                    if mem > cap || time > self.cap {
                         return;
                     }
                     time
@@ -991,7 +1014,20 @@ pub fn place(p: &Problem, opts: &Options) -> Placement {
         Objective::Throughput => (Combine::Max, opts.slo_s),
     };
     let max_labels = opts.max_labels.max(1);
-    let out = solve(&core, Metric::Time, comb, slo, max_labels);
+    let mut out = solve(&core, Metric::Time, comb, slo, max_labels);
+    if opts.objective == Objective::Throughput {
+        // Among the placements with the best bottleneck, the one with the least latency:
+        // minimise latency with every stage and transfer held to that bottleneck.
+        if let Some(value) = out.best.as_ref().map(|b| b.0) {
+            let capped = core.with_cap(value);
+            let second = solve(&capped, Metric::Time, Combine::Sum, slo, max_labels);
+            if let Some((_, p2)) = second.best {
+                out.best = Some((value, p2));
+            }
+            out.labels += second.labels;
+            out.expanded += second.expanded;
+        }
+    }
     let memory_needed_bytes: f64 = p.layers.iter().map(|l| l.memory_bytes).sum();
     let mut stats = SearchStats {
         devices: p.devices.len(),

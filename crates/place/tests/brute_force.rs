@@ -194,6 +194,8 @@ fn all_placements(p: &Problem, mut visit: impl FnMut(f64, f64, f64, bool)) {
 }
 
 struct Brute {
+    /// Least latency among the placements with the least bottleneck.
+    tie_latency: Option<f64>,
     min_latency: Option<f64>,
     min_bottleneck: Option<f64>,
     min_bottleneck_slo: Option<f64>,
@@ -202,6 +204,7 @@ struct Brute {
 
 fn brute(p: &Problem, slo: f64) -> Brute {
     let mut b = Brute {
+        tie_latency: None,
         min_latency: None,
         min_bottleneck: None,
         min_bottleneck_slo: None,
@@ -218,6 +221,13 @@ fn brute(p: &Problem, slo: f64) -> Brute {
             }
         }
     });
+    if let Some(best) = b.min_bottleneck {
+        all_placements(p, |lat, bot, _, fits| {
+            if fits && bot <= best * (1.0 + 1e-9) {
+                min(&mut b.tie_latency, lat);
+            }
+        });
+    }
     b
 }
 
@@ -292,6 +302,14 @@ fn check(seed: u64) -> Result<(bool, bool, bool), String> {
                 };
                 if !close(own, got) {
                     return Err(format!("seed {seed}: stages give {own}, value {got}"));
+                }
+                if objective == Objective::Throughput && slo_s.is_none() {
+                    let want = b.tie_latency.unwrap_or(f64::NAN);
+                    if !close(lat, want) {
+                        return Err(format!(
+                            "seed {seed}: throughput tie-break latency {lat} vs brute force {want}"
+                        ));
+                    }
                 }
                 if let Some(s) = slo_s {
                     if lat > s {
