@@ -80,15 +80,85 @@ fn seconds(s: f64) -> String {
     }
 }
 
+/// "8.03 B parameters" (and "…, 12.88 B active per token" for MoE).
+pub(crate) fn parameters_line(m: &plait_spec::ModelSpec) -> String {
+    let n = |x: u64| {
+        let x = x as f64;
+        if x >= 1e9 {
+            format!("{:.2} B", x / 1e9)
+        } else {
+            format!("{:.1} M", x / 1e6)
+        }
+    };
+    let total = m.parameter_count();
+    let active = m.active_parameter_count();
+    if active == total {
+        format!("{} parameters", n(total))
+    } else {
+        format!("{} parameters, {} active per token", n(total), n(active))
+    }
+}
+
+/// The node: its GPU count and link, and the network share of each GPU.
+pub(crate) fn node_line(c: &plait_spec::ClusterSpec) -> String {
+    format!(
+        "{} GPUs per node (one intra-node link domain: {:.0} GB/s per GPU per direction; \
+         {:.1} GB/s network per GPU across nodes)",
+        c.gpus_per_node,
+        c.intra_node.bandwidth_bytes_per_s / 1e9,
+        c.inter_node.bandwidth_bytes_per_s / 1e9
+    )
+}
+
+/// Where each parallel group of `c` runs: inside one node (at the intra-node link's rate)
+/// or across nodes, as the cost model places it.
+fn placement_line(cluster: &plait_spec::ClusterSpec, c: &plait_spec::ParallelConfig) -> String {
+    let g = plait_cost::comm::Groups::new(cluster, c);
+    let groups = [
+        ("tp", c.tp, g.tp),
+        ("cp", c.cp, g.cp),
+        ("ep", c.ep, g.ep),
+        ("dp", c.dp * c.cp, g.dp),
+    ];
+    let parts: Vec<String> = groups
+        .iter()
+        .filter(|(_, size, _)| *size > 1)
+        .map(|(name, size, grp)| {
+            if grp.spans_nodes {
+                format!("{name} {size} across {} nodes", grp.nodes)
+            } else {
+                format!("{name} {size} inside one node")
+            }
+        })
+        .collect();
+    let mut line = if parts.is_empty() {
+        "no collective groups".to_string()
+    } else {
+        parts.join(", ")
+    };
+    if c.pp > 1 {
+        let pp = if g.pp.spans_nodes {
+            "across nodes"
+        } else {
+            "inside one node"
+        };
+        line += &format!(", pipeline neighbours {pp}");
+    }
+    line
+}
+
 fn render(r: &crate::inputs::Resolved, e: &Estimate, simulated: bool) -> String {
     let c = &e.config;
     let mut out = format!(
-        "plait estimate: {} on {} × {} ({}), engine {}\nconfig: {c}\nbatch: {} sequences × {} tokens, {} micro-batches of {} per pipeline, {}{}{}\n\n",
+        "plait estimate: {} ({}) on {} × {} ({}), engine {}\ncluster: {}\nplacement: {}\nconfig: {c}\nbatch: {} sequences × {} tokens, {} micro-batches of {} per pipeline, {}{}{}\n\n",
         r.model.name,
+        parameters_line(&r.model),
         c.gpus(),
         r.cluster.gpu.name,
         r.cluster.name,
         e.engine,
+        node_line(&r.cluster),
+        placement_line(&r.cluster, c),
         r.train.gbs,
         r.train.seq,
         e.microbatches,

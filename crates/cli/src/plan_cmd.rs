@@ -300,14 +300,16 @@ pub fn run(args: &PlanArgs) -> Result<String> {
     }
 
     let mut out = format!(
-        "plait plan: {} on {gpus} × {} ({}), {} sequences × {} tokens, {}, engine {}\n",
+        "plait plan: {} ({}) on {gpus} × {} ({}), {} sequences × {} tokens, {}, engine {}\ncluster: {}\n",
         r.model.name,
+        crate::estimate_cmd::parameters_line(&r.model),
         r.cluster.gpu.name,
         r.cluster.name,
         r.train.gbs,
         r.train.seq,
         r.train.dtype,
-        r.train.engine
+        r.train.engine,
+        crate::estimate_cmd::node_line(&r.cluster)
     );
     let s = &outcome.search;
     out += &format!(
