@@ -100,7 +100,7 @@ _CLAP_FLAG_FOR = re.compile(r"for '--([a-z0-9][a-z0-9-]*)")
 _CLAP_FLAG = re.compile(r"'--([a-z0-9][a-z0-9-]*)")
 
 
-def _error_class(flag: Optional[str]) -> type:
+def _error_class(flag: Optional[str]) -> type[PlaitError]:
     if flag == "model":
         return ModelError
     if flag == "cluster":
@@ -410,7 +410,7 @@ class _Call:
 
     def __init__(self, fn: str) -> None:
         self.fn = fn
-        self.tmp: Optional[tempfile.TemporaryDirectory] = None
+        self.tmp: Optional[tempfile.TemporaryDirectory[str]] = None
         self.files: Dict[str, Tuple[str, str]] = {}
 
     def __enter__(self) -> "_Call":
@@ -476,11 +476,13 @@ class _Call:
             text = _native.run(list(argv))
         except _native.CliError as e:
             raise _translate(e, self.files) from None
-        return json.loads(text)
+        doc: Dict[str, Any] = json.loads(text)
+        return doc
 
     def read_ir(self) -> Dict[str, Any]:
         with open(self.ir_file(), encoding="utf-8") as f:
-            return json.load(f)
+            ir: Dict[str, Any] = json.load(f)
+        return ir
 
 
 def run(argv: Sequence[str]) -> str:

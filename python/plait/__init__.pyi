@@ -5,6 +5,25 @@
 from os import PathLike
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
+__all__ = [
+    "estimate",
+    "plan",
+    "simulate",
+    "schedule",
+    "run",
+    "Record",
+    "Estimate",
+    "Simulation",
+    "Plan",
+    "PlanResult",
+    "Schedule",
+    "PlaitError",
+    "ModelError",
+    "ClusterError",
+    "ConfigError",
+    "InfeasibleError",
+]
+
 __version__: str
 
 _Path = Union[str, "PathLike[str]"]

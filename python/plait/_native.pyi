@@ -2,6 +2,8 @@
 
 from typing import List, Optional, Tuple
 
+__all__ = ["run", "CliError", "__version__"]
+
 __version__: str
 
 class CliError(Exception):
