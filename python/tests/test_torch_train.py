@@ -59,6 +59,9 @@ def reference(tmp_path_factory):
     return losses
 
 
+_RUNS: dict = {}  # plan runs by (plan, extra), shared between tests
+
+
 def _same(losses, reference, what):
     assert len(losses) == len(reference), what
     for step, (a, b) in enumerate(zip(losses, reference), 1):
@@ -78,6 +81,7 @@ def _same(losses, reference, what):
 )
 def test_plan_equals_single_process(tmp_path, reference, nproc, plan, extra):
     _, recs = train(tmp_path, "run", nproc, plan, *extra)
+    _RUNS[(plan, tuple(extra))] = recs
     _same([r["loss"] for r in recs], reference, plan)
     r = recs[-1]
     for key in ("step", "loss", "grad_norm", "lr", "tokens", "step_time_s", "tokens_per_s",
@@ -94,28 +98,23 @@ def test_plan_equals_single_process(tmp_path, reference, nproc, plan, extra):
         assert sum(r["recomputed_blocks"]) == 0
 
 
-def test_dcp_resume_reproduces_the_next_steps(tmp_path):
+def test_dcp_resume_reproduces_the_next_steps_and_a_failing_rank_is_named(tmp_path):
     ck = tmp_path / "ck"
-    _, full = train(tmp_path, "full", 2, "pp2,vp2")
-    # Interrupted: a checkpoint after step 2, rank 1 fails at step 3.
-    p, first = train(tmp_path, "resumed", 2, "pp2,vp2", "--checkpoint-dir", str(ck),
+    key = ("pp2,vp2", ("--schedule", "interleaved"))
+    full = _RUNS.get(key) or train(tmp_path, "full", 2, key[0], *key[1])[1]
+    # Interrupted: a checkpoint after step 2, then rank 1 fails at step 3.
+    t0 = time.monotonic()
+    p, first = train(tmp_path, "resumed", 2, key[0], *key[1], "--checkpoint-dir", str(ck),
                      "--checkpoint-every", "2", "--fail-rank", "1", "--fail-step", "3", check=False)
     assert p.returncode != 0
+    assert "rank 1 failed at step 3" in p.stderr, p.stderr[-3000:]
+    assert time.monotonic() - t0 < 90
     assert [r["step"] for r in first] == [1, 2]
-    _, resumed = train(tmp_path, "resumed", 2, "pp2,vp2", "--checkpoint-dir", str(ck), "--resume")
+    _, resumed = train(tmp_path, "resumed", 2, key[0], *key[1], "--checkpoint-dir", str(ck), "--resume")
     assert [r["step"] for r in resumed] == list(range(1, STEPS + 1))
     for a, b in zip(resumed, full):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-6, abs=0), (a, b)
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5), (a, b)
-
-
-def test_failing_rank_is_named(tmp_path):
-    t0 = time.monotonic()
-    p, recs = train(tmp_path, "fail", 2, "dp2", "--fail-rank", "1", "--fail-step", "2", check=False)
-    assert p.returncode != 0
-    assert "rank 1 failed at step 2" in p.stderr, p.stderr[-3000:]
-    assert [r["step"] for r in recs] == [1]
-    assert time.monotonic() - t0 < 90
 
 
 def _workers(parent: int) -> dict[int, int]:

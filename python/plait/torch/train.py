@@ -55,6 +55,7 @@ def _args(argv=None):
     p.add_argument("--resume", action="store_true")
     p.add_argument("--cluster", help="plait cluster preset or TOML for --plan auto and the prediction (default: the GPU found, else plait's default)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds any collective may wait before the job fails")
+    p.add_argument("--dtype", choices=["bf16", "fp32"], help="compute dtype: bf16 autocast (default on GPUs) or fp32 (default on CPU); weights and optimizer stay fp32")
     p.add_argument("--fail-rank", type=int, help=argparse.SUPPRESS)
     p.add_argument("--fail-step", type=int, default=1, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -227,6 +228,7 @@ def _train(a, rank, world, device, _):
             log.writelines(kept)
             log.flush()
     last_saved = first
+    bf16 = (a.dtype or ("bf16" if device.type == "cuda" else "fp32")) == "bf16"
     for step in range(first + 1, a.steps + 1):
         try:
             if a.fail_rank == rank and step == a.fail_step:
@@ -238,7 +240,8 @@ def _train(a, rank, world, device, _):
             lr = lr_at(step, a.steps, a.lr)
             for g in opt.param_groups:
                 g["lr"] = lr
-            loss = par.train_step(ids, labels)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                loss = par.train_step(ids, labels)
             norm = grad_norm_and_clip(par, 1.0)
             opt.step()
             opt.zero_grad(set_to_none=True)
