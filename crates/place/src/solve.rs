@@ -31,12 +31,12 @@ use serde::{Deserialize, Serialize};
 use crate::problem::Problem;
 
 /// Labels (search states) the exact search may create before it stops and reports its
-/// bound: about 60 MB at 64 bytes per label plus its map entry, and about 1 s on one core
-/// of the development machine (a 2-core cloud VM).
-pub const DEFAULT_MAX_LABELS: usize = 800_000;
+/// bound: about 30 MB at 64 bytes per label plus its map entry, and under a second on one
+/// core of the development machine (a shared 2-core VM).
+pub const DEFAULT_MAX_LABELS: usize = 400_000;
 /// Stage candidates the exact search may evaluate before it stops and reports its bound
 /// (about 1 s on one core of the development machine).
-const MAX_WORK: u64 = 60_000_000;
+const MAX_WORK: u64 = 30_000_000;
 /// Greedy dives from the best open states when the search stops early.
 const DIVES: usize = 64;
 /// States kept per layer boundary by the incumbent beam.
@@ -1018,9 +1018,17 @@ pub fn place(p: &Problem, opts: &Options) -> Placement {
     if opts.objective == Objective::Throughput {
         // Among the placements with the best bottleneck, the one with the least latency:
         // minimise latency with every stage and transfer held to that bottleneck.
-        if let Some(value) = out.best.as_ref().map(|b| b.0) {
+        // Only for a proven bottleneck, with a quarter of the budget: a tie-break, not a
+        // second search.
+        if let Some(value) = out.best.as_ref().map(|b| b.0).filter(|_| out.proven) {
             let capped = core.with_cap(value);
-            let second = solve(&capped, Metric::Time, Combine::Sum, slo, max_labels);
+            let second = solve(
+                &capped,
+                Metric::Time,
+                Combine::Sum,
+                slo,
+                (max_labels / 4).max(1),
+            );
             if let Some((_, p2)) = second.best {
                 out.best = Some((value, p2));
             }
