@@ -158,4 +158,5 @@ def test_killed_rank_stops_the_job_in_seconds(tmp_path):
             p.kill()
     assert p.returncode != 0
     assert "rank      : 1" in err and "SIGKILL" in err, err[-3000:]
+    print(f"killed rank 1: the job stopped {took:.2f} s later")
     assert took < 15, f"the job took {took:.1f} s to stop after rank 1 was killed"

@@ -2,8 +2,8 @@
 its schedule IR and its predicted step time all come from ``plait simulate --json --ir`` /
 ``plait plan --json``, run in-process through the package's native module
 (``plait._native.run``, the very function the binary calls) or, where the package is not
-built, through the ``plait`` binary (``$PLAIT_BIN``, ``PATH``, or this checkout's
-``target/release/plait``). Nothing here computes a number of plait's.
+built, through the ``plait`` binary (``$PLAIT_TORCH_BIN``, ``$PLAIT_BIN``, this checkout's
+``target/release/plait``, or ``PATH``). Nothing here computes a number of plait's.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class PlaitError(_PackageError):
 
 
 def _binary() -> str | None:
-    env = os.environ.get("PLAIT_BIN")
+    env = os.environ.get("PLAIT_TORCH_BIN") or os.environ.get("PLAIT_BIN")
     if env:
         return env
     here = os.path.dirname(os.path.abspath(__file__))
@@ -39,8 +39,8 @@ def _binary() -> str | None:
 
 def run(argv: list[str]) -> str:
     """``plait ARGV…``; returns what it prints. In-process through the package
-    (``plait.run``) unless ``$PLAIT_BIN`` names a binary to run instead."""
-    if not os.environ.get("PLAIT_BIN"):
+    (``plait.run``) unless ``$PLAIT_TORCH_BIN`` names a binary to run instead."""
+    if not os.environ.get("PLAIT_TORCH_BIN"):
         try:
             import plait as _pkg
 
@@ -56,7 +56,7 @@ def run(argv: list[str]) -> str:
     if exe is None:
         raise RuntimeError(
             "plait.torch needs plait's Rust side: install the package (`pip install .`), "
-            "build the binary (`cargo build --release`) or set PLAIT_BIN"
+            "build the binary (`cargo build --release`) or set PLAIT_TORCH_BIN"
         )
     p = subprocess.run([exe, *argv], capture_output=True, text=True)
     if p.returncode != 0:
