@@ -78,6 +78,46 @@ impl ShardedParams {
     };
 }
 
+/// Memory traffic of the cross-entropy loss, bytes per logit element (the LM head's output,
+/// 16-bit), and what it keeps for the backward.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CrossEntropy {
+    pub forward_bytes: f64,
+    pub backward_bytes: f64,
+    pub saved_bytes: f64,
+}
+
+impl CrossEntropy {
+    /// Megatron-Core's `vocab_parallel_cross_entropy`, its default
+    /// (`cross_entropy_loss_fusion = False`, `model_parallel_config.py:320`; NeMo 24.07 has
+    /// no such field, its current recipes set it): `.float()` (read 2, write 4), max (read
+    /// 4), subtract, exp and divide in place (read and write 4 each), sum (read 4); the
+    /// backward scales the saved softmax in place (8) and autograd casts the fp32 gradient
+    /// to the 16-bit input's dtype (read 4, write 2) (`tensor_parallel/cross_entropy.py`).
+    pub const MEGATRON_UNFUSED: CrossEntropy = CrossEntropy {
+        forward_bytes: 2.0 + 4.0 + 4.0 + 8.0 + 8.0 + 4.0 + 8.0,
+        backward_bytes: 8.0 + 6.0,
+        saved_bytes: 4.0,
+    };
+    /// flash-attn's Triton cross-entropy, llm-foundry's default `loss_fn:
+    /// fused_crossentropy` (`modeling_mpt.py:981` at 5e85bd6): the forward reads the logits
+    /// once (online log-sum-exp per row), the backward reads them and writes their gradient.
+    pub const FLASH_FUSED: CrossEntropy = CrossEntropy {
+        forward_bytes: 2.0,
+        backward_bytes: 4.0,
+        saved_bytes: 2.0,
+    };
+    /// `F.cross_entropy(pred.float(), labels)` (torchtitan `components/loss.py`): the cast
+    /// (read 2, write 4), log-softmax's max and sum passes and its output (read 3 × 4, write
+    /// 4); backward: the zero-filled NLL gradient (write 4), log-softmax backward (sum pass,
+    /// then read gradient and output, write; 16) and the cast back (read 4, write 2).
+    pub const TORCH: CrossEntropy = CrossEntropy {
+        forward_bytes: 6.0 + 16.0,
+        backward_bytes: 4.0 + 16.0 + 6.0,
+        saved_bytes: 4.0,
+    };
+}
+
 /// One engine's behaviour.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EngineProfile {
@@ -129,6 +169,8 @@ pub struct EngineProfile {
     /// `moe_grouped_gemm=False` (`transformer_config.py:850`), as NeMo's Mixtral recipe leaves
     /// it; none of the other profiles groups them by default.
     pub grouped_expert_gemm: bool,
+    /// The loss kernel(s) after the LM head.
+    pub cross_entropy: CrossEntropy,
 }
 
 impl EngineProfile {
@@ -160,6 +202,7 @@ impl EngineProfile {
             tp_comm_overlap: true,
             overlaps_interleaved_p2p: true,
             grouped_expert_gemm: false,
+            cross_entropy: CrossEntropy::MEGATRON_UNFUSED,
         };
         match engine {
             Engine::Megatron => megatron,
@@ -193,6 +236,7 @@ impl EngineProfile {
             // fp8 (`fc_type='te'`) without the norm fusion.
             Engine::Fsdp => EngineProfile {
                 attention: AttentionKernel::Triton,
+                cross_entropy: CrossEntropy::FLASH_FUSED,
                 // TE linears keep the 16-bit weight and cache its fp8 copies.
                 fp8_weight_copy_bytes: 2.0,
                 fused_elementwise: false,
@@ -209,6 +253,7 @@ impl EngineProfile {
                 fp8_cast_fused_into_norm: false,
                 fp8_cast_bytes_per_element: 6.0,
                 fp8_weight_copy_bytes: 0.0,
+                cross_entropy: CrossEntropy::TORCH,
                 sharded: ShardedParams {
                     regather_with_pipeline: false,
                     ..megatron.sharded
@@ -241,6 +286,7 @@ impl EngineProfile {
             // plait's runtime: eager, in-line collectives.
             Engine::Plait => EngineProfile {
                 attention: AttentionKernel::Flash2,
+                cross_entropy: CrossEntropy::TORCH,
                 fused_elementwise: false,
                 fp8_cast_fused_into_norm: false,
                 overlaps_tp_backward: false,

@@ -715,11 +715,11 @@ pub fn head_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> La
         d.gemm16_s(wg.m, wg.n, wg.k, 1)
     };
     bwd.fixed(dg_s + wg_s, if w.lora.is_some() { 1.0 } else { 2.0 });
-    // Cross-entropy: read logits, write and re-read fp32 exponentials; backward reads the
-    // fp32 softmax and writes the logit gradient.
+    // Cross-entropy, as the engine computes it (`engine::CrossEntropy`).
     let logits = tokens * v_local;
-    fwd.stream(d, logits * (e + 2.0 * FP32));
-    bwd.stream(d, logits * (FP32 + e));
+    let ce = w.engine.cross_entropy;
+    fwd.stream(d, logits * ce.forward_bytes);
+    bwd.stream(d, logits * ce.backward_bytes);
     // Final norm (or BERT's pooler) plus, when untied, this GPU's slice of the output matrix;
     // a tied output matrix is the embedding's.
     let own_matrix = if m.tied_embeddings {
@@ -749,8 +749,8 @@ pub fn head_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> La
         forward: Phase::compute_and_tp(fwd.time_s() * w.kernel_scale(), tp_fwd),
         backward: Phase::compute_and_tp(bwd.time_s() * w.kernel_scale(), tp_bwd),
         recompute: Phase::default(),
-        // Norm input, projection input and the fp32 softmax of the loss.
-        activation_bytes: 2.0 * rep * e + logits * FP32,
+        // Norm input, projection input and what the loss keeps (softmax or logits).
+        activation_bytes: 2.0 * rep * e + logits * ce.saved_bytes,
         transient_bytes: logits * e,
         weight_grad_s: wg_s,
         params,
