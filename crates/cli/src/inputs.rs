@@ -32,7 +32,8 @@ pub struct WorkloadArgs {
     /// Sequence length in tokens.
     #[arg(long, allow_negative_numbers = true, default_value_t = 2048)]
     pub seq: i64,
-    /// Numeric format: bf16, fp16 or fp8.
+    /// Numeric format: bf16, fp16, fp8 (per-tensor scaled; Hopper and later), mxfp8 or nvfp4
+    /// (block-scaled; Blackwell).
     #[arg(long, default_value = "bf16", value_parser = parse_keyword::<Dtype>)]
     pub dtype: Dtype,
     /// Calibration profile (profile JSON or measurement JSON lines). H200 clusters use the

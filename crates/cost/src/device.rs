@@ -198,10 +198,7 @@ impl DeviceModel {
             generation: Generation::of(gpu),
             gemm_corrections: vec![],
             layer_samples: vec![],
-            element_bytes: match dtype {
-                Dtype::Fp8 => 1.0,
-                _ => 2.0,
-            },
+            element_bytes: dtype.gemm_element_bytes() + dtype.scale_bytes_per_element(),
         })
     }
 

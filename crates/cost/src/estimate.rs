@@ -39,10 +39,6 @@ pub fn grad_bucket_params(dp: f64) -> f64 {
 /// Applied to the dynamic memory for the high end of the memory band.
 pub const ALLOCATOR_FRAGMENTATION: f64 = 0.15;
 
-/// Bytes per parameter of the fp8 weight cast once per step (read the 16-bit weight, write
-/// the row-wise and column-wise fp8 copies; TE `module/linear.py:479`, `is_first_microbatch`).
-const FP8_WEIGHT_CAST_BYTES_PER_PARAM: f64 = 4.0;
-
 /// Seconds per iteration, by component, on the pipeline's slowest stage. They add up to
 /// `iteration_time_s`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -470,7 +466,7 @@ fn assemble(
     let grad_reduce_bytes = match t.dtype {
         // 16-bit gradients with fp16 (loss scaling); with bf16 the engine's choice.
         Dtype::Fp16 => 2.0,
-        Dtype::Bf16 | Dtype::Fp8 => engine.grad_reduce_bf16_bytes,
+        Dtype::Bf16 | Dtype::Fp8 | Dtype::Mxfp8 | Dtype::Nvfp4 => engine.grad_reduce_bf16_bytes,
     };
     // Whether the engine overlaps the ZeRO-0/1/2 reduction with the backward at all.
     let overlap_dp = t.overlap_grad_reduce && (c.zero >= 3 || engine.overlaps_zero12_reduce);
@@ -557,7 +553,9 @@ fn assemble(
         // fp8 copies of the block weights beside the 16-bit ones (of the gathered unit only
         // under ZeRO-3).
         let fp8_copy = if w.fp8 {
+            // Copies of fp8's 1 byte per element, in the run's format.
             engine.fp8_weight_copy_bytes
+                * w.quantised_copy_bytes()
                 * if c.zero >= 3 {
                     2.0 * (policy.block.params + policy.block.expert_params)
                 } else {
@@ -702,7 +700,9 @@ fn assemble(
         };
         let optimizer_s = d.memory_s(
             opt_params * OPTIMIZER_STEP_BYTES_PER_PARAM
-                + fp8_block_params * FP8_WEIGHT_CAST_BYTES_PER_PARAM,
+                // The weight cast once per step: read the 16-bit weight, write its row-wise
+                // and column-wise copies (TE `module/linear.py:479`, `is_first_microbatch`).
+                + fp8_block_params * (2.0 + 2.0 * w.quantised_copy_bytes()),
         );
         worst_optimizer = worst_optimizer.max(optimizer_s);
 

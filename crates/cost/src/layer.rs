@@ -95,8 +95,10 @@ pub struct Workload {
     pub dropout: bool,
     /// Bytes per activation element.
     pub e: f64,
-    /// Block linears run in fp8.
+    /// Block linears run in a low-precision format (fp8, mxfp8, nvfp4: `linear_format`).
     pub fp8: bool,
+    /// The format of the block linears' GEMM operands.
+    pub linear_format: plait_spec::Dtype,
     pub engine: EngineProfile,
     /// Assumption level of the uncertain mechanisms: 0 optimistic, 1 central, 2 pessimistic.
     pub level: usize,
@@ -121,7 +123,8 @@ impl Workload {
             attention: t.attention,
             dropout: t.dropout,
             e: t.dtype.activation_bytes(),
-            fp8: t.dtype == plait_spec::Dtype::Fp8,
+            fp8: t.dtype.low_precision_linears(),
+            linear_format: t.dtype,
             engine: EngineProfile::of(t.engine),
             level: 1,
             moe_skew: t.moe_skew.max(1.0),
@@ -150,6 +153,26 @@ impl Workload {
             1 => 1.0,
             _ => 1.0 + crate::device::GEMM_MODEL_MEAN_ERROR,
         }
+    }
+
+    /// Bytes per element read and written by the quantisation of one GEMM operand: the
+    /// engine's per-tensor fp8 cast, or for the block-scaled formats one read of the 16-bit
+    /// tensor (each block's scale comes from the block itself) and a row-wise and a
+    /// column-wise copy with their scales, both quantised from the 16-bit input (TE's
+    /// `MXFP8BlockScaling` and `NVFP4BlockScaling`; NVFP4's random Hadamard transform of the
+    /// column-wise copy runs inside that cast).
+    pub fn cast_bytes_per_element(&self) -> f64 {
+        match self.linear_format {
+            plait_spec::Dtype::Mxfp8 | plait_spec::Dtype::Nvfp4 => {
+                2.0 + 2.0 * self.quantised_copy_bytes()
+            }
+            _ => self.engine.fp8_cast_bytes_per_element,
+        }
+    }
+
+    /// Bytes per element of one quantised copy: the element and its share of block scales.
+    pub fn quantised_copy_bytes(&self) -> f64 {
+        self.linear_format.gemm_element_bytes() + self.linear_format.scale_bytes_per_element()
     }
 
     /// The same workload at another assumption level.
@@ -399,7 +422,7 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
         // Quantisation of the fp8 GEMM operands, per micro-batch: the inputs of the four
         // block linears (fused into the norm for qkv and fc1 under Transformer Engine) and
         // the output gradients in the backward; weights are cast once per step (optimizer).
-        let cast = w.engine.fp8_cast_bytes_per_element;
+        let cast = w.cast_bytes_per_element();
         let inputs = if w.engine.fp8_cast_fused_into_norm {
             [attn_out, down]
                 .iter()

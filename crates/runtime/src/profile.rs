@@ -140,6 +140,7 @@ impl CpuProfile {
                 peak_bf16_flops_per_s: rate,
                 peak_fp16_flops_per_s: rate,
                 peak_fp8_flops_per_s: None,
+                peak_fp4_flops_per_s: None,
                 // The peak is the measured best rate: efficiency and clock are in it.
                 matmul_efficiency: 1.0,
                 sustained_clock_ratio: 1.0,

@@ -19,6 +19,12 @@ pub struct GpuSpec {
     pub peak_fp16_flops_per_s: f64,
     /// Dense fp8 tensor-core peak; `None` where the GPU has no fp8 tensor cores.
     pub peak_fp8_flops_per_s: Option<f64>,
+    /// Dense FP4 (NVFP4) tensor-core peak; `None` before Blackwell. The block-scaled MX
+    /// formats came with the same tensor-core generation: a GPU with an FP4 peak runs MXFP8
+    /// at its fp8 rate (NVIDIA Blackwell architecture technical brief: fifth-generation
+    /// tensor cores with micro-tensor scaling for FP8/FP6/FP4).
+    #[serde(default)]
+    pub peak_fp4_flops_per_s: Option<f64>,
     /// Largest measured fraction of the peak that a well-shaped GEMM reaches (the
     /// "maximum achievable matmul FLOP/s", MAMF, over the peak).
     pub matmul_efficiency: f64,
@@ -41,6 +47,8 @@ impl GpuSpec {
             Dtype::Bf16 => Some(self.peak_bf16_flops_per_s),
             Dtype::Fp16 => Some(self.peak_fp16_flops_per_s),
             Dtype::Fp8 => self.peak_fp8_flops_per_s,
+            Dtype::Mxfp8 => self.peak_fp4_flops_per_s.and(self.peak_fp8_flops_per_s),
+            Dtype::Nvfp4 => self.peak_fp4_flops_per_s,
         }
     }
 }
@@ -160,6 +168,7 @@ pub fn a100_80g() -> GpuSpec {
         peak_bf16_flops_per_s: 312.0 * TERA,
         peak_fp16_flops_per_s: 312.0 * TERA,
         peak_fp8_flops_per_s: None,
+        peak_fp4_flops_per_s: None,
         matmul_efficiency: 0.859,
         // NVIDIA rates A100 HPL runs at 1,305 MHz, the clock sustainable at the power limit,
         // against the 1,410 MHz boost of the 312 TFLOP/s peak (G. Lockwood, "Peak FLOPS").
@@ -178,6 +187,7 @@ pub fn h100() -> GpuSpec {
         peak_bf16_flops_per_s: 989.4 * TERA,
         peak_fp16_flops_per_s: 989.4 * TERA,
         peak_fp8_flops_per_s: Some(1978.9 * TERA),
+        peak_fp4_flops_per_s: None,
         matmul_efficiency: 0.801,
         sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
         memory_bytes: 80.0 * GIB,
@@ -213,6 +223,8 @@ pub fn b200() -> GpuSpec {
         peak_bf16_flops_per_s: 2250.0 * TERA,
         peak_fp16_flops_per_s: 2250.0 * TERA,
         peak_fp8_flops_per_s: Some(4500.0 * TERA),
+        // DGX B200 datasheet: FP4 tensor core 144 PFLOP/s for 8 GPUs with sparsity.
+        peak_fp4_flops_per_s: Some(9000.0 * TERA),
         matmul_efficiency: 0.801,
         // No public measurement: assumes Hopper's.
         sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
@@ -232,6 +244,8 @@ pub fn gb200() -> GpuSpec {
         peak_bf16_flops_per_s: 2500.0 * TERA,
         peak_fp16_flops_per_s: 2500.0 * TERA,
         peak_fp8_flops_per_s: Some(5000.0 * TERA),
+        // GB200 NVL72: FP4 tensor core 1,440 PFLOP/s per rack with sparsity.
+        peak_fp4_flops_per_s: Some(10000.0 * TERA),
         memory_bytes: 186.0 * GB,
         ..b200()
     }
@@ -250,6 +264,9 @@ pub fn b300() -> GpuSpec {
         peak_bf16_flops_per_s: 2250.0 * TERA,
         peak_fp16_flops_per_s: 2250.0 * TERA,
         peak_fp8_flops_per_s: Some(4500.0 * TERA),
+        // HGX B300 specifications: FP4 tensor core 108 PFLOP/s dense for 8 GPUs (144 with
+        // sparsity).
+        peak_fp4_flops_per_s: Some(13500.0 * TERA),
         matmul_efficiency: 0.801,
         sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
         memory_bytes: 288.0 * GB,
@@ -267,6 +284,9 @@ pub fn gb300() -> GpuSpec {
         peak_bf16_flops_per_s: 2500.0 * TERA,
         peak_fp16_flops_per_s: 2500.0 * TERA,
         peak_fp8_flops_per_s: Some(5000.0 * TERA),
+        // GB300 NVL72 specifications: FP4 1,080 PFLOP/s dense per rack (1,440 with
+        // sparsity); the Blackwell Ultra blog's 15 PFLOP/s dense NVFP4 per GPU.
+        peak_fp4_flops_per_s: Some(15000.0 * TERA),
         ..b300()
     }
 }
@@ -281,6 +301,7 @@ pub fn l40s() -> GpuSpec {
         peak_bf16_flops_per_s: 362.05 * TERA,
         peak_fp16_flops_per_s: 362.05 * TERA,
         peak_fp8_flops_per_s: Some(733.0 * TERA),
+        peak_fp4_flops_per_s: None,
         matmul_efficiency: 0.801,
         sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
         memory_bytes: 48.0 * GIB,
@@ -300,6 +321,8 @@ pub fn mi300x() -> GpuSpec {
         peak_bf16_flops_per_s: 1307.4 * TERA,
         peak_fp16_flops_per_s: 1307.4 * TERA,
         peak_fp8_flops_per_s: Some(2614.9 * TERA),
+        // MI300X has no FP4 tensor cores (CDNA 3); MX formats came with CDNA 4.
+        peak_fp4_flops_per_s: None,
         matmul_efficiency: 781.9 / 1307.4,
         sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
         memory_bytes: 192.0 * GIB,
@@ -317,6 +340,7 @@ pub fn v100_32g() -> GpuSpec {
         peak_bf16_flops_per_s: 125.0 * TERA,
         peak_fp16_flops_per_s: 125.0 * TERA,
         peak_fp8_flops_per_s: None,
+        peak_fp4_flops_per_s: None,
         matmul_efficiency: 0.801,
         // No public measurement: assumes Hopper's.
         sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
@@ -487,6 +511,7 @@ struct GpuToml {
     peak_bf16_tflops: Option<f64>,
     peak_fp16_tflops: Option<f64>,
     peak_fp8_tflops: Option<f64>,
+    peak_fp4_tflops: Option<f64>,
     matmul_efficiency: Option<f64>,
     sustained_clock_ratio: Option<f64>,
     memory_gib: Option<f64>,
@@ -497,7 +522,7 @@ struct GpuToml {
 
 const CLUSTER_TOML_KEYS: &str = "name, base, gpus_per_node, nvlink_bidirectional_gb_per_s, \
 nvlink_latency_us, nics_per_node, nic_gbit_per_s, inter_node_latency_us, memory_reserve_gib, \
-[gpu] name, peak_bf16_tflops, peak_fp16_tflops, peak_fp8_tflops, matmul_efficiency, \
+[gpu] name, peak_bf16_tflops, peak_fp16_tflops, peak_fp8_tflops, peak_fp4_tflops, matmul_efficiency, \
 sustained_clock_ratio, memory_gib, memory_gb, memory_bandwidth_gb_per_s, sms";
 
 fn positive_f(source: &str, field: &str, v: f64) -> Result<f64> {
@@ -569,6 +594,7 @@ pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
                     peak_bf16_flops_per_s: positive_f(source, "gpu.peak_bf16_tflops", bf16)? * TERA,
                     peak_fp16_flops_per_s: bf16 * TERA,
                     peak_fp8_flops_per_s: None,
+                    peak_fp4_flops_per_s: None,
                     // H100's measured MAMF fraction (see `h100`) unless given.
                     matmul_efficiency: 0.801,
                     sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
@@ -638,6 +664,9 @@ pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
         }
         if let Some(v) = g.peak_fp8_tflops {
             c.gpu.peak_fp8_flops_per_s = Some(positive_f(source, "gpu.peak_fp8_tflops", v)? * TERA);
+        }
+        if let Some(v) = g.peak_fp4_tflops {
+            c.gpu.peak_fp4_flops_per_s = Some(positive_f(source, "gpu.peak_fp4_tflops", v)? * TERA);
         }
         if let Some(v) = g.matmul_efficiency {
             if !(v > 0.0 && v <= 1.0) {

@@ -40,7 +40,12 @@ macro_rules! keyword_enum {
 
 keyword_enum!(
     /// Numeric format of weights and GEMM inputs (mixed precision with fp32 master weights).
-    Dtype { Bf16 => "bf16", Fp16 => "fp16", Fp8 => "fp8" }
+    /// `fp8` is per-tensor scaled FP8 (Hopper and later); `mxfp8` (32-element blocks with
+    /// E8M0 scales) and `nvfp4` (E2M1 in 16-element blocks with E4M3 scales and a per-tensor
+    /// fp32 scale) are Blackwell's block-scaled formats (Transformer Engine d0067d0
+    /// `common/recipe/__init__.py`, `MXFP8BlockScaling`, `NVFP4BlockScaling`). Each runs the
+    /// block linears in that format; activations stay 16-bit.
+    Dtype { Bf16 => "bf16", Fp16 => "fp16", Fp8 => "fp8", Mxfp8 => "mxfp8", Nvfp4 => "nvfp4" }
 );
 keyword_enum!(
     /// Activation recomputation: none, selective (attention core only, Korthikanti et al.),
@@ -79,6 +84,31 @@ keyword_enum!(
 );
 
 impl Dtype {
+    /// Whether the block linears run in a low-precision format (fp8, mxfp8, nvfp4) beside
+    /// 16-bit activations.
+    pub fn low_precision_linears(self) -> bool {
+        matches!(self, Dtype::Fp8 | Dtype::Mxfp8 | Dtype::Nvfp4)
+    }
+
+    /// Bytes of one GEMM operand element in this format (without block scales).
+    pub fn gemm_element_bytes(self) -> f64 {
+        match self {
+            Dtype::Bf16 | Dtype::Fp16 => 2.0,
+            Dtype::Fp8 | Dtype::Mxfp8 => 1.0,
+            Dtype::Nvfp4 => 0.5,
+        }
+    }
+
+    /// Bytes of block scales per element: one E8M0 byte per 32 (MXFP8), one E4M3 byte per
+    /// 16 (NVFP4); per-tensor scales are negligible.
+    pub fn scale_bytes_per_element(self) -> f64 {
+        match self {
+            Dtype::Mxfp8 => 1.0 / 32.0,
+            Dtype::Nvfp4 => 1.0 / 16.0,
+            _ => 0.0,
+        }
+    }
+
     /// Bytes of one activation element as stored between layers: 2 for every format, since
     /// fp8 training (Transformer Engine) keeps bf16 activations and casts for the GEMMs.
     pub fn activation_bytes(self) -> f64 {

@@ -134,12 +134,12 @@ pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
 
 pub(super) fn model_reasons(_plan: &Plan, _model: &ModelSpec, train: &TrainSpec) -> Vec<String> {
     let mut out = Vec::new();
-    if train.dtype == Dtype::Fp8 {
-        out.push(
-            "fp8: ds_config.json has no FP8 training switch (FP8 GEMMs come from Transformer \
-             Engine layers in model code)"
-                .to_string(),
-        );
+    if train.dtype.low_precision_linears() {
+        out.push(format!(
+            "{}: ds_config.json has no FP8/FP4 training switch (low-precision GEMMs come \
+             from Transformer Engine layers in model code)",
+            train.dtype
+        ));
     }
     out
 }
@@ -165,7 +165,8 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
             // loss_scale 0: dynamic loss scaling.
             cfg.insert("fp16".into(), json!({ "enabled": true, "loss_scale": 0 }));
         }
-        Dtype::Fp8 => {}
+        // Refused by `model_reasons`.
+        Dtype::Fp8 | Dtype::Mxfp8 | Dtype::Nvfp4 => {}
     }
     let mut zero = Map::new();
     zero.insert("stage".into(), json!(c.zero));

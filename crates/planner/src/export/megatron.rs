@@ -416,6 +416,18 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
         Dtype::Bf16 => vec![flag("--bf16")],
         Dtype::Fp16 => vec![flag("--fp16")],
         Dtype::Fp8 => vec![flag("--bf16"), ("--fp8-format", "hybrid".into())],
+        // MXFP8 is E4M3 throughout (TE `MXFP8BlockScaling`); Megatron-Core's
+        // `fp8_recipe` and `fp4`/`fp4_recipe` (`transformer_config.py:673-679`).
+        Dtype::Mxfp8 => vec![
+            flag("--bf16"),
+            ("--fp8-format", "e4m3".into()),
+            ("--fp8-recipe", "mxfp8".into()),
+        ],
+        Dtype::Nvfp4 => vec![
+            flag("--bf16"),
+            ("--fp4-format", "e2m1".into()),
+            ("--fp4-recipe", "nvfp4".into()),
+        ],
     };
     groups.push(("precision", prec));
 

@@ -106,6 +106,12 @@ pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
 pub(super) fn model_reasons(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<String> {
     let c = &plan.config;
     let mut out = Vec::new();
+    if matches!(train.dtype, Dtype::Mxfp8 | Dtype::Nvfp4) {
+        out.push(format!(
+            "{}: the torchtitan export writes only its float8 (per-tensor fp8) converter",
+            train.dtype
+        ));
+    }
     match model.family {
         Family::Gpt | Family::Bert => out.push(format!(
             "{} is a {} model (LayerNorm, GELU, learned positions) and torchtitan ships none: \

@@ -1,0 +1,67 @@
+//! Number formats: per-tensor fp8 on Hopper and later, Blackwell's block-scaled MXFP8 and
+//! NVFP4, each costed with its GEMM rate, operand bytes, scales and casts.
+
+use plait_cost::{device_for, estimate, Estimate};
+use plait_spec::{cluster_preset, model_preset, Dtype, Engine, ParallelConfig, TrainSpec};
+
+fn run(cluster: &str, dtype: Dtype, engine: Engine) -> Estimate {
+    let m = model_preset("llama3-70b").unwrap();
+    let cluster = cluster_preset(cluster).unwrap();
+    let d = device_for(&cluster, dtype).unwrap();
+    let t = TrainSpec {
+        dtype,
+        engine,
+        ..TrainSpec::new(512, 8192)
+    };
+    let c = ParallelConfig {
+        dp: 8,
+        tp: 8,
+        pp: 4,
+        vp: 5,
+        sp: true,
+        zero: 1,
+        schedule: plait_spec::Schedule::Interleaved,
+        ..ParallelConfig::default()
+    };
+    estimate(&m, &cluster, &t, &c, &d).unwrap()
+}
+
+#[test]
+fn block_scaled_formats_need_blackwell() {
+    let h100 = cluster_preset("dgx-h100").unwrap();
+    for dtype in [Dtype::Mxfp8, Dtype::Nvfp4] {
+        let err = device_for(&h100, dtype).unwrap_err().to_string();
+        assert!(err.contains(dtype.keyword()), "{err}");
+    }
+    assert!(device_for(&h100, Dtype::Fp8).is_ok());
+    let b200 = cluster_preset("dgx-b200").unwrap();
+    for dtype in Dtype::ALL {
+        assert!(device_for(&b200, *dtype).is_ok(), "{dtype}");
+    }
+}
+
+#[test]
+fn fewer_bits_run_faster_but_not_in_proportion() {
+    let bf16 = run("dgx-b200", Dtype::Bf16, Engine::Megatron).iteration_time_s;
+    let fp8 = run("dgx-b200", Dtype::Fp8, Engine::Megatron).iteration_time_s;
+    let mx = run("dgx-b200", Dtype::Mxfp8, Engine::Megatron).iteration_time_s;
+    let fp4 = run("dgx-b200", Dtype::Nvfp4, Engine::Megatron).iteration_time_s;
+    println!("B200 llama3-70b step: bf16 {bf16:.3} s, fp8 {fp8:.3} s, mxfp8 {mx:.3} s, nvfp4 {fp4:.3} s");
+    assert!(fp4 < mx && mx < bf16 && fp8 < bf16, "{bf16} {fp8} {mx} {fp4}");
+    // MXFP8 runs at the fp8 rate and moves its block scales besides: within a few per cent
+    // of per-tensor fp8, never faster than it by more than fp8's own cast difference.
+    assert!((mx / fp8 - 1.0).abs() < 0.05, "{mx} vs {fp8}");
+    // Attention, norms, the 16-bit LM head and communication do not speed up: halving the
+    // GEMM bits gains far less than 2×.
+    assert!(fp8 / fp4 < 1.6, "{fp8} / {fp4}");
+    assert!(bf16 / fp8 < 2.0, "{bf16} / {fp8}");
+}
+
+#[test]
+fn fp4_weight_copies_take_less_memory_than_fp8_ones() {
+    // FSDP with Transformer Engine linears keeps quantised copies beside the 16-bit weight.
+    let fp8 = run("dgx-b200", Dtype::Mxfp8, Engine::Fsdp);
+    let fp4 = run("dgx-b200", Dtype::Nvfp4, Engine::Fsdp);
+    let w = |e: &Estimate| e.stages[0].memory.weights_bytes;
+    assert!(w(&fp4) < w(&fp8), "{} vs {}", w(&fp4), w(&fp8));
+}
