@@ -363,6 +363,8 @@ pub fn llmfoundry_fsdp(text: &str) -> Result<Table, SpecError> {
             // Neither changes a cost.
             rope_theta: plait_spec::model::DEFAULT_ROPE_THETA,
             norm_eps: plait_spec::model::DEFAULT_NORM_EPS,
+            attention_window: None,
+            block_runs: Vec::new(),
         };
         let sharding = row.str("sharding")?;
         let zero = match sharding {
@@ -530,6 +532,8 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
             // Neither changes a cost.
             rope_theta: plait_spec::model::DEFAULT_ROPE_THETA,
             norm_eps: plait_spec::model::DEFAULT_NORM_EPS,
+            attention_window: None,
+            block_runs: Vec::new(),
             moe: (experts > 0).then(|| MoeSpec {
                 experts,
                 top_k: row.int("top_k").unwrap_or(2),

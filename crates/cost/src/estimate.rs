@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use plait_spec::{
     even_chunk_blocks, ClusterSpec, Dtype, Family, ModelSpec, ParallelConfig, Recompute, SpecError,
-    StageMap, TrainSpec,
+    StageMap, TrainSpec, MAX_BLOCK_KINDS,
 };
 
 use crate::comm::{Group, Groups};
@@ -179,28 +179,55 @@ pub struct LayerReport {
     pub activation_bytes: f64,
 }
 
-/// Costs of the three kinds of layer under one configuration, computed once.
+/// Costs of the layers under one configuration, computed once: the embedding, each kind of
+/// block ([`ModelSpec::block_kinds`]) and the head.
 #[derive(Debug, Clone, Copy)]
 pub struct LayerCosts {
     pub embedding: LayerCost,
+    /// The mean block (the block itself for a model of identical blocks): what the layout
+    /// search balances by. Estimates cost each block by its kind (`kinds`).
     pub block: LayerCost,
     pub head: LayerCost,
+    /// Cost of each kind of block, in the order of [`ModelSpec::block_kinds`].
+    pub kinds: [LayerCost; MAX_BLOCK_KINDS],
+    pub n_kinds: usize,
 }
 
-/// Computes the three layer costs, applying the profile's whole-layer measurements when one
-/// matches the block (same family, hidden, heads, sequence and tp).
-pub fn layer_costs(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> LayerCosts {
-    let mut block = block_cost(m, d, g, w);
-    if let Some((ff, fb)) = layer_sample_factors(m, d, w) {
-        block.forward.compute_s *= ff;
-        block.recompute.compute_s *= ff;
-        block.backward.compute_s *= fb;
-        block.weight_grad_s *= fb;
+impl LayerCosts {
+    /// Each kind's cost with its count among blocks `first..first + count`.
+    pub fn blocks(&self, m: &ModelSpec, first: u64, count: u64) -> Vec<(LayerCost, f64)> {
+        let counts = m.kind_counts(first, count);
+        (0..self.n_kinds)
+            .filter(|&k| counts[k] > 0)
+            .map(|k| (self.kinds[k], counts[k] as f64))
+            .collect()
     }
+}
+
+/// Computes the layer costs, applying the profile's whole-layer measurements when one
+/// matches a block (same family, hidden, heads, sequence and tp).
+pub fn layer_costs(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> LayerCosts {
+    let mut kinds = [LayerCost::default(); MAX_BLOCK_KINDS];
+    let variants = m.block_kinds();
+    let n_kinds = variants.len().min(MAX_BLOCK_KINDS);
+    for (slot, v) in kinds.iter_mut().zip(&variants) {
+        let mut block = block_cost(v, d, g, w);
+        if let Some((ff, fb)) = layer_sample_factors(v, d, w) {
+            block.forward.compute_s *= ff;
+            block.recompute.compute_s *= ff;
+            block.backward.compute_s *= fb;
+            block.weight_grad_s *= fb;
+        }
+        *slot = block;
+    }
+    let counts = m.kind_counts(0, m.layers);
+    let parts: Vec<(LayerCost, f64)> = (0..n_kinds).map(|k| (kinds[k], counts[k] as f64)).collect();
     LayerCosts {
         embedding: embedding_cost(m, d, g, w),
-        block,
+        block: LayerCost::weighted_mean(&parts),
         head: head_cost(m, d, g, w),
+        kinds,
+        n_kinds,
     }
 }
 
@@ -260,21 +287,6 @@ fn layer_sample_factors(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> Option<
 pub fn model_flops(m: &ModelSpec, t: &TrainSpec) -> f64 {
     let tokens = t.gbs as f64 * t.seq as f64;
     let h = m.hidden as f64;
-    let attn_weights = h * (m.q_width() + 2 * m.kv_width()) as f64 + m.q_width() as f64 * h;
-    let mlp_mats = match m.activation {
-        plait_spec::Activation::Gelu => 2.0,
-        plait_spec::Activation::SwiGlu => 3.0,
-    };
-    let (active_experts, router) = match m.moe {
-        Some(moe) => (moe.top_k as f64, h * moe.experts as f64),
-        None => (1.0, 0.0),
-    };
-    let mlp_weights = active_experts * mlp_mats * h * m.ffn_hidden as f64 + router;
-    let linears = 2.0 * tokens * (attn_weights + mlp_weights);
-    // Causal or not, the convention counts every score (as Megatron-LM's formula does),
-    // over the packed sample when samples are packed.
-    let attention = 4.0 * tokens * t.attention_span() as f64 * m.q_width() as f64;
-    let head = 2.0 * tokens * h * m.vocab as f64;
     // Forward, then input and weight gradients (twice the forward); a frozen LoRA base
     // computes no weight gradients (the adapters' FLOPs are not model FLOPs).
     let weight_passes = if t.lora_adapters().is_some() {
@@ -282,7 +294,33 @@ pub fn model_flops(m: &ModelSpec, t: &TrainSpec) -> f64 {
     } else {
         3.0
     };
-    weight_passes * (m.layers as f64 * linears + head) + 3.0 * m.layers as f64 * attention
+    // Each kind of block with its count.
+    let counts = m.kind_counts(0, m.layers);
+    let blocks: f64 = m
+        .block_kinds()
+        .iter()
+        .zip(counts)
+        .map(|(k, n)| {
+            let attn_weights = h * (k.q_width() + 2 * k.kv_width()) as f64 + k.q_width() as f64 * h;
+            let mlp_mats = match k.activation {
+                plait_spec::Activation::Gelu => 2.0,
+                plait_spec::Activation::SwiGlu => 3.0,
+            };
+            let (active_experts, router) = match k.moe {
+                Some(moe) => (moe.top_k as f64, h * moe.experts as f64),
+                None => (1.0, 0.0),
+            };
+            let mlp_weights = active_experts * mlp_mats * h * k.ffn_hidden as f64 + router;
+            let linears = 2.0 * tokens * (attn_weights + mlp_weights);
+            // Causal or not, the convention counts every score (as Megatron-LM's formula
+            // does), over the packed sample or the sliding window where shorter.
+            let span = k.attention_span(t.attention_span());
+            let attention = 4.0 * tokens * span as f64 * k.q_width() as f64;
+            n as f64 * (weight_passes * linears + 3.0 * attention)
+        })
+        .sum();
+    let head = 2.0 * tokens * h * m.vocab as f64;
+    blocks + weight_passes * head
 }
 
 /// Estimates one configuration under Megatron-LM's even block layout. Errors only for
@@ -380,6 +418,44 @@ pub fn policy_recompute(r: Recompute) -> Recompute {
         Recompute::Full => Recompute::None,
         other => other,
     }
+}
+
+/// Rank `r`'s blocks as (cost, count) pairs, chunk by chunk: each chunk's first
+/// `chunk_recompute_blocks` under full recompute, the rest under the policy, each block
+/// costed by its kind.
+pub fn rank_block_layers(
+    m: &ModelSpec,
+    policy: &LayerCosts,
+    full: &LayerCosts,
+    map: &StageMap,
+    r: u64,
+    p: u64,
+) -> Vec<(LayerCost, f64)> {
+    let chunks = map.chunk_blocks.len() as u64 / p.max(1);
+    let mut out = Vec::new();
+    for chunk in 0..chunks {
+        out.extend(chunk_block_layers(m, policy, full, map, r, chunk, p));
+    }
+    out
+}
+
+/// Chunk `chunk` of rank `r`'s blocks as (cost, count) pairs (see [`rank_block_layers`]).
+pub fn chunk_block_layers(
+    m: &ModelSpec,
+    policy: &LayerCosts,
+    full: &LayerCosts,
+    map: &StageMap,
+    r: u64,
+    chunk: u64,
+    p: u64,
+) -> Vec<(LayerCost, f64)> {
+    let j = plait_spec::virtual_stage(r, chunk, p) as usize;
+    let first = map.chunk_first_block(j);
+    let n = map.chunk_blocks[j];
+    let x = map.chunk_recompute_blocks(r, chunk, p).min(n);
+    let mut out = full.blocks(m, first, x);
+    out.extend(policy.blocks(m, first + x, n - x));
+    out
 }
 
 /// Estimates from precomputed layer costs (the planner caches them): `policy` under
@@ -487,13 +563,15 @@ fn assemble(
         let recomputed = map.recompute_blocks[k].min(n_blocks) as f64;
         let first = k == 0;
         let last = k == p - 1;
-        let layers = [
-            (&policy.block, n_blocks as f64 - recomputed),
-            (&full.block, recomputed),
-            (embedding, if first { 1.0 } else { 0.0 }),
-            (head, if last { 1.0 } else { 0.0 }),
-        ];
-        stage_layers.push(layers);
+        let mut layers = rank_block_layers(m, policy, full, map, k as u64, c.pp);
+        // Blocks' parameters on this rank (the quantised weight copies are per block).
+        let stage_block_params: f64 = layers
+            .iter()
+            .map(|(l, n)| (l.params + l.expert_params) * n)
+            .sum();
+        layers.push((*embedding, if first { 1.0 } else { 0.0 }));
+        layers.push((*head, if last { 1.0 } else { 0.0 }));
+        stage_layers.push(layers.clone());
         let mut fwd = 0.0;
         let mut bwd = 0.0;
         let mut wgrad = 0.0;
@@ -503,7 +581,8 @@ fn assemble(
         let mut expert_params = 0.0;
         let mut trainable = 0.0;
         let mut trainable_expert = 0.0;
-        for &(lc, n) in &layers {
+        for (lc, n) in &layers {
+            let n = *n;
             if n == 0.0 {
                 continue;
             }
@@ -559,7 +638,7 @@ fn assemble(
                 * if c.zero >= 3 {
                     2.0 * (policy.block.params + policy.block.expert_params)
                 } else {
-                    (policy.block.params + policy.block.expert_params) * n_blocks as f64
+                    stage_block_params
                 }
         } else {
             0.0
@@ -692,12 +771,7 @@ fn assemble(
         worst_dp_contention = worst_dp_contention.max(dp_contention_s);
         let opt_params = trainable / if c.zero >= 1 { dense_dp } else { 1.0 }
             + trainable_expert / if c.zero >= 1 { expert_dp } else { 1.0 };
-        let block_params = policy.block.params + policy.block.expert_params;
-        let fp8_block_params = if w.fp8 {
-            block_params * n_blocks as f64
-        } else {
-            0.0
-        };
+        let fp8_block_params = if w.fp8 { stage_block_params } else { 0.0 };
         let optimizer_s = d.memory_s(
             opt_params * OPTIMIZER_STEP_BYTES_PER_PARAM
                 // The weight cast once per step: read the 16-bit weight, write its row-wise
@@ -854,10 +928,12 @@ pub fn first_stage_layers(
         activation_bytes: l.activation_bytes,
     };
     let mut out = vec![report("embedding".into(), &costs.embedding)];
-    // Rank 0 holds global chunks 0, pp, 2·pp, …; list their blocks in execution order.
+    // Rank 0 holds global chunks 0, pp, 2·pp, …; list their blocks in execution order,
+    // each with its kind's cost.
     for j in 0..c.vp {
         for b in even_chunk_blocks(m.layers, c.pp * c.vp, plait_spec::virtual_stage(0, j, c.pp)) {
-            out.push(report(format!("block.{b}"), &costs.block));
+            let kind = m.kind_counts(b, 1).iter().position(|&n| n > 0).unwrap_or(0);
+            out.push(report(format!("block.{b}"), &costs.kinds[kind]));
         }
     }
     if c.pp == 1 {

@@ -79,6 +79,31 @@ pub struct LayerCost {
     pub trainable_expert_params: f64,
 }
 
+impl LayerCost {
+    /// The blocks' mean: each field averaged with the given weights (block counts).
+    pub fn weighted_mean(parts: &[(LayerCost, f64)]) -> LayerCost {
+        let total: f64 = parts.iter().map(|(_, n)| n).sum();
+        let mut out = LayerCost::default();
+        if total <= 0.0 {
+            return parts.first().map_or(out, |(l, _)| *l);
+        }
+        for (l, n) in parts {
+            let w = n / total;
+            out.forward.add(&l.forward, w);
+            out.backward.add(&l.backward, w);
+            out.recompute.add(&l.recompute, w);
+            out.activation_bytes += l.activation_bytes * w;
+            out.transient_bytes = out.transient_bytes.max(l.transient_bytes);
+            out.weight_grad_s += l.weight_grad_s * w;
+            out.params += l.params * w;
+            out.expert_params += l.expert_params * w;
+            out.trainable_params += l.trainable_params * w;
+            out.trainable_expert_params += l.trainable_expert_params * w;
+        }
+        out
+    }
+}
+
 /// Everything about one micro-batch's shape on one GPU.
 #[derive(Debug, Clone, Copy)]
 pub struct Workload {
@@ -282,16 +307,25 @@ struct AttentionCore {
 fn attention_core(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> AttentionCore {
     let (heads, _kv, dim) = m.attention_shape(w.tp);
     let (heads, dim) = (heads as f64, dim as f64);
-    // Score elements per GPU: local queries × the keys they attend over (all of the
-    // sequence, or their packed sample's).
-    let keys = w.seq.min(w.attention_span);
+    // Score elements per GPU: local queries × the keys they attend over — the context (the
+    // sequence, or the packed sample) or the block's sliding window where it is shorter.
+    let context = w.seq.min(w.attention_span);
+    let keys = m
+        .attention_window
+        .map_or(context, |win| context.min(win as f64));
     let scores = w.mbs * heads * w.seq_local * keys;
+    // Causal: a query sees on average keys · (1 − keys / 2·context) of them (half the
+    // context without a window; nearly the whole window when it is much shorter).
+    let causal_share = if m.causal {
+        1.0 - keys / (2.0 * context)
+    } else {
+        1.0
+    };
     let mut forward = Kernels::default();
     let mut backward = Kernels::default();
     let internal_bytes = match w.attention {
         AttentionImpl::Flash => {
-            let causal = if m.causal { 0.5 } else { 1.0 };
-            let flops = 4.0 * scores * dim * causal;
+            let flops = 4.0 * scores * dim * causal_share;
             let (f_s, b_s) = d.attention_s(
                 w.engine.attention,
                 flops,

@@ -337,8 +337,8 @@ fn schedules(layers: u64, pp: u64, micro: u64, pins: &Pins) -> Vec<(Schedule, u6
 /// A lower bound on any stage's weights + gradients + optimizer bytes per GPU: the average
 /// stage holds the blocks' parameters over tp × pp (ZeRO-sharded over dp × cp).
 fn model_state_lower_bound(m: &ModelSpec, t: &TrainSpec, c: &ParallelConfig) -> f64 {
-    let blocks = (m.layers * m.block_params()) as f64;
-    let expert = (m.layers * m.expert_params()) as f64;
+    let blocks = m.blocks_params() as f64;
+    let expert = m.blocks_expert_params() as f64;
     let dense = blocks - expert;
     // A frozen base (LoRA) holds its weights only; the adapters are left out of the bound.
     let frozen = t.lora_adapters().is_some();

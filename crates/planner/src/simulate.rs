@@ -58,15 +58,20 @@ pub fn costs(
             let spared = c.schedule.spares_rank(r, p);
             let layers_of = |chunk: u64| {
                 let j = plait_schedule::virtual_stage(r, chunk, p);
-                let n = map.chunk_blocks[j as usize] as f64;
+                let first = map.chunk_first_block(j as usize);
+                let n = map.chunk_blocks[j as usize];
                 let x = if spared {
-                    0.0
+                    0
                 } else {
-                    map.chunk_recompute_blocks(r, chunk, p) as f64
+                    map.chunk_recompute_blocks(r, chunk, p).min(n)
                 };
-                (j, x, chunk_layers(j, p * v, &policy, &full, n, x))
+                (
+                    j,
+                    (first, x),
+                    chunk_layers(m, j, p * v, &policy, &full, first, n, x),
+                )
             };
-            let params_of = |layers: &[(LayerCost, f64); 4]| -> f64 {
+            let params_of = |layers: &[(LayerCost, f64)]| -> f64 {
                 layers
                     .iter()
                     .map(|(l, n)| (l.trainable_params + l.trainable_expert_params) * n)
@@ -87,7 +92,16 @@ pub fn costs(
             let rank_reduce_s = stage.dp_reduce_s - gather + gather_exposed;
             let chunks: Vec<ChunkCosts> = (0..v)
                 .map(|chunk| {
-                    let (j, x, layers) = layers_of(chunk);
+                    let (j, (first, x), layers) = layers_of(chunk);
+                    // The fully recomputed blocks, by kind: their rebuild and the bytes
+                    // they hold while rebuilt.
+                    let rebuilt = |costs: &LayerCosts, f: &dyn Fn(&LayerCost) -> f64| -> f64 {
+                        costs
+                            .blocks(m, first, x)
+                            .iter()
+                            .map(|(l, n)| f(l) * n)
+                            .sum()
+                    };
                     let sum = |f: &dyn Fn(&LayerCost) -> f64| -> f64 {
                         layers.iter().map(|(l, n)| f(l) * n).sum()
                     };
@@ -99,12 +113,13 @@ pub fn costs(
                     // Fully recomputed blocks re-run their forward in a Recompute
                     // instruction; what the policy recomputes (selective: the attention
                     // core) stays inside the backward.
-                    let rebuild_s = x * full.block.recompute.total_s();
+                    let rebuild_s = rebuilt(&full, &|l| l.recompute.total_s());
                     let in_backward_s = sum(&|l| l.recompute.total_s()) - rebuild_s;
                     // Megatron-LM rebuilds one layer at a time inside the backward (the
                     // estimate's transient); Merak's scp rebuilds the chunk before it.
                     let recompute_bytes = if c.schedule.rebuilds_before_backward() {
-                        x * (kept.block.activation_bytes - full.block.activation_bytes)
+                        rebuilt(&kept, &|l| l.activation_bytes)
+                            - rebuilt(&full, &|l| l.activation_bytes)
                     } else {
                         0.0
                     };
@@ -146,23 +161,26 @@ pub fn costs(
     Costs { ranks }
 }
 
-/// The layers of virtual stage `j` of `stages` with their multiplicities: `n` blocks of
-/// which `x` are fully recomputed, and the embedding or head at the ends.
+/// The layers of virtual stage `j` of `stages` with their multiplicities: its `n` blocks
+/// from block `first`, of which the first `x` are fully recomputed, each costed by its
+/// kind, and the embedding or head at the ends.
+#[allow(clippy::too_many_arguments)]
 fn chunk_layers(
+    m: &ModelSpec,
     j: u64,
     stages: u64,
     policy: &LayerCosts,
     full: &LayerCosts,
-    n: f64,
-    x: f64,
-) -> [(LayerCost, f64); 4] {
+    first: u64,
+    n: u64,
+    x: u64,
+) -> Vec<(LayerCost, f64)> {
     let at = |yes: bool| if yes { 1.0 } else { 0.0 };
-    [
-        (policy.block, n - x),
-        (full.block, x),
-        (policy.embedding, at(j == 0)),
-        (policy.head, at(j + 1 == stages)),
-    ]
+    let mut out = full.blocks(m, first, x);
+    out.extend(policy.blocks(m, first + x, n - x));
+    out.push((policy.embedding, at(j == 0)));
+    out.push((policy.head, at(j + 1 == stages)));
+    out
 }
 
 /// Estimates `c` under the even layout, then simulates its schedule and refines the

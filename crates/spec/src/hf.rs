@@ -6,11 +6,13 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use crate::error::{Result, SpecError};
-use crate::model::{Activation, Family, ModelSpec, MoeSpec, Norm, Positions, DEFAULT_ROPE_THETA};
+use crate::model::{
+    Activation, BlockRun, Family, ModelSpec, MoeSpec, Norm, Positions, DEFAULT_ROPE_THETA,
+};
 use crate::presets;
 
 /// The `model_type`s this parser understands.
-pub const HF_MODEL_TYPES: [&str; 12] = [
+pub const HF_MODEL_TYPES: [&str; 15] = [
     "gpt2",
     "gpt_neox",
     "llama",
@@ -22,21 +24,17 @@ pub const HF_MODEL_TYPES: [&str; 12] = [
     "phi3",
     "olmo2",
     "falcon",
+    "gemma2",
+    "gemma3_text",
+    "gpt_oss",
     "bert",
 ];
 
 /// `model_type`s recognised but refused, each naming the key whose architecture `ModelSpec`
 /// (one block kind repeated, full causal attention of `heads × head_dim` q/k/v/o
 /// projections, one MLP kind) cannot hold exactly.
-pub const HF_REFUSED_MODEL_TYPES: [&str; 7] = [
-    "gemma2",
-    "gemma3_text",
-    "deepseek_v2",
-    "deepseek_v3",
-    "kimi_k2",
-    "gpt_oss",
-    "nemotron_h",
-];
+pub const HF_REFUSED_MODEL_TYPES: [&str; 4] =
+    ["deepseek_v2", "deepseek_v3", "kimi_k2", "nemotron_h"];
 
 /// Largest accepted dimension (hidden size, heads, vocabulary, …).
 const MAX_DIM: u64 = 1_000_000_000;
@@ -82,6 +80,14 @@ const READ_KEYS: &[&str] = &[
     "parallel_attn",
     "bias",
     "alibi",
+    "sliding_window",
+    "layer_types",
+    "sliding_window_pattern",
+    "hidden_activation",
+    "decoder_sparse_step",
+    "mlp_only_layers",
+    "moe_intermediate_size",
+    "num_experts",
     "ffn_hidden_size",
     "activation",
     "hidden_act",
@@ -105,10 +111,15 @@ const READ_KEYS: &[&str] = &[
 /// - `falcon`: the parallel attention/MLP block of Falcon-7B has one LayerNorm, counted as
 ///   the two of a sequential block (`2h` parameters per layer too many, 0.004 % of 7B);
 ///   `alibi = true` is refused (ALiBi positions are not expressible).
-/// - A sliding window on every layer (`sliding_window` of `mistral`, `phi3`) is not
-///   represented: attention is costed over the whole causal sequence, which overstates it
-///   for sequences longer than the window. Models that alternate local and full attention
-///   layers ([`HF_REFUSED_MODEL_TYPES`]) are refused instead.
+/// - `sliding_window` of `mistral` and `phi3` bounds every layer's attention; `gemma2`,
+///   `gemma3_text` and `gpt_oss` give each layer its kind (`layer_types`, or transformers'
+///   default alternation: every other layer local for Gemma 2 and GPT-OSS, five local to
+///   one global for Gemma 3), laid out as block runs. Gemma's gated GELU MLP costs as
+///   SwiGLU (the same three matrices and elementwise passes); its two extra norms per
+///   layer, soft-capping and GPT-OSS's attention sinks (a few parameters per head) are left
+///   out. Qwen2's `use_sliding_window` is not read.
+/// - `qwen3_moe` layers listed in `mlp_only_layers`, or off the `decoder_sparse_step`, are
+///   dense MLPs of `intermediate_size`.
 ///
 /// Dimensions above 10^9, more than 10^5 layers, or more than 10^15 parameters in all are
 /// rejected, so that every count `ModelSpec` derives fits in `u64`.
@@ -156,7 +167,7 @@ pub fn model_from_hf_config(text: &str, source: &str) -> Result<ModelSpec> {
         "llama" | "mistral" | "mixtral" | "qwen2" | "qwen3" | "qwen3_moe" => {
             cfg.llama(model_type)?
         }
-        "phi3" | "olmo2" => cfg.llama(model_type)?,
+        "phi3" | "olmo2" | "gemma2" | "gemma3_text" | "gpt_oss" => cfg.llama(model_type)?,
         "falcon" => cfg.falcon()?,
         "bert" => cfg.bert()?,
         refused if HF_REFUSED_MODEL_TYPES.contains(&refused) => return Err(cfg.refusal(refused)),
@@ -327,35 +338,7 @@ impl Config<'_> {
     /// naming the first key (present in the file, or the one transformers reads) that
     /// carries the missing architecture.
     fn refusal(&self, model_type: &str) -> SpecError {
-        let present = |k: &str| self.get(k).is_some();
-        let alternation = |what: &str| {
-            let key = if present("layer_types") {
-                "layer_types"
-            } else {
-                "sliding_window"
-            };
-            self.err(
-                key,
-                format!(
-                    "model_type `{model_type}` {what}; plait costs every layer with the same \
-                     full causal attention, so the local layers would be costed wrong"
-                ),
-                "a model whose layers all use full attention (per-layer attention kinds are \
-                 not expressible yet)",
-            )
-        };
         match model_type {
-            "gemma2" => alternation(
-                "alternates sliding-window (local) and full (global) attention layer by layer",
-            ),
-            "gemma3_text" => alternation(
-                "interleaves sliding-window (local) layers with a full (global) layer every \
-                 `sliding_window_pattern` layers",
-            ),
-            "gpt_oss" => alternation(
-                "alternates sliding-window and full attention layers (with attention sinks and \
-                 biased MoE experts)",
-            ),
             "deepseek_v2" | "deepseek_v3" | "kimi_k2" => self.err(
                 "kv_lora_rank",
                 format!(
@@ -443,6 +426,8 @@ impl Config<'_> {
             tied_embeddings: tied,
             rope_theta: self.rope_theta("rope_theta", DEFAULT_ROPE_THETA)?,
             norm_eps: self.float("layer_norm_epsilon", 1e-5)?,
+            attention_window: None,
+            block_runs: Vec::new(),
             ..presets::gpt("", hidden, layers, heads, vocab, 0)
         };
         self.check_size(
@@ -504,6 +489,8 @@ impl Config<'_> {
             ffn_hidden: ffn,
             tied_embeddings: tied,
             norm_eps: self.float("layer_norm_epsilon", 1e-5)?,
+            attention_window: None,
+            block_runs: Vec::new(),
             ..presets::gpt("", hidden, layers, heads, vocab, positions)
         };
         self.check_size(
@@ -544,6 +531,8 @@ impl Config<'_> {
             tied_embeddings: tied,
             rope_theta: self.float("rotary_emb_base", DEFAULT_ROPE_THETA)?,
             norm_eps: self.float("layer_norm_eps", 1e-5)?,
+            attention_window: None,
+            block_runs: Vec::new(),
             ..presets::gpt("", hidden, layers, heads, vocab, 0)
         };
         self.check_size(
@@ -576,7 +565,20 @@ impl Config<'_> {
         let ffn = self.int(ffn_key, MAX_DIM)?;
         let vocab = self.int("vocab_size", MAX_DIM)?;
         let explicit_head_dim = self.opt_int("head_dim", MAX_DIM)?;
-        let tied = self.flag("tie_word_embeddings", false)?;
+        let gemma = matches!(model_type, "gemma2" | "gemma3_text");
+        // Gemma ties its embeddings by default (transformers' Gemma2Config/Gemma3TextConfig).
+        let tied = self.flag("tie_word_embeddings", gemma)?;
+        if gemma {
+            if let Some(a) = self.get("hidden_activation") {
+                if !matches!(a.as_str(), Some("gelu_pytorch_tanh" | "gelu")) {
+                    return Err(self.err(
+                        "hidden_activation",
+                        format!("{} is not expressible", show(a)),
+                        "\"gelu_pytorch_tanh\" (Gemma's gated GELU MLP)",
+                    ));
+                }
+            }
+        }
         let (qkv_bias, linear_bias) = match model_type {
             // Qwen3 (dense and MoE): `attention_bias` on q/k/v/o, RMSNorm on q and k per head
             // (2 × head_dim parameters per layer, left out of the count and the time).
@@ -592,6 +594,13 @@ impl Config<'_> {
             // OLMo 2: no biases; RMSNorm on q and k over their full width (left out, as for
             // Qwen3).
             "olmo2" => (self.flag("attention_bias", false)?, false),
+            // GPT-OSS: biases on q/k/v/o (`attention_bias` defaults to true) and on every
+            // expert's linears and the router.
+            "gpt_oss" => {
+                let b = self.flag("attention_bias", true)?;
+                (b, b)
+            }
+            "gemma2" | "gemma3_text" => (self.flag("attention_bias", false)?, false),
             _ => (false, false),
         };
         if model_type == "phi3" {
@@ -610,16 +619,17 @@ impl Config<'_> {
             "mixtral" => (1e6, 1e-5),
             "phi3" => (DEFAULT_ROPE_THETA, 1e-5),
             "olmo2" => (DEFAULT_ROPE_THETA, 1e-5),
+            "gpt_oss" => (150_000.0, 1e-5),
+            "gemma3_text" => (1e6, 1e-6),
             _ => (DEFAULT_ROPE_THETA, 1e-6),
         };
         let rope_theta = self.rope_theta("rope_theta", theta_default)?;
         let norm_eps = self.float("rms_norm_eps", eps_default)?;
-        let moe = if model_type == "mixtral" || model_type == "qwen3_moe" {
-            let experts_key = if model_type == "mixtral" {
-                "num_local_experts"
-            } else {
-                self.every_layer_moe()?;
+        let moe = if matches!(model_type, "mixtral" | "qwen3_moe" | "gpt_oss") {
+            let experts_key = if model_type == "qwen3_moe" {
                 "num_experts"
+            } else {
+                "num_local_experts"
             };
             let experts = self.int(experts_key, MAX_DIM)?;
             let top_k = self.int("num_experts_per_tok", MAX_DIM)?;
@@ -647,6 +657,7 @@ impl Config<'_> {
                 format!("a divisor of num_attention_heads ({heads})"),
             ));
         }
+        let (attention_window, block_runs) = self.layer_kinds(model_type, layers)?;
         let spec = ModelSpec {
             head_dim,
             qkv_bias,
@@ -654,6 +665,8 @@ impl Config<'_> {
             tied_embeddings: tied,
             rope_theta,
             norm_eps,
+            attention_window,
+            block_runs,
             ..presets::llama("", hidden, layers, heads, kv_heads, ffn, vocab, moe)
         };
         self.check_size(
@@ -673,28 +686,124 @@ impl Config<'_> {
 
     /// Qwen3-MoE may make some layers dense (`decoder_sparse_step` > 1, `mlp_only_layers`);
     /// layer lists are uniform here, so such a config is refused with the key named.
-    fn every_layer_moe(&self) -> Result<()> {
-        if let Some(step) = self.opt_int("decoder_sparse_step", MAX_LAYERS)? {
-            if step != 1 {
-                return Err(self.err(
-                    "decoder_sparse_step",
-                    format!("{step}: layers that mix dense and MoE MLPs are not expressible yet"),
-                    "1 (every layer MoE)",
-                ));
+    /// Each layer's attention span and MLP, as transformers builds them: the uniform window
+    /// of Mistral/Phi-3, Gemma's and GPT-OSS's local/global `layer_types` (or their default
+    /// alternation), Qwen3-MoE's dense layers (`mlp_only_layers`, `decoder_sparse_step`).
+    /// Returns the window of every layer (uniform models) or the block runs.
+    fn layer_kinds(&self, model_type: &str, layers: u64) -> Result<(Option<u64>, Vec<BlockRun>)> {
+        let window = self.opt_int("sliding_window", MAX_DIM)?;
+        if matches!(model_type, "mistral" | "phi3") {
+            return Ok((window, Vec::new()));
+        }
+        let mut kinds: Vec<(Option<u64>, Option<u64>)> = vec![(None, None); layers as usize];
+        if matches!(model_type, "gemma2" | "gemma3_text" | "gpt_oss") {
+            let local = match model_type {
+                // transformers: Gemma 3 `sliding_window_pattern` (default 6: five local
+                // layers, then one global); Gemma 2 and GPT-OSS alternate, local first.
+                "gemma3_text" => self
+                    .opt_int("sliding_window_pattern", MAX_LAYERS)?
+                    .unwrap_or(6),
+                _ => 2,
+            };
+            let types: Vec<bool> = match self.get("layer_types") {
+                Some(Value::Array(a)) => {
+                    if a.len() as u64 != layers {
+                        return Err(self.err(
+                            "layer_types",
+                            format!("lists {} layers, num_hidden_layers is {layers}", a.len()),
+                            "one entry per layer",
+                        ));
+                    }
+                    a.iter()
+                        .map(|v| match v.as_str() {
+                            Some("sliding_attention") => Ok(true),
+                            Some("full_attention") => Ok(false),
+                            _ => Err(self.err(
+                                "layer_types",
+                                format!("{} is not a layer type", show(v)),
+                                "\"sliding_attention\", \"full_attention\"",
+                            )),
+                        })
+                        .collect::<Result<_>>()?
+                }
+                Some(v) => {
+                    return Err(self.err(
+                        "layer_types",
+                        format!("must be a list, got {}", show(v)),
+                        "a list of \"sliding_attention\" / \"full_attention\", one per layer",
+                    ))
+                }
+                None => (0..layers).map(|i| (i + 1) % local != 0).collect(),
+            };
+            if types.iter().any(|&t| t) {
+                let w = window.ok_or_else(|| {
+                    self.err(
+                        "sliding_window",
+                        "missing, but layers use sliding-window attention",
+                        int_allowed(MAX_DIM),
+                    )
+                })?;
+                for (k, &sliding) in kinds.iter_mut().zip(&types) {
+                    if sliding {
+                        k.0 = Some(w);
+                    }
+                }
             }
         }
-        match self.get("mlp_only_layers") {
-            None | Some(Value::Null) => Ok(()),
-            Some(Value::Array(a)) if a.is_empty() => Ok(()),
-            Some(v) => Err(self.err(
-                "mlp_only_layers",
-                format!(
-                    "{}: layers that mix dense and MoE MLPs are not expressible yet",
-                    show(v)
-                ),
-                "[] (every layer MoE)",
-            )),
+        if model_type == "qwen3_moe" {
+            // transformers' Qwen3MoeDecoderLayer: layer i is sparse unless listed in
+            // `mlp_only_layers`, and only when (i + 1) is a multiple of `decoder_sparse_step`.
+            let step = self
+                .opt_int("decoder_sparse_step", MAX_LAYERS)?
+                .unwrap_or(1);
+            let dense: Vec<u64> = match self.get("mlp_only_layers") {
+                None => Vec::new(),
+                Some(Value::Array(a)) => a
+                    .iter()
+                    .map(|v| match v.as_u64() {
+                        Some(i) if i < layers => Ok(i),
+                        _ => Err(self.err(
+                            "mlp_only_layers",
+                            format!("{} is not a layer index", show(v)),
+                            format!("integers from 0 to {}", layers - 1),
+                        )),
+                    })
+                    .collect::<Result<_>>()?,
+                Some(v) => {
+                    return Err(self.err(
+                        "mlp_only_layers",
+                        format!("must be a list, got {}", show(v)),
+                        "a list of layer indices",
+                    ))
+                }
+            };
+            let needs_dense = step != 1 || !dense.is_empty();
+            if needs_dense {
+                let f = self.int("intermediate_size", MAX_DIM)?;
+                for (i, k) in kinds.iter_mut().enumerate() {
+                    let i = i as u64;
+                    if dense.contains(&i) || (i + 1) % step != 0 {
+                        k.1 = Some(f);
+                    }
+                }
+            }
         }
+        // Run-length encode; one run of default blocks means a uniform model.
+        let mut runs: Vec<BlockRun> = Vec::new();
+        for (window, dense_ffn) in kinds {
+            match runs.last_mut() {
+                Some(r) if r.window == window && r.dense_ffn == dense_ffn => r.count += 1,
+                _ => runs.push(BlockRun {
+                    count: 1,
+                    window,
+                    dense_ffn,
+                }),
+            }
+        }
+        if runs.len() == 1 && runs[0].dense_ffn.is_none() {
+            return Ok((runs[0].window, Vec::new()));
+        }
+        Ok((None, runs))
     }
 
     fn bert(&self) -> Result<ModelSpec> {
@@ -717,6 +826,8 @@ impl Config<'_> {
             ffn_hidden: ffn,
             type_vocab,
             norm_eps: self.float("layer_norm_eps", 1e-12)?,
+            attention_window: None,
+            block_runs: Vec::new(),
             ..presets::bert("", hidden, layers, heads, vocab, positions)
         };
         self.check_size(

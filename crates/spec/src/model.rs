@@ -52,6 +52,24 @@ pub struct MoeSpec {
     pub top_k: u64,
 }
 
+/// A run of consecutive blocks that differ from the model's default block in their
+/// attention span or their MLP: sliding-window layers between full-attention ones (Gemma 2
+/// and 3, GPT-OSS), dense layers among MoE ones (DeepSeek's `first_k_dense_replace`,
+/// Llama 4's interleaving).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BlockRun {
+    pub count: u64,
+    /// Sliding-window attention over this many keys (`None`: the model's default span).
+    #[serde(default)]
+    pub window: Option<u64>,
+    /// A dense MLP of this width in place of the model's MoE (`None`: the default MLP).
+    #[serde(default)]
+    pub dense_ffn: Option<u64>,
+}
+
+/// Most distinct block kinds a model may have (sliding/full × dense/MoE).
+pub const MAX_BLOCK_KINDS: usize = 4;
+
 /// A transformer model: everything the planner, cost model and runtime need about its shape.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelSpec {
@@ -96,6 +114,14 @@ pub struct ModelSpec {
     /// `--norm-epsilon`). Defaults to 1e-5 (Megatron's `layernorm_epsilon` default).
     #[serde(default = "default_norm_eps")]
     pub norm_eps: f64,
+    /// Sliding-window attention span of every block (Mistral 7B v0.1's 4096); `None`: each
+    /// query attends over all earlier keys.
+    #[serde(default)]
+    pub attention_window: Option<u64>,
+    /// The blocks in order as runs of kinds, when they are not all alike (empty: `layers`
+    /// identical blocks). The counts add up to `layers`.
+    #[serde(default)]
+    pub block_runs: Vec<BlockRun>,
 }
 
 /// RoPE base of RoFormer (Su et al. 2021) and the default of transformers and Megatron-LM.
@@ -158,6 +184,106 @@ impl Shard {
 }
 
 impl ModelSpec {
+    /// What distinguishes a run's blocks: the attention span and the MLP (experts, width).
+    fn run_key(&self, run: &BlockRun) -> (Option<u64>, Option<MoeSpec>, u64) {
+        let window = run.window.or(self.attention_window);
+        match run.dense_ffn {
+            Some(f) => (window, None, f),
+            None => (window, self.moe, self.ffn_hidden),
+        }
+    }
+
+    /// Kind index (into [`ModelSpec::block_kinds`]) of each run, without allocating: kinds
+    /// are numbered in the order they first appear.
+    fn run_kinds(&self) -> impl Iterator<Item = (usize, &BlockRun)> + '_ {
+        let mut seen: [Option<(Option<u64>, Option<MoeSpec>, u64)>; MAX_BLOCK_KINDS] =
+            [None; MAX_BLOCK_KINDS];
+        self.block_runs.iter().map(move |run| {
+            let key = self.run_key(run);
+            let k = match seen.iter().position(|s| *s == Some(key)) {
+                Some(k) => k,
+                None => {
+                    let free = seen
+                        .iter()
+                        .position(Option::is_none)
+                        .unwrap_or(MAX_BLOCK_KINDS - 1);
+                    seen[free] = Some(key);
+                    free
+                }
+            };
+            (k, run)
+        })
+    }
+
+    /// The distinct kinds of block, as uniform models (each without runs), in the order
+    /// they first appear; one entry for a uniform model.
+    pub fn block_kinds(&self) -> Vec<ModelSpec> {
+        if self.block_runs.is_empty() {
+            return vec![self.clone()];
+        }
+        let mut kinds: Vec<ModelSpec> = Vec::new();
+        for (k, run) in self.run_kinds() {
+            if k == kinds.len() {
+                kinds.push(self.variant(run));
+            }
+        }
+        kinds
+    }
+
+    /// The uniform model whose blocks are those of `run`.
+    pub fn variant(&self, run: &BlockRun) -> ModelSpec {
+        let mut v = ModelSpec {
+            block_runs: Vec::new(),
+            ..self.clone()
+        };
+        if run.window.is_some() {
+            v.attention_window = run.window;
+        }
+        if let Some(f) = run.dense_ffn {
+            v.moe = None;
+            v.ffn_hidden = f;
+        }
+        v
+    }
+
+    /// Blocks of each kind (indexed as [`ModelSpec::block_kinds`]) among blocks
+    /// `first..first + count`; blocks past the last are ignored.
+    pub fn kind_counts(&self, first: u64, count: u64) -> [u64; MAX_BLOCK_KINDS] {
+        let mut out = [0; MAX_BLOCK_KINDS];
+        if self.block_runs.is_empty() {
+            out[0] = count.min(self.layers.saturating_sub(first));
+            return out;
+        }
+        let (lo, hi) = (first, first.saturating_add(count));
+        let mut start = 0u64;
+        for (k, run) in self.run_kinds() {
+            let end = start.saturating_add(run.count);
+            out[k] += end.min(hi).saturating_sub(start.max(lo));
+            start = end;
+        }
+        out
+    }
+
+    /// Sum of `f` over the blocks: per kind, times its block count.
+    fn over_blocks(&self, f: impl Fn(&ModelSpec) -> u64) -> u64 {
+        let counts = self.kind_counts(0, self.layers);
+        self.block_kinds()
+            .iter()
+            .zip(counts)
+            .map(|(k, n)| n * f(k))
+            .sum()
+    }
+
+    /// Parameters of all blocks.
+    pub fn blocks_params(&self) -> u64 {
+        self.over_blocks(ModelSpec::block_params)
+    }
+
+    /// Expert parameters of all blocks.
+    pub fn blocks_expert_params(&self) -> u64 {
+        self.over_blocks(ModelSpec::expert_params)
+    }
+
     /// The layers in execution order: embedding, `layers` blocks, head.
     pub fn layer_list(&self) -> Vec<Layer> {
         let mut out = Vec::with_capacity(self.layers as usize + 2);
@@ -304,18 +430,22 @@ impl ModelSpec {
 
     /// Total parameters of the model (as published model sizes count them).
     pub fn parameter_count(&self) -> u64 {
-        self.embedding_params() + self.layers * self.block_params() + self.head_params()
+        self.embedding_params() + self.blocks_params() + self.head_params()
     }
 
     /// Parameters that one token's forward pass touches (differs from the total for MoE).
     pub fn active_parameter_count(&self) -> u64 {
-        match self.moe {
-            None => self.parameter_count(),
-            Some(moe) => {
-                self.parameter_count()
-                    - self.layers * (moe.experts - moe.top_k) * self.one_mlp_params()
-            }
-        }
+        self.parameter_count()
+            - self.over_blocks(|k| match k.moe {
+                None => 0,
+                Some(moe) => (moe.experts - moe.top_k) * k.one_mlp_params(),
+            })
+    }
+
+    /// Keys each query of a block attends over at sequence length `seq`: the sequence, or
+    /// the sliding window where it is shorter.
+    pub fn attention_span(&self, seq: u64) -> u64 {
+        self.attention_window.map_or(seq, |w| w.min(seq))
     }
 
     /// Forward GEMMs of one block on one GPU, for `tokens` tokens (micro-batch × sequence

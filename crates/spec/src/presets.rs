@@ -39,6 +39,8 @@ pub(crate) fn gpt(
         // Learned positions: θ unused. GPT-2's `layer_norm_epsilon` (HF gpt2 config.json).
         rope_theta: DEFAULT_ROPE_THETA,
         norm_eps: 1e-5,
+        attention_window: None,
+        block_runs: Vec::new(),
     }
 }
 
@@ -80,6 +82,8 @@ pub(crate) fn llama(
         moe,
         rope_theta: DEFAULT_ROPE_THETA,
         norm_eps: DEFAULT_NORM_EPS,
+        attention_window: None,
+        block_runs: Vec::new(),
     }
 }
 
@@ -98,6 +102,8 @@ pub(crate) fn bert(
         causal: false,
         // BERT's `layer_norm_eps` (HF bert-large-uncased config.json).
         norm_eps: 1e-12,
+        attention_window: None,
+        block_runs: Vec::new(),
         ..gpt(name, hidden, layers, heads, vocab, seq)
     }
 }

@@ -98,6 +98,14 @@ impl StageMap {
         self.chunk_blocks[virtual_stage(r, c, p) as usize]
     }
 
+    /// Index of the first block of virtual stage `j` (blocks are laid out in model order
+    /// over the virtual stages).
+    pub fn chunk_first_block(&self, j: usize) -> u64 {
+        self.chunk_blocks[..j.min(self.chunk_blocks.len())]
+            .iter()
+            .sum()
+    }
+
     /// Blocks on pipeline rank `r` of `p` (over all its chunks).
     pub fn rank_blocks(&self, r: u64, p: u64) -> u64 {
         let chunks = self.chunk_blocks.len() as u64 / p.max(1);

@@ -152,11 +152,104 @@ fn qwen3_30b_a3b() {
     // 3.35 B with both embedding matrices counted; the card rounds to 3.3.
     let active = m.active_parameter_count() as f64 / 1e9;
     assert!((3.3..3.4).contains(&active), "{active}");
-    // Dense layers mixed in are refused, naming the key.
-    let mixed = with(QWEN3_30B_A3B, "decoder_sparse_step", json!(2));
-    error(&mixed, "decoder_sparse_step");
-    let mixed = with(QWEN3_30B_A3B, "mlp_only_layers", json!([0, 1]));
-    error(&mixed, "mlp_only_layers");
+    // Dense layers mixed in become dense block runs of `intermediate_size` (6144).
+    let mixed = parse(
+        &with(QWEN3_30B_A3B, "decoder_sparse_step", json!(2)),
+        "q.json",
+    );
+    let kinds = mixed.block_kinds();
+    assert_eq!(kinds.len(), 2);
+    assert!(kinds[0].moe.is_none() && kinds[0].ffn_hidden == 6144);
+    assert_eq!(&mixed.kind_counts(0, 48)[..2], &[24, 24]);
+    let first_two = parse(
+        &with(QWEN3_30B_A3B, "mlp_only_layers", json!([0, 1])),
+        "q.json",
+    );
+    assert_eq!(&first_two.kind_counts(0, 2)[..2], &[2, 0]);
+    assert_eq!(&first_two.kind_counts(0, 48)[..2], &[2, 46]);
+    assert!(first_two.parameter_count() < m.parameter_count());
+    error(
+        &with(QWEN3_30B_A3B, "mlp_only_layers", json!([48])),
+        "mlp_only_layers",
+    );
+}
+
+#[test]
+fn local_and_global_attention_layers_are_block_runs() {
+    // google/gemma-2-9b: 9.24 B parameters; local (4096-token window) and global layers
+    // alternate, local first.
+    let gemma2 = json!({
+        "model_type": "gemma2", "hidden_size": 3584, "num_hidden_layers": 42,
+        "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256,
+        "intermediate_size": 14336, "vocab_size": 256000, "sliding_window": 4096,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0
+    });
+    let m = parse(&gemma2.to_string(), "gemma2.json");
+    assert!(m.tied_embeddings);
+    let p = m.parameter_count() as f64 / 1e9;
+    assert!((p / 9.24 - 1.0).abs() < 0.01, "{p}");
+    let kinds = m.block_kinds();
+    assert_eq!(kinds[0].attention_window, Some(4096));
+    assert_eq!(kinds[1].attention_window, None);
+    assert_eq!(&m.kind_counts(0, 42)[..2], &[21, 21]);
+    assert_eq!(&m.kind_counts(0, 1)[..2], &[1, 0]);
+    // Gemma 3: five local layers, then a global one (`sliding_window_pattern` 6).
+    let mut gemma3 = gemma2.clone();
+    gemma3["model_type"] = json!("gemma3_text");
+    gemma3["num_hidden_layers"] = json!(12);
+    let m3 = parse(&gemma3.to_string(), "gemma3.json");
+    assert_eq!(&m3.kind_counts(0, 12)[..2], &[10, 2]);
+    assert_eq!(&m3.kind_counts(5, 1)[..2], &[0, 1]);
+    // An explicit `layer_types` wins, and must list every layer with a known type.
+    gemma3["layer_types"] = json!(vec!["full_attention"; 12]);
+    assert!(parse(&gemma3.to_string(), "gemma3.json")
+        .block_runs
+        .is_empty());
+    gemma3["layer_types"] = json!(["sliding_attention", "full_attention"]);
+    error(&gemma3.to_string(), "layer_types");
+    gemma3["layer_types"] = json!(vec!["local"; 12]);
+    error(&gemma3.to_string(), "layer_types");
+    let mut no_window = gemma2.clone();
+    no_window["sliding_window"] = json!(null);
+    error(&no_window.to_string(), "sliding_window");
+    let mut act = gemma2.clone();
+    act["hidden_activation"] = json!("relu");
+    error(&act.to_string(), "hidden_activation");
+}
+
+#[test]
+fn gpt_oss() {
+    // openai/gpt-oss-20b: 20.91 B parameters (model card); 24 layers alternating a
+    // 128-token window and full attention; 32 experts, 4 per token, biased linears.
+    let oss = json!({
+        "model_type": "gpt_oss", "hidden_size": 2880, "num_hidden_layers": 24,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+        "intermediate_size": 2880, "num_local_experts": 32, "num_experts_per_tok": 4,
+        "vocab_size": 201088, "sliding_window": 128, "rope_theta": 150000,
+        "tie_word_embeddings": false,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention",
+            "full_attention", "sliding_attention", "full_attention", "sliding_attention",
+            "full_attention", "sliding_attention", "full_attention", "sliding_attention",
+            "full_attention", "sliding_attention", "full_attention", "sliding_attention",
+            "full_attention", "sliding_attention", "full_attention", "sliding_attention",
+            "full_attention", "sliding_attention", "full_attention", "sliding_attention",
+            "full_attention"]
+    });
+    let m = parse(&oss.to_string(), "oss.json");
+    assert!(m.qkv_bias && m.linear_bias);
+    let p = m.parameter_count() as f64 / 1e9;
+    assert!((p / 20.91 - 1.0).abs() < 0.01, "{p}");
+    assert_eq!(&m.kind_counts(0, 24)[..2], &[12, 12]);
+    // gpt-oss-120b: 116.83 B parameters; 36 layers, 128 experts (default alternation).
+    let mut big = oss.clone();
+    big["num_hidden_layers"] = json!(36);
+    big["num_local_experts"] = json!(128);
+    big.as_object_mut().unwrap().remove("layer_types");
+    let m = parse(&big.to_string(), "oss120.json");
+    let p = m.parameter_count() as f64 / 1e9;
+    assert!((p / 116.83 - 1.0).abs() < 0.01, "{p}");
+    assert_eq!(&m.kind_counts(0, 36)[..2], &[18, 18]);
 }
 
 #[test]
@@ -562,19 +655,6 @@ fn rope_theta_and_norm_eps_are_read() {
 
 #[test]
 fn models_plait_cannot_express_are_refused_naming_the_key() {
-    // google/gemma-2-9b: local and global attention alternate layer by layer.
-    let gemma2 = json!({
-        "model_type": "gemma2", "hidden_size": 3584, "num_hidden_layers": 42,
-        "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256,
-        "intermediate_size": 14336, "vocab_size": 256000, "sliding_window": 4096,
-        "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0
-    });
-    let e = error(&gemma2.to_string(), "sliding_window");
-    assert!(e.problem.contains("gemma2"), "{e}");
-    let mut gemma3 = gemma2.clone();
-    gemma3["model_type"] = json!("gemma3_text");
-    gemma3["layer_types"] = json!(["sliding_attention", "full_attention"]);
-    error(&gemma3.to_string(), "layer_types");
     // deepseek-ai/DeepSeek-V3 (and Kimi K2, its architecture): multi-head latent attention.
     for t in ["deepseek_v2", "deepseek_v3", "kimi_k2"] {
         let ds = json!({
@@ -585,8 +665,6 @@ fn models_plait_cannot_express_are_refused_naming_the_key() {
         let e = error(&ds.to_string(), "kv_lora_rank");
         assert!(e.problem.contains("latent attention"), "{e}");
     }
-    let oss = json!({"model_type": "gpt_oss", "layer_types": ["sliding_attention"]});
-    error(&oss.to_string(), "layer_types");
     let nemo = json!({"model_type": "nemotron_h", "hybrid_override_pattern": "M-M-M*-"});
     let e = error(&nemo.to_string(), "hybrid_override_pattern");
     assert!(e.problem.contains("Mamba-2"), "{e}");
