@@ -888,3 +888,24 @@ fn megatron_exports_carry_rope_theta_and_norm_epsilon() {
     let err = run(Engine::Megatron, &k).unwrap_err();
     assert!(err.contains("--rotary-base"), "{err}");
 }
+
+#[test]
+fn models_with_windowed_or_mixed_blocks_are_refused_with_the_reason() {
+    let mut k = llama2_7b();
+    k.model.block_runs = vec![
+        plait_spec::BlockRun {
+            count: 16,
+            window: Some(4096),
+            dense_ffn: None,
+        },
+        plait_spec::BlockRun {
+            count: 16,
+            window: None,
+            dense_ffn: None,
+        },
+    ];
+    for engine in [Engine::Megatron, Engine::DeepSpeed, Engine::Torchtitan] {
+        let e = run(engine, &k).unwrap_err();
+        assert!(e.contains("sliding-window"), "{e}");
+    }
+}

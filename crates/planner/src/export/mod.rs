@@ -186,6 +186,15 @@ pub fn export(
     } else {
         reasons = plan_reasons(engine, &plan.layout());
     }
+    // The exporters write one block kind with full attention; a model whose blocks differ
+    // or attend over a window would launch as another model.
+    if !model.block_runs.is_empty() || model.attention_window.is_some() {
+        reasons.push(format!(
+            "{} has sliding-window attention or blocks of different kinds, which the {} \
+             export does not write yet",
+            model.name, engine
+        ));
+    }
     reasons.extend(match engine {
         Engine::Megatron => megatron::model_reasons(plan, model, train),
         Engine::DeepSpeed => deepspeed::model_reasons(plan, model, train),
