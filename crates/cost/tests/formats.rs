@@ -46,8 +46,13 @@ fn fewer_bits_run_faster_but_not_in_proportion() {
     let fp8 = run("dgx-b200", Dtype::Fp8, Engine::Megatron).iteration_time_s;
     let mx = run("dgx-b200", Dtype::Mxfp8, Engine::Megatron).iteration_time_s;
     let fp4 = run("dgx-b200", Dtype::Nvfp4, Engine::Megatron).iteration_time_s;
-    println!("B200 llama3-70b step: bf16 {bf16:.3} s, fp8 {fp8:.3} s, mxfp8 {mx:.3} s, nvfp4 {fp4:.3} s");
-    assert!(fp4 < mx && mx < bf16 && fp8 < bf16, "{bf16} {fp8} {mx} {fp4}");
+    println!(
+        "B200 llama3-70b step: bf16 {bf16:.3} s, fp8 {fp8:.3} s, mxfp8 {mx:.3} s, nvfp4 {fp4:.3} s"
+    );
+    assert!(
+        fp4 < mx && mx < bf16 && fp8 < bf16,
+        "{bf16} {fp8} {mx} {fp4}"
+    );
     // MXFP8 runs at the fp8 rate and moves its block scales besides: within a few per cent
     // of per-tensor fp8, never faster than it by more than fp8's own cast difference.
     assert!((mx / fp8 - 1.0).abs() < 0.05, "{mx} vs {fp8}");
