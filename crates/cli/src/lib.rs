@@ -6,6 +6,7 @@
 mod auto_plan;
 mod estimate_cmd;
 mod inputs;
+mod mixed_cmd;
 mod outputs;
 mod partition_cmd;
 mod place_cmd;
@@ -46,6 +47,9 @@ enum Command {
     /// Place a chain of layers (explicit costs, or a transformer's inference) over
     /// heterogeneous devices and links: optimal pipeline for latency or throughput.
     Place(place_cmd::PlaceArgs),
+    /// Plan training on a mixed cluster (groups of different GPUs, e.g. H100 + A100 nodes):
+    /// pipelines across the groups with uneven layers per GPU kind, against each group alone.
+    Mixed(mixed_cmd::MixedArgs),
     /// Train a model for real on CPU worker threads under a plan (dp × tp × pp, schedules,
     /// recompute, ZeRO-1), with checkpoints and resume.
     Train(train_cmd::TrainArgs),
@@ -114,6 +118,7 @@ where
         Command::Schedule(args) => schedule_cmd::run(args),
         Command::Partition(args) => partition_cmd::run(args),
         Command::Place(args) => place_cmd::run(args),
+        Command::Mixed(args) => mixed_cmd::run(args),
         Command::Train(args) => train_cmd::run(args),
         Command::Profile(args) => profile_cmd::run(args),
         Command::Validate(args) => validate_cmd::run(args),

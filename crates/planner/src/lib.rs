@@ -7,6 +7,7 @@
 pub mod dag;
 pub mod export;
 pub mod layout;
+pub mod mixed;
 pub mod plan;
 pub mod search;
 pub mod simulate;

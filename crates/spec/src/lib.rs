@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod error;
 pub mod hf;
 pub mod mesh;
+pub mod mixed;
 pub mod model;
 pub mod presets;
 pub mod stage_map;
@@ -19,6 +20,7 @@ pub use cluster::{
 pub use error::{Result, SpecError};
 pub use hf::model_from_hf_config;
 pub use mesh::{Dim, Mesh, MeshCoords};
+pub use mixed::{mixed_from_inline, mixed_from_toml, MixedCluster, NodeGroup};
 pub use model::{
     Activation, BlockRun, Family, Gemm, Layer, LayerKind, ModelSpec, MoeSpec, Norm, Positions,
     Shard, MAX_BLOCK_KINDS,
