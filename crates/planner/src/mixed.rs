@@ -1378,7 +1378,7 @@ fn explain(
     }
     if let Some(even) = best.even_layout_iteration_time_s {
         out.push(format!(
-            "An even split ({} blocks per stage) would take {:.3} s: the balanced layout is {:.1} % faster.",
+            "An even split ({:.1} blocks per stage) would take {:.3} s: the balanced layout is {:.1} % faster.",
             layers as f64 / mc.config.pp as f64,
             even,
             100.0 * (even / e.estimate.iteration_time_s - 1.0)
