@@ -130,6 +130,17 @@ pub fn run(args: &PartitionArgs) -> Result<String> {
         limits.memory_per_device_bytes = m;
     }
     limits.max_ideals = count("--max-ideals", args.max_ideals, 1)?;
+    if limits.max_ideals > plait_partition::MAX_IDEALS_LIMIT {
+        return Err(flag_error(
+            "--max-ideals",
+            format!(
+                "{} is more than the {} ideals the exact search may enumerate",
+                args.max_ideals,
+                plait_partition::MAX_IDEALS_LIMIT
+            ),
+            &format!("1 to {}", plait_partition::MAX_IDEALS_LIMIT),
+        ));
+    }
 
     let start = Instant::now();
     let p = partition(&graph, &limits)?;

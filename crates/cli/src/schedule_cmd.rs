@@ -8,6 +8,7 @@ use comfy_table::{presets::UTF8_BORDERS_ONLY, Cell, CellAlignment, Table};
 use serde::Serialize;
 
 use plait_cost::pipeline::{pipeline_time, StageTime};
+use plait_schedule::generate::{MAX_STAGES, MAX_STEPS};
 use plait_schedule::{generate, simulate, validate, Costs, ScheduleSpec};
 use plait_spec::Schedule;
 
@@ -82,10 +83,20 @@ fn time(flag: &str, v: f64) -> Result<f64> {
     Ok(v)
 }
 
+/// A count ≥ 1 and ≤ `max` (a limit of the schedule generator), named by its flag and shown
+/// as given, before it is narrowed to the IR's u32.
+fn at_most(flag: &str, v: i64, max: u64) -> Result<u32> {
+    let n = positive(flag, v)?;
+    if n > max {
+        bail!("--{flag}: {v} is larger than the {max} a schedule supports");
+    }
+    Ok(n as u32)
+}
+
 pub fn run(args: &ScheduleArgs) -> Result<String> {
-    let p = positive("stages", args.stages)? as u32;
-    let m = positive("microbatches", args.microbatches)? as u32;
-    let v = positive("virtual", args.virtual_chunks)? as u32;
+    let p = at_most("stages", args.stages, MAX_STAGES)?;
+    let m = at_most("microbatches", args.microbatches, MAX_STEPS)?;
+    let v = at_most("virtual", args.virtual_chunks, MAX_STAGES)?;
     let kind = if v > 1 && args.schedule == Schedule::OneFOneB {
         Schedule::Interleaved
     } else {

@@ -321,6 +321,10 @@ impl Push<'_> {
 /// The optimal split among those with max-load ≤ `bound` (pass the load of any known split,
 /// or ∞), or `None` if there is none.
 ///
+/// Layers are computed by the number of devices used, fewest first; as soon as some layer
+/// covers all units at a load ≤ `target` (a lower bound of the optimum), that split is optimal
+/// and the search stops: devices beyond those that can lower the load cost nothing.
+///
 /// Each layer is computed either by pulling (for every ideal `I`, search its sub-ideals) or
 /// by pushing (for every ideal `J` with a useful value, search its super-ideals), whichever
 /// side has fewer ideals to start from; both give the same values. The split itself is
@@ -331,6 +335,7 @@ pub(crate) fn solve(
     ratio: f64,
     budget: Budget,
     bound: f64,
+    target: f64,
 ) -> Option<Split> {
     let (k, c) = (budget.devices, budget.cpus);
     let layers = (k + 1) * (c + 1);
@@ -342,7 +347,14 @@ pub(crate) fn solve(
     let mut base = vec![f64::INFINITY; n];
     base[0] = 0.0;
     dp[at(0, 0)] = base;
+    let mut reached = None;
+    // Layers by the number of devices they use (a + cc = d), fewest first. Once the best load
+    // of the full ideal stops falling, ask (each time d has doubled) whether any split with
+    // all the devices is below it; if none is, it is the optimum and the search stops.
+    let mut best: (f64, (usize, usize)) = (f64::INFINITY, (k, c));
+    let mut next_check = 1;
     for d in 1..=k + c {
+        let before = best.0;
         for a in d.saturating_sub(c)..=d.min(k) {
             let cc = d - a;
             let skip = Skip {
@@ -429,16 +441,36 @@ pub(crate) fn solve(
                     )
                     .collect()
             };
+            let here = values[full as usize];
             dp[at(a, cc)] = values;
+            if here < best.0 {
+                best = (here, (a, cc));
+            }
+            if here <= target {
+                reached = Some((a, cc));
+                break;
+            }
+        }
+        if reached.is_some() {
+            break;
+        }
+        if d < k + c && d >= next_check && best.0.is_finite() && best.0 == before {
+            next_check = 2 * d;
+            let t = best.0 * (1.0 - BELOW_SLACK);
+            if !below(units, lattice, budget, ratio, t) {
+                reached = Some(best.1);
+                break;
+            }
         }
     }
-    let max_load = dp[at(k, c)][full as usize];
+    let (a, cc) = reached.unwrap_or((k, c));
+    let max_load = dp[at(a, cc)][full as usize];
     if !max_load.is_finite() {
         return None;
     }
-    // Walk back from (k, c, all units), pulling the best sub-ideal at each step.
+    // Walk back from (a, cc, all units), pulling the best sub-ideal at each step.
     let mut segments = vec![];
-    let (mut a, mut cc, mut i) = (k, c, full);
+    let (mut a, mut cc, mut i) = (a, cc, full);
     let mut search = Search {
         seg: Segment::new(units),
         best: f64::INFINITY,
@@ -496,4 +528,119 @@ fn difference(lattice: &Lattice, i: u32, j: u32) -> Vec<u32> {
     }
     out.sort_unstable();
     out
+}
+
+/// Relative margin under a load that [`below`] must beat: summation orders differ between
+/// the searches, so a split "below" by less than this is the same split.
+const BELOW_SLACK: f64 = 1e-9;
+
+/// Whether some split of all units into at most `budget.devices` accelerator and
+/// `budget.cpus` CPU segments has every load below `t`: the fewest accelerators covering each
+/// ideal with each number of CPUs, one pass over the lattice (sub-ideals are enumerated
+/// first, level by level). Costs about one layer of [`solve`] however many devices there
+/// are, which is what lets [`solve`] stop once more devices cannot lower the load.
+fn below(units: &Units, lattice: &Lattice, budget: Budget, ratio: f64, t: f64) -> bool {
+    let (k, c) = (budget.devices, budget.cpus);
+    let n = lattice.len();
+    let full = lattice.full();
+    let total = [0, 1, 2].map(|w| lattice.sums[w][full as usize]);
+    // An ideal that all the devices cannot cover below t, or whose rest they cannot, is in
+    // no chain that matters (the bounds of [`Skip`]).
+    let useless = |i: usize| {
+        let here = [0, 1, 2].map(|w| lattice.sums[w][i]);
+        let rest = [0, 1, 2].map(|w| (total[w] - here[w]) * (1.0 - 1e-9));
+        lower(here, k, c, ratio) >= t || (i != full as usize && lower(rest, k, c, ratio) >= t)
+    };
+    const NONE: u32 = u32::MAX;
+    // fewest[cc][i]: fewest accelerators covering ideal i with at most cc CPUs.
+    let mut fewest = vec![vec![NONE; n]; c + 1];
+    for row in fewest.iter_mut() {
+        row[0] = 0;
+    }
+    let mut seg = Segment::new(units);
+    struct Walk<'a, 'b> {
+        units: &'a Units,
+        lattice: &'a Lattice,
+        memory: f64,
+        t: f64,
+        seg: &'b mut Segment<'a>,
+        /// Best (accelerators) per CPU count for the ideal being solved.
+        best: Vec<u32>,
+    }
+    impl Walk<'_, '_> {
+        #[allow(clippy::too_many_arguments)]
+        fn visit(
+            &mut self,
+            fewest: &[Vec<u32>],
+            j: u32,
+            min_unit: u32,
+            acc: f64,
+            cpu: f64,
+            mem: f64,
+            acc_alive: bool,
+            cpu_alive: bool,
+        ) {
+            if acc_alive && acc + self.seg.comm < self.t {
+                for (cc, row) in fewest.iter().enumerate() {
+                    let f = row[j as usize];
+                    if f != NONE {
+                        self.best[cc] = self.best[cc].min(f + 1);
+                    }
+                }
+            }
+            if cpu_alive {
+                for cc in 1..fewest.len() {
+                    let f = fewest[cc - 1][j as usize];
+                    if f != NONE {
+                        self.best[cc] = self.best[cc].min(f);
+                    }
+                }
+            }
+            let down = self.lattice.down_of(j);
+            let first = down.partition_point(|&(v, _)| v >= min_unit);
+            let u = self.units;
+            for &(v, sub) in &down[first..] {
+                let vu = v as usize;
+                let na = acc + u.acc[vu];
+                let nm = mem + u.mem[vu];
+                let a_ok = acc_alive && u.supported[vu] && nm <= self.memory && na < self.t;
+                let nc = cpu + u.cpu[vu];
+                let c_ok = cpu_alive && nc < self.t;
+                if !a_ok && !c_ok {
+                    continue;
+                }
+                if a_ok {
+                    self.seg.add(vu);
+                }
+                self.visit(fewest, sub, v, na, nc, nm, a_ok, c_ok);
+                if a_ok {
+                    self.seg.remove(vu);
+                }
+            }
+        }
+    }
+    let mut walk = Walk {
+        units,
+        lattice,
+        memory: budget.memory,
+        t,
+        seg: &mut seg,
+        best: vec![NONE; c + 1],
+    };
+    for i in 1..n as u32 {
+        if useless(i as usize) {
+            continue;
+        }
+        walk.best.iter_mut().for_each(|b| *b = NONE);
+        walk.seg.clear(std::iter::empty());
+        walk.visit(&fewest, i, u32::MAX, 0.0, 0.0, 0.0, true, c > 0);
+        for cc in 0..=c {
+            let mut b = walk.best[cc];
+            if cc > 0 {
+                b = b.min(fewest[cc - 1][i as usize]);
+            }
+            fewest[cc][i as usize] = b;
+        }
+    }
+    fewest[c][lattice.full() as usize] <= k as u32
 }

@@ -31,4 +31,7 @@ mod units;
 
 pub use error::{PartitionError, Result};
 pub use graph::{Edge, Graph, Node};
-pub use solve::{partition, DeviceKind, Limits, Method, Partition, Stage, MAX_IDEALS};
+pub use solve::{
+    partition, DeviceKind, Limits, Method, Partition, Stage, MAX_IDEALS, MAX_IDEALS_LIMIT,
+    MAX_TABLE_CELLS,
+};

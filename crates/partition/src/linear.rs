@@ -28,7 +28,7 @@ pub(crate) fn split_order(units: &Units, order: &[u32], b: Budget, bound: f64) -
     let at = |a: usize, cc: usize| a * (c + 1) + cc;
     let mut dp = vec![vec![f64::INFINITY; n + 1]; layers];
     // (start of the last run, run on a CPU); start == end means "device left unused".
-    let mut back = vec![vec![(usize::MAX, false); n + 1]; layers];
+    let mut back = vec![vec![(u32::MAX, false); n + 1]; layers];
     dp[at(0, 0)][0] = 0.0;
     let mut seg = Segment::new(units);
     for i in 0..n {
@@ -38,11 +38,11 @@ pub(crate) fn split_order(units: &Units, order: &[u32], b: Budget, bound: f64) -
                 let here = at(a, cc);
                 if a > 0 && dp[at(a - 1, cc)][i] < dp[here][i] {
                     dp[here][i] = dp[at(a - 1, cc)][i];
-                    back[here][i] = (i, false);
+                    back[here][i] = (i as u32, false);
                 }
                 if cc > 0 && dp[at(a, cc - 1)][i] < dp[here][i] {
                     dp[here][i] = dp[at(a, cc - 1)][i];
-                    back[here][i] = (i, true);
+                    back[here][i] = (i as u32, true);
                 }
             }
         }
@@ -74,14 +74,14 @@ pub(crate) fn split_order(units: &Units, order: &[u32], b: Budget, bound: f64) -
                         let cand = dp[at(a - 1, cc)][i].max(acc_cost);
                         if cand < dp[here][j] {
                             dp[here][j] = cand;
-                            back[here][j] = (i, false);
+                            back[here][j] = (i as u32, false);
                         }
                     }
                     if cc > 0 && cpu_ok {
                         let cand = dp[at(a, cc - 1)][i].max(cpu);
                         if cand < dp[here][j] {
                             dp[here][j] = cand;
-                            back[here][j] = (i, true);
+                            back[here][j] = (i as u32, true);
                         }
                     }
                 }
@@ -110,6 +110,7 @@ pub(crate) fn split_order(units: &Units, order: &[u32], b: Budget, bound: f64) -
     let mut j = n;
     while j > 0 {
         let (i, on_cpu) = back[at(a, cc)][j];
+        let i = i as usize;
         if i < j {
             segments.push((order[i..j].to_vec(), on_cpu));
         }

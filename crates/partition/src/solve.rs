@@ -22,6 +22,15 @@ use crate::units::Units;
 /// with a lower bound.
 pub const MAX_IDEALS: usize = 1_000_000;
 
+/// Most ideals `--max-ideals` may ask the exact search to enumerate (each costs its weights,
+/// its Hasse-diagram edges and one value per DP layer: about 1 GiB at this many).
+pub const MAX_IDEALS_LIMIT: usize = 1 << 24;
+
+/// Most cells (devices + 1) × (CPUs + 1) × (units + 1) of the table of one split, heuristic
+/// or exact (with ideals for units): 16 bytes a cell, 256 MiB at the limit. Devices and CPUs
+/// beyond the number of units are never used, so they are counted only up to it.
+pub const MAX_TABLE_CELLS: usize = 1 << 24;
+
 /// Relative slack on the heuristic's load when it bounds the exact search, so that the
 /// optimum is not cut off by rounding differences between summation orders.
 const BOUND_SLACK: f64 = 1e-9;
@@ -66,6 +75,17 @@ impl Limits {
                 "devices",
                 "must be at least 1, got 0",
                 "integers ≥ 1",
+            ));
+        }
+        if self.max_ideals > MAX_IDEALS_LIMIT {
+            return Err(PartitionError::new(
+                "limits",
+                "max_ideals",
+                format!(
+                    "{} is more than the {MAX_IDEALS_LIMIT} ideals the exact search may enumerate",
+                    self.max_ideals
+                ),
+                format!("1 to {MAX_IDEALS_LIMIT}"),
             ));
         }
         if !(self.memory_per_device_bytes.is_finite() && self.memory_per_device_bytes > 0.0) {
@@ -155,11 +175,30 @@ pub fn partition(g: &Graph, limits: &Limits) -> Result<Partition> {
     limits.check()?;
     let ix = g.index()?;
     let units = Units::build(g, &ix);
+    // A split has at most one stage per unit: more devices or CPUs change nothing.
     let budget = Budget {
-        devices: limits.devices,
-        cpus: limits.cpus,
+        devices: limits.devices.min(units.number().max(1)),
+        cpus: limits.cpus.min(units.number()),
         memory: limits.memory_per_device_bytes,
     };
+    let layers = (budget.devices + 1) * (budget.cpus + 1);
+    let cells = layers.checked_mul(units.number() + 1);
+    if cells.is_none_or(|c| c > MAX_TABLE_CELLS) {
+        return Err(PartitionError::new(
+            "limits",
+            "devices",
+            format!(
+                "{} accelerator(s) and {} CPU(s) over {} units need a table of ({} + 1) × ({} + 1) × ({} + 1) cells, more than the limit of {MAX_TABLE_CELLS}",
+                limits.devices,
+                limits.cpus,
+                units.number(),
+                budget.devices,
+                budget.cpus,
+                units.number()
+            ),
+            format!("(devices + 1) × (CPUs + 1) × (units + 1) ≤ {MAX_TABLE_CELLS}"),
+        ));
+    }
     let infeasible = |reason: String, min_memory: Option<(f64, bool)>, ideals| Partition {
         feasible: false,
         max_load: f64::INFINITY,
@@ -225,14 +264,14 @@ pub fn partition(g: &Graph, limits: &Limits) -> Result<Partition> {
     let lattice = Lattice::build(
         &units.preds,
         &[&w[WEIGHT_ACC], &w[WEIGHT_CPU], &w[WEIGHT_MIN]],
-        limits.max_ideals,
+        limits.max_ideals.min(MAX_TABLE_CELLS / layers),
     );
     match (lattice, heuristic) {
         (Some(lat), h) => {
             let bound = h
                 .as_ref()
                 .map_or(f64::INFINITY, |h| h.max_load * (1.0 + BOUND_SLACK) + f64::MIN_POSITIVE);
-            match exact::solve(&units, &lat, ratio, budget, bound) {
+            match exact::solve(&units, &lat, ratio, budget, bound, lower * (1.0 + 1e-12)) {
                 Some(s) => {
                     let best = match h {
                         Some(h) if h.max_load < s.max_load => h,
@@ -306,11 +345,11 @@ fn min_memory(units: &Units, budget: Budget, max_ideals: usize) -> Option<(f64, 
     match Lattice::build(
         &by_memory.preds,
         &[&w[WEIGHT_ACC], &w[WEIGHT_CPU], &w[WEIGHT_MIN]],
-        max_ideals,
+        max_ideals.min(MAX_TABLE_CELLS / (b.devices + 1)),
     ) {
         Some(lat) => {
             let bound = h.max_load * (1.0 + BOUND_SLACK);
-            let s = exact::solve(&by_memory, &lat, ratio, b, bound);
+            let s = exact::solve(&by_memory, &lat, ratio, b, bound, lower * (1.0 + 1e-12));
             Some((s.map_or(h.max_load, |s| s.max_load.min(h.max_load)), true))
         }
         None => Some((h.max_load, false)),

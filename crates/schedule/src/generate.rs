@@ -59,9 +59,18 @@ pub enum GenerateError {
 /// Largest pipeline (ranks, or ranks × chunks) a schedule may have: far beyond any published
 /// run (Megatron-LM's largest pipelines have 64–128 virtual stages) and small enough that
 /// every index fits in u32.
-const MAX_STAGES: u64 = 1 << 16;
+pub const MAX_STAGES: u64 = 1 << 16;
 /// Largest number of (micro-batch, chunk) steps per rank.
-const MAX_STEPS: u64 = 1 << 24;
+pub const MAX_STEPS: u64 = 1 << 24;
+/// Largest number of instructions of a whole schedule, checked before any is generated: at
+/// most [`INSTRUCTIONS_PER_STEP`] per (rank, micro-batch, chunk), plus a reduction per chunk
+/// and the optimizer step per rank. About 200 MB of IR (12 bytes an instruction), and what
+/// the validator and simulator then walk; 10,000 stages × 10,000 micro-batches would be
+/// 800 million.
+pub const MAX_INSTRUCTIONS: u64 = 1 << 24;
+/// Most instructions one (rank, micro-batch, chunk) step generates: two receives, two
+/// sends, forward, recompute, and the backward whole or as its input and weight halves.
+pub const INSTRUCTIONS_PER_STEP: u64 = 8;
 
 /// Where a rank re-runs a chunk's forward relative to waiting for its output gradient.
 #[derive(Clone, Copy, PartialEq)]
@@ -147,6 +156,11 @@ pub fn generate(spec: &ScheduleSpec) -> Result<Schedule, GenerateError> {
             MAX_STEPS,
         ),
         ("stages × chunks", u64::from(p) * u64::from(v), MAX_STAGES),
+        (
+            "instructions (8 per stage, micro-batch and chunk, plus reductions and steps)",
+            u64::from(p) * (u64::from(m) * u64::from(v) * INSTRUCTIONS_PER_STEP + u64::from(v) + 1),
+            MAX_INSTRUCTIONS,
+        ),
     ] {
         if value > max {
             return Err(GenerateError::TooLarge { what, value, max });

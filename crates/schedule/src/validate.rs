@@ -311,46 +311,52 @@ fn check_links(s: &Schedule) -> Result<(), ValidationError> {
     // One in-order queue per (sender, kind): 2p queues (see `queue`).
     let mut links: Vec<VecDeque<(u32, usize, Instr)>> = vec![VecDeque::new(); 2 * p as usize];
     let mut pc = vec![0usize; p as usize];
-    let mut progressed = true;
-    while progressed {
-        progressed = false;
-        for r in 0..p {
-            let prog = &s.ranks[r as usize];
-            while let Some(&instr) = prog.get(pc[r as usize]) {
-                let i = pc[r as usize];
-                match instr.op {
-                    Op::SendActivation | Op::SendGradient => {
-                        let gradient = instr.op == Op::SendGradient;
-                        links[queue(r, gradient)].push_back((r, i, instr));
+    // Each rank runs until it blocks on an empty link; the send that fills that link wakes it.
+    // Linear in the instructions (a sweep over all ranks until nothing moves is quadratic in
+    // the stages: a pipeline's fill is a chain of p wake-ups). Kahn process networks are
+    // determinate, so the order in which ranks run changes nothing but the speed.
+    let mut waiting: Vec<Option<u32>> = vec![None; 2 * p as usize];
+    let mut ready: VecDeque<u32> = (0..p).collect();
+    while let Some(r) = ready.pop_front() {
+        let prog = &s.ranks[r as usize];
+        while let Some(&instr) = prog.get(pc[r as usize]) {
+            let i = pc[r as usize];
+            match instr.op {
+                Op::SendActivation | Op::SendGradient => {
+                    let gradient = instr.op == Op::SendGradient;
+                    let q = queue(r, gradient);
+                    links[q].push_back((r, i, instr));
+                    if let Some(w) = waiting[q].take() {
+                        ready.push_back(w);
                     }
-                    Op::RecvActivation | Op::RecvGradient => {
-                        let j = s.virtual_stage(r, instr.chunk);
-                        let gradient = instr.op == Op::RecvGradient;
-                        let from = if gradient { j + 1 } else { j - 1 };
-                        let (from_rank, _) = s.locate(from);
-                        let Some((sr, si, sent)) = links[queue(from_rank, gradient)].pop_front()
-                        else {
-                            break;
-                        };
-                        let (_, expected) = destination(s, sr, sent);
-                        if expected != instr {
-                            return Err(ValidationError::at(
-                                r,
-                                i,
-                                instr,
-                                format!(
-                                    "the link from rank {sr} delivers its next message in order, \
-                                     which is instruction {si} ({sent}); receives must match \
-                                     sends in order"
-                                ),
-                            ));
-                        }
-                    }
-                    _ => {}
                 }
-                pc[r as usize] += 1;
-                progressed = true;
+                Op::RecvActivation | Op::RecvGradient => {
+                    let j = s.virtual_stage(r, instr.chunk);
+                    let gradient = instr.op == Op::RecvGradient;
+                    let from = if gradient { j + 1 } else { j - 1 };
+                    let (from_rank, _) = s.locate(from);
+                    let q = queue(from_rank, gradient);
+                    let Some((sr, si, sent)) = links[q].pop_front() else {
+                        waiting[q] = Some(r);
+                        break;
+                    };
+                    let (_, expected) = destination(s, sr, sent);
+                    if expected != instr {
+                        return Err(ValidationError::at(
+                            r,
+                            i,
+                            instr,
+                            format!(
+                                "the link from rank {sr} delivers its next message in order, \
+                                 which is instruction {si} ({sent}); receives must match \
+                                 sends in order"
+                            ),
+                        ));
+                    }
+                }
+                _ => {}
             }
+            pc[r as usize] += 1;
         }
     }
     let blocked: Vec<String> = (0..p)
