@@ -365,6 +365,7 @@ pub fn llmfoundry_fsdp(text: &str) -> Result<Table, SpecError> {
             norm_eps: plait_spec::model::DEFAULT_NORM_EPS,
             attention_window: None,
             block_runs: Vec::new(),
+            mla: None,
         };
         let sharding = row.str("sharding")?;
         let zero = match sharding {
@@ -534,9 +535,11 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
             norm_eps: plait_spec::model::DEFAULT_NORM_EPS,
             attention_window: None,
             block_runs: Vec::new(),
+            mla: None,
             moe: (experts > 0).then(|| MoeSpec {
                 experts,
                 top_k: row.int("top_k").unwrap_or(2),
+                shared_experts: 0,
             }),
         };
         runs.push(Run {

@@ -301,13 +301,23 @@ pub fn model_flops(m: &ModelSpec, t: &TrainSpec) -> f64 {
         .iter()
         .zip(counts)
         .map(|(k, n)| {
-            let attn_weights = h * (k.q_width() + 2 * k.kv_width()) as f64 + k.q_width() as f64 * h;
+            // Every projection weight of the attention (MLA's latents included; its few
+            // biases and latent norms are noise).
+            let attn_weights = k.attention_params() as f64;
+            // Score and value products over (query/key + value) widths per head.
+            let score_width = match k.mla {
+                Some(mla) => (k.heads * (mla.qk_head_dim() + mla.v_head_dim)) as f64 / 2.0,
+                None => k.q_width() as f64,
+            };
             let mlp_mats = match k.activation {
                 plait_spec::Activation::Gelu => 2.0,
                 plait_spec::Activation::SwiGlu => 3.0,
             };
             let (active_experts, router) = match k.moe {
-                Some(moe) => (moe.top_k as f64, h * moe.experts as f64),
+                Some(moe) => (
+                    (moe.top_k + moe.shared_experts) as f64,
+                    h * moe.experts as f64,
+                ),
                 None => (1.0, 0.0),
             };
             let mlp_weights = active_experts * mlp_mats * h * k.ffn_hidden as f64 + router;
@@ -315,7 +325,7 @@ pub fn model_flops(m: &ModelSpec, t: &TrainSpec) -> f64 {
             // Causal or not, the convention counts every score (as Megatron-LM's formula
             // does), over the packed sample or the sliding window where shorter.
             let span = k.attention_span(t.attention_span());
-            let attention = 4.0 * tokens * span as f64 * k.q_width() as f64;
+            let attention = 4.0 * tokens * span as f64 * score_width;
             n as f64 * (weight_passes * linears + 3.0 * attention)
         })
         .sum();

@@ -387,8 +387,25 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
     for g in gemms.mlp.iter_mut() {
         g.m = (g.m as f64 * skew).ceil() as u64;
     }
-    let q_local = (m.q_width() / w.tp) as f64;
-    let kv_local = (m.attention_shape(w.tp).1 * m.head_dim) as f64;
+    // Per-GPU widths of the query, of one of key/value (their mean under MLA, whose keys
+    // are as wide as the queries and values narrower) and of the attention output.
+    let (q_local, kv_local, out_local) = match m.mla {
+        Some(mla) => {
+            let heads = (m.heads / w.tp) as f64;
+            let (qk, v) = (mla.qk_head_dim() as f64, mla.v_head_dim as f64);
+            (heads * qk, heads * (qk + v) / 2.0, heads * v)
+        }
+        None => {
+            let q = (m.q_width() / w.tp) as f64;
+            (q, (m.attention_shape(w.tp).1 * m.head_dim) as f64, q)
+        }
+    };
+    // The rotary part of q and k (all of it without MLA; MLA ropes only its
+    // `qk_rope_head_dim` per query head and the one shared key).
+    let rope_width = match m.mla {
+        Some(mla) => ((m.heads / w.tp + 1) * mla.qk_rope_head_dim) as f64,
+        None => q_local + kv_local,
+    };
     let f_local = (m.ffn_hidden / w.tp) as f64;
     let dropout_mask = if w.dropout { rep } else { 0.0 };
     let (topk, experts_local) = match m.moe {
@@ -405,9 +422,18 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
     fwd.stream(d, 2.0 * rep * e); // norm 1
     bwd.stream(d, 3.0 * rep * e);
     let [qkv, attn_out] = gemms.attn;
+    // MLA: the replicated down projection, the RMSNorms of its latents, the kv up projection.
+    let mut latent_bytes = 0.0;
+    if let Some([down, kv_up]) = gemms.attn_pre {
+        fwd.gemm(d, &down);
+        latent_bytes = (down.m * down.n) as f64 * e;
+        fwd.stream(d, 2.0 * latent_bytes);
+        bwd.stream(d, 3.0 * latent_bytes);
+        fwd.gemm(d, &kv_up);
+    }
     fwd.gemm(d, &qkv);
     if m.positions == Positions::Rotary {
-        let rope = 2.0 * (q_local + kv_local) * tokens * e;
+        let rope = 2.0 * rope_width * tokens * e;
         fwd.stream(d, rope);
         bwd.stream(d, rope);
     }
@@ -449,8 +475,27 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
     fwd.stream(d, act_fwd * routed_tokens * f_local * e);
     bwd.stream(d, act_bwd * routed_tokens * f_local * e);
     fwd.expert_gemm(d, &down, grouped);
+    // Shared experts: a dense MLP over every token, its output added to the routed ones'.
+    let mut shared_f = 0.0;
+    if let Some([s_up, s_down]) = gemms.shared {
+        shared_f = s_down.k as f64;
+        fwd.gemm(d, &s_up);
+        fwd.stream(d, act_fwd * tokens * shared_f * e);
+        bwd.stream(d, act_bwd * tokens * shared_f * e);
+        fwd.gemm(d, &s_down);
+        fwd.stream(d, 3.0 * rep * e);
+    }
     fwd.stream(d, 3.0 * rep * e + dropout_mask);
     bwd.stream(d, 3.0 * rep * e + dropout_mask);
+    // The linears beyond the four of a standard block (MLA's down and kv-up projections,
+    // the shared experts), for casts and gradients below.
+    let extra_linears: Vec<Gemm> = gemms
+        .attn_pre
+        .iter()
+        .flatten()
+        .chain(gemms.shared.iter().flatten())
+        .copied()
+        .collect();
 
     if w.fp8 {
         // Quantisation of the fp8 GEMM operands, per micro-batch: the inputs of the four
@@ -460,16 +505,19 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
         let inputs = if w.engine.fp8_cast_fused_into_norm {
             [attn_out, down]
                 .iter()
+                .chain(&extra_linears)
                 .map(|g| (g.m * g.k * g.count) as f64)
                 .sum::<f64>()
         } else {
             [qkv, attn_out, up, down]
                 .iter()
+                .chain(&extra_linears)
                 .map(|g| (g.m * g.k * g.count) as f64)
                 .sum::<f64>()
         };
         let output_grads = [qkv, attn_out, up, down]
             .iter()
+            .chain(&extra_linears)
             .map(|g| (g.m * g.n * g.count) as f64)
             .sum::<f64>();
         fwd.stream(d, cast * inputs);
@@ -553,6 +601,16 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
             }
         }
     }
+    // The extra linears' input and weight gradients (frozen under LoRA: input only).
+    for gm in &extra_linears {
+        let (dg, wg) = backward_gemms(gm);
+        bwd.gemm(d, &dg);
+        if w.lora.is_none() {
+            let wg_s = d.gemm_s(wg.m, wg.n, wg.k, wg.count);
+            bwd.fixed(wg_s, 1.0);
+            weight_grad_s += wg_s;
+        }
+    }
     // Attention and dense MLP weights split over tp; norms (and the MoE router) replicated.
     let router = m.moe.map_or(0, |moe| m.hidden * moe.experts) as f64;
     let norms = (m.block_params() - m.attention_params() - m.mlp_params()) as f64;
@@ -623,6 +681,19 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
             let row_parallel = if w.sp { 2.0 * ag } else { 0.0 };
             bwd_phase.tp_comm_s = row_parallel + column_parallel_exposed;
         }
+        if gemms.shared.is_some() {
+            // Megatron's shared experts are a tensor-parallel MLP of their own
+            // (`moe/shared_experts.py`, `SharedExpertMLP`): a gather of the
+            // sequence-parallel input and a reduce-scatter of the output (an all-reduce
+            // without sp), forward and backward, in line.
+            let pair = if w.sp {
+                ag + rs
+            } else {
+                g.tp.all_reduce_s(full_hidden_bytes)
+            };
+            fwd_phase.tp_comm_s += pair;
+            bwd_phase.tp_comm_s += pair;
+        }
     }
     if g.cp.size > 1 {
         // Ring attention: cp − 1 exchanges of the local K and V, overlapped with the
@@ -646,15 +717,16 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
     // --- activation memory (per micro-batch) ---
     let attention_saved = match w.attention {
         // q, k, v inputs of the kernel and its output (also the projection input).
-        AttentionImpl::Flash => (q_local + 2.0 * kv_local) * tokens * e + q_local * tokens * e,
+        AttentionImpl::Flash => (q_local + 2.0 * kv_local) * tokens * e + out_local * tokens * e,
         // q, k for Q·Kᵀ, v for P·V, and the context (projection input).
-        AttentionImpl::Unfused => (q_local + 2.0 * kv_local) * tokens * e + q_local * tokens * e,
-    };
+        AttentionImpl::Unfused => (q_local + 2.0 * kv_local) * tokens * e + out_local * tokens * e,
+    } + latent_bytes; // MLA's latents: the up projections' inputs
     let mlp_saved = match m.activation {
         // fc1 output (GELU input) and GELU output (fc2 input).
-        Activation::Gelu => 2.0 * routed_tokens * f_local * e,
-        // gate and up outputs, and their product (down input).
-        Activation::SwiGlu => 3.0 * routed_tokens * f_local * e,
+        Activation::Gelu => 2.0 * (routed_tokens * f_local + tokens * shared_f) * e,
+        // gate and up outputs, and their product (down input); the shared experts keep
+        // the same per element of their width.
+        Activation::SwiGlu => 3.0 * (routed_tokens * f_local + tokens * shared_f) * e,
     };
     let moe_saved = match m.moe {
         // Router logits (fp32) and the permuted expert inputs and outputs.

@@ -146,3 +146,37 @@ fn dense_blocks_among_moe_ones_hold_their_own_parameters() {
         m1.weights_bytes
     );
 }
+
+#[test]
+fn latent_attention_and_shared_experts_are_costed() {
+    // DeepSeek-V2-Lite's shape: no query latent, 64 routed + 2 shared experts, one dense
+    // first layer.
+    let cfg = r#"{"model_type": "deepseek_v2", "hidden_size": 2048, "num_hidden_layers": 27,
+        "num_attention_heads": 16, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64, "v_head_dim": 128, "intermediate_size": 10944,
+        "moe_intermediate_size": 1408, "n_routed_experts": 64, "n_shared_experts": 2,
+        "num_experts_per_tok": 6, "first_k_dense_replace": 1, "vocab_size": 102400}"#;
+    let m = plait_spec::model_from_hf_config(cfg, "lite.json").unwrap();
+    let cluster = cluster_preset("dgx-h100").unwrap();
+    let d = device_for(&cluster, plait_spec::Dtype::Bf16).unwrap();
+    let t = TrainSpec::new(128, 4096);
+    let at = |tp: u64| {
+        let c = ParallelConfig {
+            dp: 8 / tp,
+            tp,
+            ep: 8 / tp,
+            sp: tp > 1,
+            ..ParallelConfig::default()
+        };
+        estimate(&m, &cluster, &t, &c, &d).unwrap()
+    };
+    let (one, two) = (at(1), at(2));
+    assert!(one.iteration_time_s.is_finite() && one.fits);
+    // Model FLOPs count the latent projections: 6 · active parameters · tokens within 15 %
+    // (attention scores add the rest).
+    let six_n_d = 6.0 * m.active_parameter_count() as f64 * 128.0 * 4096.0;
+    let ratio = one.model_flops_per_iteration / six_n_d;
+    assert!((1.0..1.4).contains(&ratio), "{ratio}");
+    // With tp 2 the shared experts' own MLP adds tensor-parallel traffic.
+    assert!(two.breakdown.tp_comm_s > 0.0);
+}

@@ -7,12 +7,12 @@ use serde_json::{Map, Value};
 
 use crate::error::{Result, SpecError};
 use crate::model::{
-    Activation, BlockRun, Family, ModelSpec, MoeSpec, Norm, Positions, DEFAULT_ROPE_THETA,
+    Activation, BlockRun, Family, MlaSpec, ModelSpec, MoeSpec, Norm, Positions, DEFAULT_ROPE_THETA,
 };
 use crate::presets;
 
 /// The `model_type`s this parser understands.
-pub const HF_MODEL_TYPES: [&str; 15] = [
+pub const HF_MODEL_TYPES: [&str; 18] = [
     "gpt2",
     "gpt_neox",
     "llama",
@@ -27,6 +27,9 @@ pub const HF_MODEL_TYPES: [&str; 15] = [
     "gemma2",
     "gemma3_text",
     "gpt_oss",
+    "deepseek_v2",
+    "deepseek_v3",
+    "kimi_k2",
     "bert",
 ];
 
@@ -88,6 +91,15 @@ const READ_KEYS: &[&str] = &[
     "mlp_only_layers",
     "moe_intermediate_size",
     "num_experts",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "n_routed_experts",
+    "n_shared_experts",
+    "first_k_dense_replace",
+    "moe_layer_freq",
     "ffn_hidden_size",
     "activation",
     "hidden_act",
@@ -169,6 +181,7 @@ pub fn model_from_hf_config(text: &str, source: &str) -> Result<ModelSpec> {
         }
         "phi3" | "olmo2" | "gemma2" | "gemma3_text" | "gpt_oss" => cfg.llama(model_type)?,
         "falcon" => cfg.falcon()?,
+        "deepseek_v2" | "deepseek_v3" | "kimi_k2" => cfg.deepseek()?,
         "bert" => cfg.bert()?,
         refused if HF_REFUSED_MODEL_TYPES.contains(&refused) => return Err(cfg.refusal(refused)),
         other => {
@@ -339,18 +352,6 @@ impl Config<'_> {
     /// carries the missing architecture.
     fn refusal(&self, model_type: &str) -> SpecError {
         match model_type {
-            "deepseek_v2" | "deepseek_v3" | "kimi_k2" => self.err(
-                "kv_lora_rank",
-                format!(
-                    "model_type `{model_type}` uses multi-head latent attention (low-rank q/kv \
-                     projections `q_lora_rank`/`kv_lora_rank` with decoupled RoPE heads \
-                     `qk_rope_head_dim`), and dense first layers (`first_k_dense_replace`) \
-                     beside shared and routed experts; plait's attention is q/k/v/o over \
-                     heads × head_dim and its layers are all of one kind"
-                ),
-                "a model with standard multi-head or grouped-query attention and one MLP kind \
-                 (MLA is not expressible yet)",
-            ),
             _ => self.err(
                 "hybrid_override_pattern",
                 format!(
@@ -428,6 +429,7 @@ impl Config<'_> {
             norm_eps: self.float("layer_norm_epsilon", 1e-5)?,
             attention_window: None,
             block_runs: Vec::new(),
+            mla: None,
             ..presets::gpt("", hidden, layers, heads, vocab, 0)
         };
         self.check_size(
@@ -491,6 +493,7 @@ impl Config<'_> {
             norm_eps: self.float("layer_norm_epsilon", 1e-5)?,
             attention_window: None,
             block_runs: Vec::new(),
+            mla: None,
             ..presets::gpt("", hidden, layers, heads, vocab, positions)
         };
         self.check_size(
@@ -533,6 +536,7 @@ impl Config<'_> {
             norm_eps: self.float("layer_norm_eps", 1e-5)?,
             attention_window: None,
             block_runs: Vec::new(),
+            mla: None,
             ..presets::gpt("", hidden, layers, heads, vocab, 0)
         };
         self.check_size(
@@ -640,7 +644,11 @@ impl Config<'_> {
                     format!("an integer from 1 to {experts_key} ({experts})"),
                 ));
             }
-            Some(MoeSpec { experts, top_k })
+            Some(MoeSpec {
+                experts,
+                top_k,
+                shared_experts: 0,
+            })
         } else {
             None
         };
@@ -806,6 +814,100 @@ impl Config<'_> {
         Ok((None, runs))
     }
 
+    /// DeepSeek-V2/V3 and Kimi K2 (DeepSeek-V3's architecture): multi-head latent attention,
+    /// `first_k_dense_replace` dense layers of `intermediate_size`, then (every
+    /// `moe_layer_freq`-th layer) MoE layers of `n_routed_experts` routed and
+    /// `n_shared_experts` shared experts of `moe_intermediate_size` (transformers'
+    /// `DeepseekV3DecoderLayer`). The multi-token-prediction module
+    /// (`num_nextn_predict_layers`) is not part of transformers' model and is not costed.
+    fn deepseek(&self) -> Result<ModelSpec> {
+        let hidden = self.int("hidden_size", MAX_DIM)?;
+        let layers = self.int("num_hidden_layers", MAX_LAYERS)?;
+        let heads = self.int("num_attention_heads", MAX_DIM)?;
+        let mla = MlaSpec {
+            q_lora_rank: self.opt_int("q_lora_rank", MAX_DIM)?.unwrap_or(0),
+            kv_lora_rank: self.int("kv_lora_rank", MAX_DIM)?,
+            qk_nope_head_dim: self.int("qk_nope_head_dim", MAX_DIM)?,
+            qk_rope_head_dim: self.int("qk_rope_head_dim", MAX_DIM)?,
+            v_head_dim: self.int("v_head_dim", MAX_DIM)?,
+        };
+        let dense_ffn = self.int("intermediate_size", MAX_DIM)?;
+        let expert_ffn = self.int("moe_intermediate_size", MAX_DIM)?;
+        let experts = self.int("n_routed_experts", MAX_DIM)?;
+        let top_k = self.int("num_experts_per_tok", MAX_DIM)?;
+        if top_k > experts {
+            return Err(self.err(
+                "num_experts_per_tok",
+                format!("{top_k} exceeds n_routed_experts = {experts}"),
+                format!("an integer from 1 to n_routed_experts ({experts})"),
+            ));
+        }
+        let shared = match self.get("n_shared_experts") {
+            None => 0,
+            Some(v) => self.check_int("n_shared_experts", v, MAX_DIM)?,
+        };
+        let first_dense = match self.get("first_k_dense_replace") {
+            None => 0,
+            Some(Value::Number(n)) if n.as_u64() == Some(0) => 0,
+            Some(v) => self.check_int("first_k_dense_replace", v, layers)?,
+        };
+        let freq = self.opt_int("moe_layer_freq", MAX_LAYERS)?.unwrap_or(1);
+        let vocab = self.int("vocab_size", MAX_DIM)?;
+        let moe = MoeSpec {
+            experts,
+            top_k,
+            shared_experts: shared,
+        };
+        let mut runs: Vec<BlockRun> = Vec::new();
+        for i in 0..layers {
+            let dense = i < first_dense || i % freq != 0;
+            let dense_ffn = dense.then_some(dense_ffn);
+            match runs.last_mut() {
+                Some(r) if r.dense_ffn == dense_ffn => r.count += 1,
+                _ => runs.push(BlockRun {
+                    count: 1,
+                    window: None,
+                    dense_ffn,
+                }),
+            }
+        }
+        if runs.len() == 1 && runs[0].dense_ffn.is_none() {
+            runs.clear();
+        }
+        let spec = ModelSpec {
+            head_dim: mla.v_head_dim,
+            tied_embeddings: self.flag("tie_word_embeddings", false)?,
+            rope_theta: self.rope_theta("rope_theta", DEFAULT_ROPE_THETA)?,
+            norm_eps: self.float("rms_norm_eps", 1e-6)?,
+            mla: Some(mla),
+            block_runs: runs,
+            ..presets::llama(
+                "",
+                hidden,
+                layers,
+                heads,
+                heads,
+                expert_ffn,
+                vocab,
+                Some(moe),
+            )
+        };
+        self.check_size(
+            &spec,
+            &[
+                ("hidden_size", hidden),
+                ("num_hidden_layers", layers),
+                ("num_attention_heads", heads),
+                ("kv_lora_rank", mla.kv_lora_rank),
+                ("moe_intermediate_size", expert_ffn),
+                ("intermediate_size", dense_ffn),
+                ("vocab_size", vocab),
+                ("n_routed_experts", experts),
+            ],
+        )?;
+        Ok(spec)
+    }
+
     fn bert(&self) -> Result<ModelSpec> {
         self.no_cross_attention()?;
         let hidden = self.int("hidden_size", MAX_DIM)?;
@@ -828,6 +930,7 @@ impl Config<'_> {
             norm_eps: self.float("layer_norm_eps", 1e-12)?,
             attention_window: None,
             block_runs: Vec::new(),
+            mla: None,
             ..presets::bert("", hidden, layers, heads, vocab, positions)
         };
         self.check_size(

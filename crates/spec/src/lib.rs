@@ -22,8 +22,8 @@ pub use hf::model_from_hf_config;
 pub use mesh::{Dim, Mesh, MeshCoords};
 pub use mixed::{mixed_from_inline, mixed_from_toml, MixedCluster, NodeGroup};
 pub use model::{
-    Activation, BlockRun, Family, Gemm, Layer, LayerKind, ModelSpec, MoeSpec, Norm, Positions,
-    Shard, MAX_BLOCK_KINDS,
+    Activation, BlockRun, Family, Gemm, Layer, LayerKind, MlaSpec, ModelSpec, MoeSpec, Norm,
+    Positions, Shard, MAX_BLOCK_KINDS,
 };
 pub use plait_schedule::virtual_stage;
 pub use presets::{model_preset, model_preset_names};

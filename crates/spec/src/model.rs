@@ -44,12 +44,35 @@ pub enum Positions {
 }
 
 /// Routed experts of a mixture-of-experts MLP.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MoeSpec {
     /// Experts per MoE layer.
     pub experts: u64,
     /// Experts each token is routed to.
     pub top_k: u64,
+    /// Shared experts every token passes through besides the routed ones (DeepSeek's
+    /// `n_shared_experts`), each as wide as a routed one; a dense MLP split by tp, not ep.
+    #[serde(default)]
+    pub shared_experts: u64,
+}
+
+/// Multi-head latent attention (DeepSeek-V2/V3): q and kv pass through low-rank latents,
+/// and each head's query/key has a RoPE part beside the part without positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MlaSpec {
+    /// Rank of the query latent (0: queries projected from the hidden state directly).
+    pub q_lora_rank: u64,
+    pub kv_lora_rank: u64,
+    pub qk_nope_head_dim: u64,
+    pub qk_rope_head_dim: u64,
+    pub v_head_dim: u64,
+}
+
+impl MlaSpec {
+    /// Query/key width of one head.
+    pub fn qk_head_dim(&self) -> u64 {
+        self.qk_nope_head_dim + self.qk_rope_head_dim
+    }
 }
 
 /// A run of consecutive blocks that differ from the model's default block in their
@@ -122,6 +145,9 @@ pub struct ModelSpec {
     /// identical blocks). The counts add up to `layers`.
     #[serde(default)]
     pub block_runs: Vec<BlockRun>,
+    /// Multi-head latent attention in place of q/k/v/o over `heads × head_dim`.
+    #[serde(default)]
+    pub mla: Option<MlaSpec>,
 }
 
 /// RoPE base of RoFormer (Su et al. 2021) and the default of transformers and Megatron-LM.
@@ -342,6 +368,21 @@ impl ModelSpec {
     /// Attention parameters of one block (q, k, v, output projection and biases).
     pub fn attention_params(&self) -> u64 {
         let h = self.hidden;
+        if let Some(mla) = self.mla {
+            // q: down to the latent (with its RMSNorm) and up to the heads, or straight up;
+            // kv: down to the latent plus the shared RoPE key (with the latent's RMSNorm),
+            // up to each head's key (no RoPE part) and value; output from the values.
+            let q_out = self.heads * mla.qk_head_dim();
+            let q = if mla.q_lora_rank > 0 {
+                h * mla.q_lora_rank + mla.q_lora_rank + mla.q_lora_rank * q_out
+            } else {
+                h * q_out
+            };
+            let kv = h * (mla.kv_lora_rank + mla.qk_rope_head_dim)
+                + mla.kv_lora_rank
+                + mla.kv_lora_rank * self.heads * (mla.qk_nope_head_dim + mla.v_head_dim);
+            return q + kv + self.heads * mla.v_head_dim * h;
+        }
         let qkv = h * (self.q_width() + 2 * self.kv_width());
         let qkv_bias = if self.qkv_bias {
             self.q_width() + 2 * self.kv_width()
@@ -356,7 +397,10 @@ impl ModelSpec {
     pub fn mlp_params(&self) -> u64 {
         match self.moe {
             None => self.one_mlp_params(),
-            Some(moe) => moe.experts * self.one_mlp_params() + self.hidden * moe.experts,
+            Some(moe) => {
+                (moe.experts + moe.shared_experts) * self.one_mlp_params()
+                    + self.hidden * moe.experts
+            }
         }
     }
 
@@ -459,22 +503,49 @@ impl ModelSpec {
         let h = self.hidden;
         let t = shard.tp;
         let qkv_out = (self.q_width() + 2 * self.kv_width()) / t;
-        let attn = [
-            Gemm {
-                name: "qkv",
-                m: tokens,
-                n: qkv_out,
-                k: h,
-                count: 1,
-            },
-            Gemm {
-                name: "attn_out",
-                m: tokens,
-                n: h,
-                k: self.q_width() / t,
-                count: 1,
-            },
-        ];
+        let gemm = |name, m, n, k| Gemm {
+            name,
+            m,
+            n,
+            k,
+            count: 1,
+        };
+        // Multi-head latent attention (Megatron-Core `MLASelfAttention`): the down
+        // projections to the q and kv latents (and the shared RoPE key) are replicated over
+        // tp; the up projections to the heads are column-parallel, the output row-parallel.
+        let (attn, attn_pre) = match self.mla {
+            Some(mla) => {
+                let heads = self.heads / t;
+                let q_up_k = if mla.q_lora_rank > 0 {
+                    mla.q_lora_rank
+                } else {
+                    h
+                };
+                let down = mla.q_lora_rank + mla.kv_lora_rank + mla.qk_rope_head_dim;
+                (
+                    [
+                        gemm("q_up", tokens, heads * mla.qk_head_dim(), q_up_k),
+                        gemm("attn_out", tokens, h, heads * mla.v_head_dim),
+                    ],
+                    Some([
+                        gemm("qkv_down", tokens, down, h),
+                        gemm(
+                            "kv_up",
+                            tokens,
+                            heads * (mla.qk_nope_head_dim + mla.v_head_dim),
+                            mla.kv_lora_rank,
+                        ),
+                    ]),
+                )
+            }
+            None => (
+                [
+                    gemm("qkv", tokens, qkv_out, h),
+                    gemm("attn_out", tokens, h, self.q_width() / t),
+                ],
+                None,
+            ),
+        };
         let f = self.ffn_hidden / t;
         let (mlp_tokens, experts, router) = match self.moe {
             None => (tokens, 1, None),
@@ -514,12 +585,36 @@ impl ModelSpec {
                 count: experts,
             },
         ];
-        BlockGemms { attn, mlp, router }
+        // Shared experts run on every token as one dense MLP, split by tp.
+        let shared = self.moe.filter(|m| m.shared_experts > 0).map(|moe| {
+            let fs = moe.shared_experts * self.ffn_hidden / t;
+            let up = match self.activation {
+                Activation::Gelu => fs,
+                Activation::SwiGlu => 2 * fs,
+            };
+            [
+                gemm("shared_up", tokens, up, h),
+                gemm("shared_down", tokens, h, fs),
+            ]
+        });
+        BlockGemms {
+            attn,
+            attn_pre,
+            mlp,
+            router,
+            shared,
+        }
     }
 
     /// Attention on one GPU: `(heads per GPU, kv heads per GPU, head_dim)`.
     /// Key/value heads are replicated when tp exceeds their number (as Megatron does).
+    /// With MLA every head has its own key and value, and `head_dim` is the mean of the
+    /// query/key and value widths (the score and value products' FLOPs per element).
     pub fn attention_shape(&self, tp: u64) -> (u64, u64, u64) {
+        if let Some(mla) = self.mla {
+            let heads = self.heads / tp;
+            return (heads, heads, (mla.qk_head_dim() + mla.v_head_dim) / 2);
+        }
         (self.heads / tp, (self.kv_heads / tp).max(1), self.head_dim)
     }
 }
@@ -527,19 +622,25 @@ impl ModelSpec {
 /// The forward GEMMs of one block on one GPU.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BlockGemms {
-    /// q/k/v projection and attention output projection.
+    /// q/k/v projection (MLA: the query up projection) and attention output projection.
     pub attn: [Gemm; 2],
+    /// MLA only: the replicated down projection to the latents and the kv up projection.
+    pub attn_pre: Option<[Gemm; 2]>,
     /// MLP up (gate+up for SwiGLU) and down projections, per expert for MoE.
     pub mlp: [Gemm; 2],
     /// MoE router (tokens × experts).
     pub router: Option<Gemm>,
+    /// Shared experts' up and down projections (every token).
+    pub shared: Option<[Gemm; 2]>,
 }
 
 impl BlockGemms {
     pub fn iter(&self) -> impl Iterator<Item = &Gemm> {
         self.attn
             .iter()
+            .chain(self.attn_pre.iter().flatten())
             .chain(self.mlp.iter())
             .chain(self.router.iter())
+            .chain(self.shared.iter().flatten())
     }
 }

@@ -41,6 +41,7 @@ pub(crate) fn gpt(
         norm_eps: 1e-5,
         attention_window: None,
         block_runs: Vec::new(),
+        mla: None,
     }
 }
 
@@ -84,6 +85,7 @@ pub(crate) fn llama(
         norm_eps: DEFAULT_NORM_EPS,
         attention_window: None,
         block_runs: Vec::new(),
+        mla: None,
     }
 }
 
@@ -104,6 +106,7 @@ pub(crate) fn bert(
         norm_eps: 1e-12,
         attention_window: None,
         block_runs: Vec::new(),
+        mla: None,
         ..gpt(name, hidden, layers, heads, vocab, seq)
     }
 }
@@ -192,6 +195,7 @@ pub fn model_preset(name: &str) -> Result<ModelSpec> {
                 Some(MoeSpec {
                     experts: 8,
                     top_k: 2,
+                    shared_experts: 0,
                 }),
             )
         },

@@ -655,17 +655,50 @@ fn rope_theta_and_norm_eps_are_read() {
 
 #[test]
 fn models_plait_cannot_express_are_refused_naming_the_key() {
-    // deepseek-ai/DeepSeek-V3 (and Kimi K2, its architecture): multi-head latent attention.
-    for t in ["deepseek_v2", "deepseek_v3", "kimi_k2"] {
-        let ds = json!({
-            "model_type": t, "hidden_size": 7168, "num_hidden_layers": 61,
-            "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
-            "first_k_dense_replace": 3, "n_routed_experts": 256, "n_shared_experts": 1
-        });
-        let e = error(&ds.to_string(), "kv_lora_rank");
-        assert!(e.problem.contains("latent attention"), "{e}");
-    }
     let nemo = json!({"model_type": "nemotron_h", "hybrid_override_pattern": "M-M-M*-"});
     let e = error(&nemo.to_string(), "hybrid_override_pattern");
     assert!(e.problem.contains("Mamba-2"), "{e}");
+}
+
+#[test]
+fn deepseek_latent_attention_and_dense_first_layers() {
+    // deepseek-ai/DeepSeek-V3: 671 B parameters in the main model (the model card's 685 B
+    // add the 14 B multi-token-prediction module, which transformers does not build).
+    let v3 = json!({
+        "model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61,
+        "num_attention_heads": 128, "num_key_value_heads": 128,
+        "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64, "v_head_dim": 128, "intermediate_size": 18432,
+        "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1,
+        "num_experts_per_tok": 8, "first_k_dense_replace": 3, "moe_layer_freq": 1,
+        "vocab_size": 129280, "num_nextn_predict_layers": 1, "tie_word_embeddings": false
+    });
+    let m = parse(&v3.to_string(), "v3.json");
+    let p = m.parameter_count() as f64 / 1e9;
+    assert!((p / 671.0 - 1.0).abs() < 0.01, "{p}");
+    // 37 B activated per token (model card), embedding and output matrices included.
+    let active = m.active_parameter_count() as f64 / 1e9;
+    assert!((active / 37.5 - 1.0).abs() < 0.03, "{active}");
+    let kinds = m.block_kinds();
+    assert!(kinds[0].moe.is_none() && kinds[0].ffn_hidden == 18432);
+    assert_eq!(kinds[1].moe.unwrap().shared_experts, 1);
+    assert_eq!(&m.kind_counts(0, 61)[..2], &[3, 58]);
+    // deepseek-ai/DeepSeek-V2-Lite: 15.7 B, no query latent, two shared experts.
+    let lite = json!({
+        "model_type": "deepseek_v2", "hidden_size": 2048, "num_hidden_layers": 27,
+        "num_attention_heads": 16, "num_key_value_heads": 16, "q_lora_rank": null,
+        "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+        "v_head_dim": 128, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+        "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6,
+        "first_k_dense_replace": 1, "vocab_size": 102400
+    });
+    let m = parse(&lite.to_string(), "lite.json");
+    let p = m.parameter_count() as f64 / 1e9;
+    assert!((p / 15.7 - 1.0).abs() < 0.01, "{p}");
+    let mut bad = lite.clone();
+    bad["num_experts_per_tok"] = json!(65);
+    error(&bad.to_string(), "num_experts_per_tok");
+    let mut bad = lite.clone();
+    bad.as_object_mut().unwrap().remove("kv_lora_rank");
+    error(&bad.to_string(), "kv_lora_rank");
 }
