@@ -351,17 +351,16 @@ impl Config<'_> {
     /// naming the first key (present in the file, or the one transformers reads) that
     /// carries the missing architecture.
     fn refusal(&self, model_type: &str) -> SpecError {
-        match model_type {
-            _ => self.err(
-                "hybrid_override_pattern",
-                format!(
-                    "model_type `{model_type}` mixes Mamba-2 mixer, attention and MLP layers; \
-                     plait's layers are all transformer blocks (attention + MLP)"
-                ),
-                "a model made of transformer blocks only (Mamba-2 layers are not expressible \
-                 yet)",
+        // nemotron_h, the one refused type.
+        self.err(
+            "hybrid_override_pattern",
+            format!(
+                "model_type `{model_type}` mixes Mamba-2 mixer, attention and MLP layers; \
+                 plait's layers are all transformer blocks (attention + MLP)"
             ),
-        }
+            "a model made of transformer blocks only (Mamba-2 layers are not expressible \
+             yet)",
+        )
     }
 
     /// Falcon (`FalconForCausalLM`): rotary positions (ALiBi refused), LayerNorm, GELU 4h
@@ -741,7 +740,9 @@ impl Config<'_> {
                         "a list of \"sliding_attention\" / \"full_attention\", one per layer",
                     ))
                 }
-                None => (0..layers).map(|i| (i + 1) % local != 0).collect(),
+                None => (0..layers)
+                    .map(|i| !(i + 1).is_multiple_of(local))
+                    .collect(),
             };
             if types.iter().any(|&t| t) {
                 let w = window.ok_or_else(|| {
@@ -790,7 +791,7 @@ impl Config<'_> {
                 let f = self.int("intermediate_size", MAX_DIM)?;
                 for (i, k) in kinds.iter_mut().enumerate() {
                     let i = i as u64;
-                    if dense.contains(&i) || (i + 1) % step != 0 {
+                    if dense.contains(&i) || !(i + 1).is_multiple_of(step) {
                         k.1 = Some(f);
                     }
                 }
@@ -860,7 +861,7 @@ impl Config<'_> {
         };
         let mut runs: Vec<BlockRun> = Vec::new();
         for i in 0..layers {
-            let dense = i < first_dense || i % freq != 0;
+            let dense = i < first_dense || !i.is_multiple_of(freq);
             let dense_ffn = dense.then_some(dense_ffn);
             match runs.last_mut() {
                 Some(r) if r.dense_ffn == dense_ffn => r.count += 1,

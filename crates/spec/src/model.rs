@@ -93,6 +93,9 @@ pub struct BlockRun {
 /// Most distinct block kinds a model may have (sliding/full × dense/MoE).
 pub const MAX_BLOCK_KINDS: usize = 4;
 
+/// A block kind's identity: attention window, experts, MLP width.
+type RunKey = (Option<u64>, Option<MoeSpec>, u64);
+
 /// A transformer model: everything the planner, cost model and runtime need about its shape.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelSpec {
@@ -211,7 +214,7 @@ impl Shard {
 
 impl ModelSpec {
     /// What distinguishes a run's blocks: the attention span and the MLP (experts, width).
-    fn run_key(&self, run: &BlockRun) -> (Option<u64>, Option<MoeSpec>, u64) {
+    fn run_key(&self, run: &BlockRun) -> RunKey {
         let window = run.window.or(self.attention_window);
         match run.dense_ffn {
             Some(f) => (window, None, f),
@@ -222,8 +225,7 @@ impl ModelSpec {
     /// Kind index (into [`ModelSpec::block_kinds`]) of each run, without allocating: kinds
     /// are numbered in the order they first appear.
     fn run_kinds(&self) -> impl Iterator<Item = (usize, &BlockRun)> + '_ {
-        let mut seen: [Option<(Option<u64>, Option<MoeSpec>, u64)>; MAX_BLOCK_KINDS] =
-            [None; MAX_BLOCK_KINDS];
+        let mut seen: [Option<RunKey>; MAX_BLOCK_KINDS] = [None; MAX_BLOCK_KINDS];
         self.block_runs.iter().map(move |run| {
             let key = self.run_key(run);
             let k = match seen.iter().position(|s| *s == Some(key)) {
