@@ -207,6 +207,14 @@ fn rows<'a>(
     })
 }
 
+/// FLOPs of one iteration as SC'21 counts them (its eq. 3, with the recompute forward):
+/// 96·B·s·l·h²·(1 + s/6h + V/16lh), at s = 2048.
+fn sc21_flops(m: &ModelSpec, gbs: u64) -> f64 {
+    let seq = 2048.0;
+    let (l, h, v) = (m.layers as f64, m.hidden as f64, m.vocab as f64);
+    96.0 * gbs as f64 * seq * l * h * h * (1.0 + seq / (6.0 * h) + v / (16.0 * l * h))
+}
+
 /// SC'21 Table 1 (Narayanan et al.): Megatron-LM of 2021 on DGX A100 in fp16 with dropout,
 /// the unfused attention chain, full recompute and the gradient all-reduce after the
 /// backward. The step time follows from the published TFLOP/s through the paper's FLOP
@@ -220,11 +228,7 @@ pub fn sc21_table1(text: &str) -> Result<Table, SpecError> {
         let (tp, pp, gpus) = (row.int("tp")?, row.int("pp")?, row.int("gpus")?);
         let (gbs, mbs, vp) = (row.int("gbs")?, row.int("mbs")?, row.int("vp")?);
         let m = model_preset(name)?;
-        let seq = 2048.0;
-        let (l, h, v) = (m.layers as f64, m.hidden as f64, m.vocab as f64);
-        let flops =
-            96.0 * gbs as f64 * seq * l * h * h * (1.0 + seq / (6.0 * h) + v / (16.0 * l * h));
-        let measured = flops / (row.num("tflops_per_gpu")? * 1e12 * gpus as f64);
+        let measured = sc21_flops(&m, gbs) / (row.num("tflops_per_gpu")? * 1e12 * gpus as f64);
         runs.push(Run {
             label: format!("{name} tp{tp} pp{pp} vp{vp} mbs{mbs} on {gpus}"),
             model: m,
@@ -268,9 +272,8 @@ pub fn sc21_table2(text: &str) -> Result<Table, SpecError> {
     let (header, data) = csv(text, SOURCE)?;
     let cluster = cluster_preset("dgx-a100-80g")?;
     let m = model_preset("gpt3-175b")?;
-    let (gbs, seq) = (1536u64, 2048.0);
-    let (l, h, v) = (m.layers as f64, m.hidden as f64, m.vocab as f64);
-    let flops = 96.0 * gbs as f64 * seq * l * h * h * (1.0 + seq / (6.0 * h) + v / (16.0 * l * h));
+    let gbs = 1536u64;
+    let flops = sc21_flops(&m, gbs);
     let mut runs = vec![];
     for row in rows(SOURCE, &header, &data) {
         let (tp, pp, gpus, mbs) = (
