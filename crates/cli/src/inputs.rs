@@ -149,6 +149,11 @@ pub struct Resolved {
     pub profile_name: Option<String>,
 }
 
+pub(crate) use plait_runtime::files::{
+    read_capped as read_bytes, read_text_capped as read_text, MAX_CONFIG_BYTES, MAX_GRAPH_BYTES,
+    MAX_ONNX_BYTES,
+};
+
 fn looks_like_path(s: &str) -> bool {
     s.contains('/')
         || s.contains('\\')
@@ -165,7 +170,7 @@ fn preset_or_file<T>(
     parse: fn(&str, &str) -> Result<T, SpecError>,
 ) -> Result<T> {
     if looks_like_path(name) {
-        let text = std::fs::read_to_string(name)
+        let text = read_text(Path::new(name), MAX_CONFIG_BYTES)
             .with_context(|| format!("{flag}: cannot read `{name}`"))?;
         Ok(parse(&text, name)?)
     } else {
@@ -256,7 +261,7 @@ impl WorkloadArgs {
         let profile = match (&self.profile, self.no_profile) {
             (Some(_), true) => bail!("--profile and --no-profile contradict each other"),
             (Some(path), false) => {
-                let text = std::fs::read_to_string(path)
+                let text = read_text(Path::new(path), MAX_CONFIG_BYTES)
                     .with_context(|| format!("--profile: cannot read `{path}`"))?;
                 Some((Profile::parse(&text, path)?, path.clone()))
             }

@@ -22,7 +22,7 @@ use plait_spec::{
     MixedCluster, Recompute, Schedule, SpecError, StageMap, GIB,
 };
 
-use crate::inputs::{parse_keyword, positive, WorkloadArgs};
+use crate::inputs::{parse_keyword, positive, read_text, WorkloadArgs, MAX_CONFIG_BYTES};
 use crate::outputs::{write_pictures, Pictures};
 
 #[derive(Debug, Args)]
@@ -96,8 +96,8 @@ pub fn load_mixed(arg: &str) -> Result<MixedCluster> {
     if !looks_like_path(arg) {
         return Ok(mixed_from_inline(arg, "--mixed")?);
     }
-    let text =
-        std::fs::read_to_string(arg).with_context(|| format!("--mixed: cannot read `{arg}`"))?;
+    let text = read_text(Path::new(arg), MAX_CONFIG_BYTES)
+        .with_context(|| format!("--mixed: cannot read `{arg}`"))?;
     let dir = Path::new(arg)
         .parent()
         .map(Path::to_path_buf)
@@ -111,7 +111,7 @@ pub fn load_mixed(arg: &str) -> Result<MixedCluster> {
         } else {
             dir.join(name)
         };
-        let text = std::fs::read_to_string(&path).map_err(|e| {
+        let text = read_text(&path, MAX_CONFIG_BYTES).map_err(|e| {
             SpecError::new(
                 path.display().to_string(),
                 "cluster",

@@ -90,8 +90,19 @@ fn is_onnx(path: &Path, bytes: &[u8]) -> bool {
 pub fn run(args: &PartitionArgs) -> Result<String> {
     let path = &args.graph;
     let name = path.display().to_string();
-    let bytes =
-        std::fs::read(path).with_context(|| format!("{name}: cannot read the graph file"))?;
+    // An `.onnx` file may be as large as protobuf allows; anything else is read up to the
+    // placement-graph limit (an ONNX model under another name too).
+    let named_onnx = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
+    let limit = if named_onnx {
+        crate::inputs::MAX_ONNX_BYTES
+    } else {
+        crate::inputs::MAX_GRAPH_BYTES
+    };
+    let bytes = crate::inputs::read_bytes(path, limit)
+        .with_context(|| format!("{name}: cannot read the graph file"))?;
     let onnx = is_onnx(path, &bytes);
     let (graph, default_limits) = if onnx {
         let cluster = load_cluster(&args.cluster)?;

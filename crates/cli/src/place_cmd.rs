@@ -110,8 +110,8 @@ fn flag_error(flag: &str, problem: String, allowed: &str) -> anyhow::Error {
     SpecError::new(flag, flag.trim_start_matches('-'), problem, allowed).into()
 }
 
-fn read(path: &PathBuf, what: &str) -> Result<String> {
-    std::fs::read_to_string(path)
+fn read(path: &std::path::Path, what: &str, limit: u64) -> Result<String> {
+    crate::inputs::read_text(path, limit)
         .with_context(|| format!("{}: cannot read the {what}", path.display()))
 }
 
@@ -163,7 +163,7 @@ pub fn run(args: &PlaceArgs) -> Result<String> {
         match (&args.graph, &args.model) {
             (Some(path), None) => {
                 let name = path.display().to_string();
-                let text = read(path, "graph file")?;
+                let text = read(path, "graph file", crate::inputs::MAX_GRAPH_BYTES)?;
                 (Problem::from_json(&text, &name)?, name, None)
             }
             (None, Some(m)) => {
@@ -172,7 +172,10 @@ pub fn run(args: &PlaceArgs) -> Result<String> {
                 };
                 let spec = load_model(m)?;
                 let dname = dpath.display().to_string();
-                let set = device_set_from_toml(&read(dpath, "device-set file")?, &dname)?;
+                let set = device_set_from_toml(
+                    &read(dpath, "device-set file", crate::inputs::MAX_CONFIG_BYTES)?,
+                    &dname,
+                )?;
                 let count = |flag: &str, v: i64| -> Result<u64> {
                     if v < 0 {
                         return Err(flag_error(

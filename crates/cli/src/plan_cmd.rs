@@ -395,8 +395,11 @@ fn run_onnx(args: &PlanArgs) -> Result<String> {
         bail!("--export: engines take transformer specs; an ONNX model has no engine export");
     }
     let (cluster, device) = w.resolve_cluster()?;
-    let bytes =
-        std::fs::read(&w.model).with_context(|| format!("--model: cannot read `{}`", w.model))?;
+    let bytes = crate::inputs::read_bytes(
+        std::path::Path::new(&w.model),
+        crate::inputs::MAX_ONNX_BYTES,
+    )
+    .with_context(|| format!("--model: cannot read `{}`", w.model))?;
     let graph = plait_partition::onnx::import(
         &bytes,
         &w.model,

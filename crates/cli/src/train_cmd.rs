@@ -99,8 +99,8 @@ pub struct TrainArgs {
     pub fail_panic: bool,
 }
 
-fn load_profile(path: &PathBuf) -> Result<CpuProfile> {
-    let text = std::fs::read_to_string(path)
+fn load_profile(path: &std::path::Path) -> Result<CpuProfile> {
+    let text = crate::inputs::read_text(path, crate::inputs::MAX_CONFIG_BYTES)
         .with_context(|| format!("--profile: cannot read `{}`", path.display()))?;
     Ok(CpuProfile::parse(&text, &path.display().to_string())?)
 }

@@ -65,3 +65,97 @@ fn huge_partition_limits_answer() {
         assert_eq!(v["optimal"], true, "{extra:?}");
     }
 }
+
+/// A sparse file of `len` bytes (no disk used) under the test's temporary directory.
+fn sparse(name: &str, len: u64) -> String {
+    let dir = std::env::temp_dir().join(format!("plait-hardening-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::File::create(&path).unwrap().set_len(len).unwrap();
+    path.display().to_string()
+}
+
+/// Every input file is read through one capped reader: a file over its kind's limit is
+/// refused before it is read, naming the flag, the file, its size and the limit, and a device
+/// that never ends (`/dev/zero`) is refused after at most the limit.
+#[test]
+fn every_input_file_is_capped() {
+    const MIB: u64 = 1 << 20;
+    let config = sparse("config.json", 64 * MIB + 1);
+    let toml = sparse("cluster.toml", 64 * MIB + 1);
+    let graph = sparse("graph.json", 512 * MIB + 1);
+    let onnx = sparse("model.onnx", 2048 * MIB + 1);
+    let data = sparse("data.txt", 256 * MIB + 1);
+    let cases: Vec<(Vec<&str>, &str, u64, &str)> = vec![
+        (vec!["estimate", "--model", &config], "--model", 64, &config),
+        (vec!["estimate", "--cluster", &toml], "--cluster", 64, &toml),
+        (
+            vec!["estimate", "--profile", &config],
+            "--profile",
+            64,
+            &config,
+        ),
+        (
+            vec!["plan", "--model", &onnx, "--gpus", "8"],
+            "--model",
+            2048,
+            &onnx,
+        ),
+        (
+            vec!["partition", "--graph", &graph],
+            "graph file",
+            512,
+            &graph,
+        ),
+        (
+            vec!["partition", "--graph", &onnx],
+            "graph file",
+            2048,
+            &onnx,
+        ),
+        (vec!["place", "--graph", &graph], "graph file", 512, &graph),
+        (
+            vec!["place", "--model", "llama3-8b", "--devices", &toml],
+            "device-set file",
+            64,
+            &toml,
+        ),
+        (vec!["mixed", "--mixed", &toml], "--mixed", 64, &toml),
+        (
+            vec!["train", "--model", "tiny-llama", "--data", &data],
+            "--data",
+            256,
+            &data,
+        ),
+        (
+            vec!["train", "--model", "tiny-llama", "--profile", &config],
+            "--profile",
+            64,
+            &config,
+        ),
+    ];
+    for (args, flag, limit_mib, file) in cases {
+        let (code, out, err) = plait(&args);
+        assert_ne!(code, 0, "{args:?}: {out}");
+        let first = err.lines().next().unwrap_or_default();
+        assert!(first.starts_with("error: "), "{args:?}: {err}");
+        for part in [flag, file, &format!("{} MiB", limit_mib)] {
+            assert!(first.contains(part), "{args:?}: {part} not in {first}");
+        }
+        assert!(first.contains(" bytes"), "{args:?}: {first}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    for args in [
+        &["estimate", "--model", "/dev/zero"][..],
+        &["estimate", "--cluster", "/dev/zero"],
+        &["plan", "--gpus", "8", "--profile", "/dev/zero"],
+    ] {
+        let (code, _, err) = plait(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(
+            err.contains("`/dev/zero`") && err.contains("64 MiB"),
+            "{args:?}: {err}"
+        );
+    }
+    std::fs::remove_dir_all(std::path::Path::new(&config).parent().unwrap()).unwrap();
+}

@@ -52,7 +52,7 @@ impl Dataset {
     /// when every non-empty line is a JSON object with a string `text` field; otherwise its
     /// bytes as they are (any encoding: the tokenizer is byte-level).
     pub fn from_path(path: &Path) -> Result<Dataset, RuntimeError> {
-        let bytes = std::fs::read(path)
+        let bytes = crate::files::read_capped(path, crate::files::MAX_DATA_BYTES)
             .map_err(|e| RuntimeError::Data(format!("cannot read `{}`: {e}", path.display())))?;
         let name = path.display().to_string();
         let ext = path

@@ -20,6 +20,7 @@ pub mod comm;
 pub mod data;
 pub mod engine;
 pub mod error;
+pub mod files;
 pub mod model;
 pub mod optim;
 pub mod profile;
