@@ -76,9 +76,19 @@ struct ScheduleJson {
     critical_path: Vec<String>,
 }
 
+/// Largest time one instruction may take: at most 2^24 instructions (the generator's limit)
+/// of at most this long keep every makespan, bubble and share finite (10^12 × 2^24 ≈ 1.7 ×
+/// 10^19), and no schedule needs more than 10^12 of its units per step.
+const MAX_TIME: f64 = 1e12;
+
 fn time(flag: &str, v: f64) -> Result<f64> {
-    if !v.is_finite() || v < 0.0 {
-        bail!("--{flag}: must be a finite time ≥ 0, got {v}");
+    if !v.is_finite() || !(0.0..=MAX_TIME).contains(&v) {
+        let shown = if v == 0.0 || (1e-4..1e15).contains(&v.abs()) {
+            format!("{v}")
+        } else {
+            format!("{v:e}")
+        };
+        bail!("--{flag}: must be a finite time from 0 to {MAX_TIME:e}, got {shown}");
     }
     Ok(v)
 }

@@ -159,3 +159,44 @@ fn every_input_file_is_capped() {
     }
     std::fs::remove_dir_all(std::path::Path::new(&config).parent().unwrap()).unwrap();
 }
+
+/// Every number of a JSON document is finite (serde_json writes NaN and ±∞ as null).
+fn assert_finite(v: &serde_json::Value, what: &str) {
+    match v {
+        serde_json::Value::Null => panic!("{what}: null (a NaN or infinity) in the output"),
+        serde_json::Value::Array(a) => a.iter().for_each(|x| assert_finite(x, what)),
+        serde_json::Value::Object(o) => o.values().for_each(|x| assert_finite(x, what)),
+        _ => {}
+    }
+}
+
+/// Times at the ends of what is accepted give finite numbers throughout.
+#[test]
+fn extreme_schedule_times_stay_finite() {
+    for times in [
+        &[
+            "--forward",
+            "1e12",
+            "--backward",
+            "1e12",
+            "--comm",
+            "1e12",
+            "--recompute",
+            "1e12",
+        ][..],
+        &["--forward", "5e-324", "--backward", "5e-324"],
+        &["--forward", "1e-300", "--backward", "0", "--comm", "1e12"],
+    ] {
+        let mut args = vec![
+            "schedule",
+            "--stages",
+            "16",
+            "--microbatches",
+            "64",
+            "--json",
+        ];
+        args.extend_from_slice(times);
+        let v = common::json(&args);
+        assert_finite(&v, &format!("{times:?}"));
+    }
+}
