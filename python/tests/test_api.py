@@ -334,8 +334,8 @@ def test_cluster_file_errors_are_cluster_errors(tmp_path):
 def test_infeasible_plan_is_an_answer_and_best_raises():
     r = plait.plan("gpt-1t", gpus=1)
     assert r.plans == [] and r.infeasible is not None
-    assert r.infeasible.min_gpus == 256 and r.infeasible.min_gpus_lower_bound == 193
-    with pytest.raises(plait.InfeasibleError, match="the smallest GPU count with a plan is 256"):
+    assert r.infeasible.min_gpus == 208 and r.infeasible.min_gpus_lower_bound == 193
+    with pytest.raises(plait.InfeasibleError, match="the smallest GPU count with a plan is 208"):
         r.best
 
 

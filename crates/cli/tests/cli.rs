@@ -189,7 +189,7 @@ fn bad_input_is_a_one_line_error_naming_the_field() {
         ],
         "`ep`",
     );
-    check_error(&["estimate", "--mbs", "7"], "`gbs`");
+    check_error(&["estimate", "--mbs", "7"], "`mbs`");
     let cfg = write(
         "config.json",
         r#"{"model_type": "llama", "hidden_size": 4096, "num_hidden_layer": 32}"#,

@@ -200,3 +200,132 @@ fn extreme_schedule_times_stay_finite() {
         assert_finite(&v, &format!("{times:?}"));
     }
 }
+
+/// Pins no configuration can complete are refused as `estimate` refuses them, naming the
+/// flag at fault (exit 2), instead of "no plan" with 0 GiB and ≥ 0 GPUs.
+const IMPOSSIBLE_PINS: &[(&[&str], &str)] = &[
+    (
+        &["--tp", "3", "--gpus", "1024"],
+        "error: --tp: `tp`: 1024 GPUs do not split into tp = 3",
+    ),
+    (
+        &["--pp", "128", "--gpus", "1024"],
+        "error: --pp: `pp`: pp×vp = 128 pipeline chunks",
+    ),
+    (
+        &["--mbs", "1000000", "--gpus", "1024"],
+        "error: --mbs: `mbs`: micro-batch 1000000 does not divide",
+    ),
+    (
+        &["--vp", "3", "--pp", "1", "--gpus", "1024"],
+        "error: --vp: `vp`: vp = 3 chunks per rank need a pipeline",
+    ),
+    (
+        &["--tp", "5", "--gpus", "1000"],
+        "error: --tp: `tp`: 96 attention heads",
+    ),
+    (
+        &["--cp", "3", "--gpus", "3"],
+        "error: --cp: `cp`: sequence 2048 does not split over cp = 3",
+    ),
+    (
+        &["--ep", "2", "--gpus", "2"],
+        "error: --ep: `ep`: gpt3-175b has no experts",
+    ),
+];
+
+#[test]
+fn impossible_pins_name_the_flag() {
+    for (pins, expected) in IMPOSSIBLE_PINS {
+        for cmd in ["plan", "estimate"] {
+            let mut args = vec![cmd];
+            args.extend_from_slice(pins);
+            let (code, out, err) = plait(&args);
+            // estimate's own defaults may trip another check first; plan's must be this one.
+            if cmd == "plan" {
+                check(&args, expected);
+            } else {
+                assert_eq!(code, 2, "{args:?}: {out}{err}");
+            }
+        }
+    }
+    // estimate blames the flag at fault too.
+    check(&["estimate", "--vp", "3", "--pp", "1"], "error: --vp: `vp`");
+    check(
+        &[
+            "estimate", "--mbs", "1000000", "--gpus", "1024", "--tp", "8", "--pp", "8",
+        ],
+        "error: --mbs: `mbs`",
+    );
+}
+
+/// The smallest GPU count with a plan is exact, not a power of two times the node: 1 T
+/// parameters first fit on 208 A100s (13 nodes), and tp 3 (never a power of two) has one.
+#[test]
+fn smallest_gpu_count_is_exact() {
+    for (args, expected) in [
+        (
+            &["--model", "gpt-1t", "--gbs", "512", "--gpus", "1"][..],
+            208,
+        ),
+        (&["--model", "gpt-1t", "--gbs", "512", "--gpus", "200"], 208),
+        (&["--tp", "3", "--gpus", "3"], 36),
+    ] {
+        let mut a = vec!["plan", "--json"];
+        a.extend_from_slice(args);
+        let v = common::json(&a);
+        assert_eq!(
+            v["infeasible"]["min_gpus"], expected,
+            "{a:?}: {}",
+            v["infeasible"]
+        );
+        // …and there the planner has a plan.
+        let gpus = expected.to_string();
+        let mut at = a.clone();
+        let i = at.iter().position(|x| *x == "--gpus").unwrap();
+        at[i + 1] = &gpus;
+        let v = common::json(&at);
+        assert!(!v["plans"].as_array().unwrap().is_empty(), "{at:?}");
+    }
+    // Pins that leave no configuration of these GPUs report true bounds, not zeros.
+    let (code, out, err) = plait(&["plan", "--model", "gpt-1.7b", "--gpus", "1", "--zero", "1"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        !out.contains("≥ 0 GPUs") && !out.contains("at least 0.0 GiB"),
+        "{out}"
+    );
+    assert!(
+        out.contains("the smallest GPU count with a plan is 2"),
+        "{out}"
+    );
+}
+
+/// Cluster TOML errors name the key (with its table) and give the line and column.
+#[test]
+fn cluster_toml_errors_name_the_key_and_line() {
+    let dir = std::env::temp_dir().join(format!("plait-toml-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, (text, expected)) in [
+        (
+            "base = \"dgx-h100\"\ngpus_per_node = \"eight\"\n",
+            "`gpus_per_node`: line 2, column 17: invalid type",
+        ),
+        (
+            "base = \"dgx-h100\"\n[gpu]\nmemory_gib = \"x\"\n",
+            "`gpu.memory_gib`: line 3, column 14: invalid type",
+        ),
+        (
+            "base = \"dgx-h100\"\ngpus_per_node = = 3\n",
+            "`gpus_per_node`: line 2, column 17",
+        ),
+        ("base = \"dgx-h100\"\n[gpu\n", "line 2"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let f = dir.join(format!("c{i}.toml"));
+        std::fs::write(&f, text).unwrap();
+        check(&["estimate", "--cluster", f.to_str().unwrap()], expected);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -8,6 +8,7 @@ pub mod dag;
 pub mod export;
 pub mod layout;
 pub mod mixed;
+pub mod pins;
 pub mod plan;
 pub mod search;
 pub mod simulate;
@@ -15,6 +16,7 @@ pub mod simulate;
 use thiserror::Error;
 
 pub use layout::MapShape;
+pub use pins::check_pins;
 pub use plan::Plan;
 pub use search::{plan, Infeasible, Outcome, Pins, Request, SearchStats};
 pub use simulate::{simulate_config, simulate_mapped, Simulated};

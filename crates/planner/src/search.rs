@@ -111,8 +111,9 @@ pub struct Infeasible {
     pub reason: String,
     /// The least per-GPU memory any configuration of these GPUs needs.
     pub min_memory_bytes: f64,
-    /// The smallest GPU count (a power of two times the node size, or below one node a
-    /// power of two) with a configuration that fits, if one up to 2^20 GPUs exists.
+    /// The smallest GPU count above the one asked for with a configuration (under the same
+    /// pins) that fits by the analytic estimate, if one up to 2^20 GPUs exists: every count
+    /// that some well-formed configuration occupies is tried, in increasing order.
     pub min_gpus: Option<u64>,
     /// Lower bound on GPUs from the model state alone (16 bytes per parameter, fully
     /// sharded).
@@ -376,6 +377,7 @@ impl Screened {
 
 /// Plans `req`: the best `req.top` plans by simulated iteration time, or why nothing fits.
 pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<Outcome, PlanError> {
+    crate::pins::check_pins(req)?;
     let configs = enumerate(req);
     let mut stats = SearchStats {
         candidates: configs.len(),
@@ -524,6 +526,7 @@ fn refine(
 
 /// The answer when the pins leave no well-formed configuration at all.
 fn no_candidates(req: &Request) -> Infeasible {
+    let (state_bytes, lower) = state_lower_bound(req);
     Infeasible {
         reason: format!(
             "no well-formed configuration of {} matches the given flags (degrees must \
@@ -531,10 +534,20 @@ fn no_candidates(req: &Request) -> Infeasible {
              given configuration is rejected)",
             gpus(req.gpus)
         ),
-        min_memory_bytes: 0.0,
-        min_gpus: None,
-        min_gpus_lower_bound: 0,
+        min_memory_bytes: state_bytes / req.gpus as f64,
+        min_gpus: min_gpus(req, lower),
+        min_gpus_lower_bound: lower,
     }
+}
+
+/// The model state fully sharded (16 bytes per parameter), and the GPUs it needs at least.
+fn state_lower_bound(req: &Request) -> (f64, u64) {
+    let state_bytes = 16.0 * req.model.parameter_count() as f64;
+    let usable = req.cluster.gpu.memory_bytes - req.cluster.memory_reserve_bytes;
+    (
+        state_bytes,
+        (state_bytes / usable).ceil().clamp(1.0, 1e18) as u64,
+    )
 }
 
 /// The (policy, full) layer costs of `c` from the cache.
@@ -612,9 +625,7 @@ fn screen(
 /// smallest GPU count with a plan.
 fn infeasible(req: &Request, rest: &[Screened]) -> Infeasible {
     let params = req.model.parameter_count() as f64;
-    let state_bytes = 16.0 * params;
-    let usable = req.cluster.gpu.memory_bytes - req.cluster.memory_reserve_bytes;
-    let lower = (state_bytes / usable).ceil().max(1.0) as u64;
+    let (state_bytes, lower) = state_lower_bound(req);
     let best = rest.iter().min_by(|a, b| {
         a.peak_bytes
             .total_cmp(&b.peak_bytes)
@@ -670,15 +681,77 @@ fn gpus(n: u64) -> String {
     }
 }
 
-/// Smallest GPU count ≥ `from` (powers of two below a node, node multiples by powers of
-/// two above) with a feasible plan; the same pins except dp.
+/// Largest GPU count [`min_gpus`] tries.
+const MAX_PROBE_GPUS: u64 = 1 << 20;
+
+/// Every GPU count in (`above`, 2^20] that some well-formed configuration of `req`'s model
+/// and batch occupies (dp divides the batch, tp the heads, pp ≤ layers, cp the sequence;
+/// pinned degrees as pinned), in increasing order: a superset of the counts `enumerate`
+/// finds anything for.
+fn occupied_counts(req: &Request, above: u64) -> Vec<u64> {
+    let (m, t, p) = (req.model, req.train, &req.pins);
+    let cap = MAX_PROBE_GPUS;
+    let upto = |n: u64| divisors(n.min(cap)).into_iter().filter(move |d| *d <= cap);
+    let dps: Vec<u64> = match p.dp {
+        Some(d) => vec![d],
+        None if t.gbs <= cap => upto(t.gbs).filter(|d| t.gbs.is_multiple_of(*d)).collect(),
+        None => (1..=cap).filter(|d| t.gbs.is_multiple_of(*d)).collect(),
+    };
+    let tps: Vec<u64> = match p.tp {
+        Some(v) => vec![v],
+        None => upto(m.heads)
+            .filter(|d| m.ffn_hidden.is_multiple_of(*d))
+            .collect(),
+    };
+    let pps: Vec<u64> = match p.pp {
+        Some(v) => vec![v],
+        None => (1..=m.layers.min(cap)).collect(),
+    };
+    let cps: Vec<u64> = match p.cp {
+        Some(v) => vec![v],
+        None => upto(t.seq)
+            .filter(|c| *c == 1 || t.seq / c >= MIN_CP_TOKENS)
+            .collect(),
+    };
+    let mut out = std::collections::BTreeSet::new();
+    for &tp in &tps {
+        for &pp in &pps {
+            let Some(tpp) = tp.checked_mul(pp).filter(|v| *v <= cap) else {
+                break;
+            };
+            for &cp in &cps {
+                let Some(mesh) = tpp.checked_mul(cp).filter(|v| *v <= cap) else {
+                    break;
+                };
+                for &dp in &dps {
+                    match mesh.checked_mul(dp).filter(|v| *v <= cap) {
+                        Some(g) if g > above => {
+                            out.insert(g);
+                        }
+                        Some(_) => {}
+                        None => break,
+                    }
+                }
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// The smallest GPU count above `req.gpus` (and at least `from`, the model state's lower
+/// bound, unless the task freezes the base weights) with a configuration under the same
+/// pins that fits by the analytic estimate with its even layout; every occupied count up to
+/// 2^20 is tried in increasing order, so the answer is exact, not a power of two.
 fn min_gpus(req: &Request, from: u64) -> Option<u64> {
-    let node = req.cluster.gpus_per_node.max(1);
-    let mut counts: Vec<u64> = (0..=20).map(|e| 1u64 << e).filter(|&g| g < node).collect();
-    counts.extend((0..=20).map(|e| node << e));
-    counts
+    let from = if req.train.lora_adapters().is_some() {
+        1
+    } else {
+        from
+    };
+    let capacity = req.cluster.gpu.memory_bytes - req.cluster.memory_reserve_bytes;
+    let cache: std::sync::Mutex<HashMap<ShapeKey, LayerCosts>> = Default::default();
+    occupied_counts(req, req.gpus.max(from.saturating_sub(1)))
         .into_iter()
-        .filter(|&g| g >= from.min(node) && g > req.gpus && g <= 1 << 20)
         .find(|&g| {
             let r = Request {
                 gpus: g,
@@ -691,14 +764,21 @@ fn min_gpus(req: &Request, from: u64) -> Option<u64> {
                 ..req.clone()
             };
             let configs = enumerate(&r);
-            let capacity = r.cluster.gpu.memory_bytes - r.cluster.memory_reserve_bytes;
             configs.par_iter().any(|c| {
                 if model_state_lower_bound(r.model, r.train, c) > capacity {
                     return false;
                 }
-                let g = Groups::new(r.cluster, c);
-                let w = Workload::new(c, r.train);
-                let policy = layer_costs(r.model, r.device, &g, &w);
+                let key = ShapeKey::of(c, c.recompute);
+                let known = cache.lock().map(|m| m.get(&key).copied()).ok().flatten();
+                let policy = known.unwrap_or_else(|| {
+                    let g = Groups::new(r.cluster, c);
+                    let w = Workload::new(c, r.train);
+                    let costs = layer_costs(r.model, r.device, &g, &w);
+                    if let Ok(mut m) = cache.lock() {
+                        m.insert(key, costs);
+                    }
+                    costs
+                });
                 let map = StageMap::uniform(r.model.layers, c);
                 estimate_from_costs(
                     r.model, r.cluster, r.train, c, r.device, &policy, &policy, &map,

@@ -538,13 +538,50 @@ fn positive_f(source: &str, field: &str, v: f64) -> Result<f64> {
     }
 }
 
+/// A TOML error as a spec error: the key it is about (an unknown key as written, else the
+/// `table.key` on the line the error points at) and, in the problem, that line and column.
+fn toml_error(text: &str, source: &str, e: &toml::de::Error) -> SpecError {
+    let msg = e.message().trim().replace('\n', " ");
+    let at = e.span().map(|s| s.start.min(text.len()));
+    let located = at.map(|at| {
+        let before = &text[..at];
+        let line = before.matches('\n').count() + 1;
+        let start = before.rfind('\n').map_or(0, |i| i + 1);
+        let column = before[start..].chars().count() + 1;
+        let table = before[..start]
+            .lines()
+            .rev()
+            .map(str::trim)
+            .find(|l| l.starts_with('['))
+            .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_string());
+        let this = text[start..].lines().next().unwrap_or_default();
+        let key = this
+            .split_once('=')
+            .map(|(k, _)| k.trim().trim_matches('"').to_string())
+            .filter(|k| !k.is_empty() && !k.starts_with('[') && !k.starts_with('#'))
+            .map(|k| match &table {
+                Some(t) => format!("{t}.{k}"),
+                None => k,
+            });
+        (line, column, key)
+    });
+    let unknown = msg
+        .starts_with("unknown field")
+        .then(|| msg.split('`').nth(1).map(str::to_string))
+        .flatten();
+    let field = unknown
+        .or_else(|| located.as_ref().and_then(|l| l.2.clone()))
+        .unwrap_or_else(|| "(document)".into());
+    let problem = match located {
+        Some((line, column, _)) => format!("line {line}, column {column}: {msg}"),
+        None => msg,
+    };
+    SpecError::new(source, field, problem, CLUSTER_TOML_KEYS)
+}
+
 /// Parses a cluster TOML document; `source` names it in errors.
 pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
-    let doc: ClusterToml = toml::from_str(text).map_err(|e| {
-        let msg = e.message().replace('\n', " ");
-        let field = msg.split('`').nth(1).unwrap_or("(document)").to_string();
-        SpecError::new(source, field, msg, CLUSTER_TOML_KEYS)
-    })?;
+    let doc: ClusterToml = toml::from_str(text).map_err(|e| toml_error(text, source, &e))?;
     let mut c = match &doc.base {
         Some(b) => cluster_preset(b).map_err(|e| SpecError {
             source: source.into(),

@@ -425,6 +425,17 @@ impl ParallelConfig {
             );
         }
         if self.schedule == Schedule::Interleaved && self.pp == 1 {
+            // With chunks asked for, the chunks are what a single stage cannot hold.
+            if self.vp > 1 {
+                return err(
+                    "vp",
+                    format!(
+                        "vp = {} chunks per rank need a pipeline (pp ≥ 2), but pp = 1",
+                        self.vp
+                    ),
+                    "vp = 1 with pp = 1, or pp ≥ 2".into(),
+                );
+            }
             return err(
                 "schedule",
                 "interleaved needs pp ≥ 2".into(),
@@ -473,6 +484,16 @@ impl ParallelConfig {
                 return err("ep", format!("{} has no experts", model.name), "1".into());
             }
             None => {}
+        }
+        if !train.gbs.is_multiple_of(self.mbs) {
+            return err(
+                "mbs",
+                format!(
+                    "micro-batch {} does not divide the global batch of {} sequences",
+                    self.mbs, train.gbs
+                ),
+                format!("divisors of {}", train.gbs),
+            );
         }
         if !train.gbs.is_multiple_of(self.mbs * self.dp) {
             return err(
@@ -654,7 +675,31 @@ mod tests {
         check_err(ParallelConfig { mbs: 0, ..ok }, t.clone(), 512, "mbs");
         check_err(ParallelConfig { zero: 4, ..ok }, t.clone(), 512, "zero");
         check_err(ParallelConfig { vp: 2, ..ok }, t.clone(), 512, "vp");
-        check_err(ParallelConfig { mbs: 3, ..ok }, t.clone(), 512, "gbs");
+        // A micro-batch that does not divide the batch is the micro-batch's fault; one that
+        // does, but not with dp, is the batch's.
+        check_err(ParallelConfig { mbs: 3, ..ok }, t.clone(), 512, "mbs");
+        check_err(
+            ParallelConfig {
+                mbs: 1_000_000,
+                ..ok
+            },
+            t.clone(),
+            512,
+            "mbs",
+        );
+        check_err(ok, TrainSpec::new(12, 2048), 512, "gbs");
+        check_err(
+            ParallelConfig {
+                pp: 1,
+                vp: 3,
+                dp: 64,
+                schedule: Schedule::Interleaved,
+                ..ok
+            },
+            t.clone(),
+            512,
+            "vp",
+        );
         check_err(ParallelConfig { ep: 2, ..ok }, t.clone(), 512, "ep");
         check_err(
             ParallelConfig {
