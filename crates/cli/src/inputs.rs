@@ -270,10 +270,19 @@ impl WorkloadArgs {
             }
             _ => None,
         };
-        let profile_name = profile.map(|(p, name)| {
-            device = device.clone().with_profile(&p, self.dtype);
-            name
-        });
+        let profile_name = match profile {
+            Some((p, name)) => {
+                device.check_profile(
+                    &p,
+                    self.dtype,
+                    cluster.gpu.memory_bandwidth_bytes_per_s,
+                    &name,
+                )?;
+                device = device.clone().with_profile(&p, self.dtype);
+                Some(name)
+            }
+            None => None,
+        };
         Ok(Resolved {
             model,
             cluster,

@@ -329,3 +329,103 @@ fn cluster_toml_errors_name_the_key_and_line() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A profile JSON for an H200 with one GEMM and one layer, `edit` applied.
+fn profile(edit: impl Fn(&mut serde_json::Value)) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "gpu": "NVIDIA H200", "dtype": "bf16", "memory_bandwidth_bytes_per_s": 4.2e12,
+        "gemm": [{"m": 4096, "n": 12288, "k": 4096, "time_s": 5.38e-4}],
+        "layers": [{"family": "gpt", "hidden": 4096, "heads": 32, "seq": 2048, "mbs": 1,
+                    "tp": 1, "forward_s": 1.35e-3, "backward_s": 3.17e-3}],
+        "cpu": {"cores": 2, "memory_bytes": 8e9,
+                "link": {"latency_s": 1e-5, "bandwidth_bytes_per_s": 1e10}}
+    });
+    edit(&mut v);
+    v
+}
+
+/// Finite but absurd numbers are refused before any conversion, the field named with its
+/// physical range: never inf or NaN in an estimate, never an MFU above 100 %.
+#[test]
+fn absurd_cluster_and_profile_numbers_are_refused() {
+    let dir = std::env::temp_dir().join(format!("plait-absurd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let h100 = "base = \"dgx-h100\"\n";
+    for (i, (text, expected)) in [
+        (format!("{h100}memory_reserve_gib = 1e308\n"), "`memory_reserve_gib`: must be ≥ 0 and less than the GPU's memory, got 1e308"),
+        (format!("{h100}memory_reserve_gib = 80\n"), "`memory_reserve_gib`: a reserve of 80 GiB leaves nothing of the GPU's 80 GiB (allowed: 0 ≤ x < 80)"),
+        (format!("{h100}[gpu]\nmemory_gib = 1\n"), "`gpu.memory_gib`: a reserve of 2 GiB"),
+        (format!("{h100}[gpu]\nsustained_clock_ratio = 5e-324\n"), "`gpu.sustained_clock_ratio`: must be in [0.1, 1]"),
+        (format!("{h100}[gpu]\nmatmul_efficiency = 5e-324\n"), "`gpu.matmul_efficiency`: must be in [0.01, 1]"),
+        (format!("{h100}[gpu]\npeak_bf16_tflops = 1e308\n"), "`gpu.peak_bf16_tflops`: must be a positive number at most 1e5, got 1e308"),
+        (format!("{h100}[gpu]\nmemory_gib = 1e308\n"), "`gpu.memory_gib`: must be a positive number at most 1e5"),
+        (format!("{h100}nic_gbit_per_s = 1e308\n"), "`nic_gbit_per_s`"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let f = dir.join(format!("c{i}.toml"));
+        std::fs::write(&f, text).unwrap();
+        check(&["estimate", "--cluster", f.to_str().unwrap()], expected);
+    }
+    let gemm = |t: f64| move |v: &mut serde_json::Value| v["gemm"][0]["time_s"] = t.into();
+    let cases: Vec<(serde_json::Value, &str)> = vec![
+        (profile(gemm(1.7e308)), "`gemm[0].time_s`: 1.7e308 s is longer than any measured kernel"),
+        (profile(gemm(1e-300)), "`gemm[0].time_s`: 1e-300 s for 4096×12288×4096 is unboundedly many TFLOP/s, faster than the GPU's bf16 peak"),
+        (profile(gemm(1e-4)), "`gemm[0].time_s`: 1e-4 s for 4096×12288×4096 is 4.123e3 TFLOP/s"),
+        (profile(|v| v["memory_bandwidth_bytes_per_s"] = 9e12.into()), "`memory_bandwidth_bytes_per_s`: 9.000e12 B/s is more than this GPU's"),
+        (profile(|v| v["layers"][0]["forward_s"] = 1e308.into()), "`layers[0].forward_s`: 1e308 s"),
+    ];
+    for (i, (p, expected)) in cases.iter().enumerate() {
+        let f = dir.join(format!("p{i}.json"));
+        std::fs::write(&f, p.to_string()).unwrap();
+        let f = f.to_str().unwrap();
+        check(
+            &["estimate", "--cluster", "dgx-h200", "--profile", f],
+            expected,
+        );
+    }
+    // A CPU profile's GEMMs cannot beat its cores either (1e-300 s gave --plan auto an
+    // infinite peak and NaN times to rank by).
+    for (t, expected) in [
+        (
+            1e-300,
+            "`gemm[0].time_s`: 1e-300 s for 4096×12288×4096 beats 2 cores",
+        ),
+        (1.7e308, "`gemm[0].time_s`: 1.7e308 s"),
+    ] {
+        let f = dir.join("cpu.json");
+        std::fs::write(&f, profile(gemm(t)).to_string()).unwrap();
+        let f = f.to_str().unwrap();
+        check(
+            &[
+                "train",
+                "--model",
+                "tiny-gpt",
+                "--workers",
+                "2",
+                "--profile",
+                f,
+                "--steps",
+                "1",
+                "--gbs",
+                "4",
+            ],
+            expected,
+        );
+    }
+    // The physical limits leave every real measurement in: the accepted profile's MFU ≤ 1.
+    let f = dir.join("ok.json");
+    std::fs::write(&f, profile(gemm(4.2e-4)).to_string()).unwrap();
+    let v = common::json(&[
+        "estimate",
+        "--cluster",
+        "dgx-h200",
+        "--profile",
+        f.to_str().unwrap(),
+        "--json",
+    ]);
+    let mfu = v["mfu"].as_f64().unwrap();
+    assert!(mfu.is_finite() && mfu > 0.0 && mfu <= 1.0, "{mfu}");
+    std::fs::remove_dir_all(&dir).ok();
+}

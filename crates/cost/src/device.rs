@@ -202,6 +202,58 @@ impl DeviceModel {
         })
     }
 
+    /// Checks `profile` against this GPU's physical limits before it is applied: no
+    /// measured GEMM (in this dtype) beats the dense tensor peak, and the measured copy
+    /// bandwidth is at most the HBM's. `source` names the profile in the error.
+    pub fn check_profile(
+        &self,
+        profile: &Profile,
+        dtype: Dtype,
+        hbm_bytes_per_s: f64,
+        source: &str,
+    ) -> Result<(), crate::profile::ProfileError> {
+        let bad = |field: String, problem: String| crate::profile::ProfileError {
+            source_name: source.into(),
+            location: format!("`{field}`: "),
+            problem,
+        };
+        if profile.memory_bandwidth_bytes_per_s > hbm_bytes_per_s {
+            return Err(bad(
+                "memory_bandwidth_bytes_per_s".into(),
+                format!(
+                    "{:.3e} B/s is more than this GPU's memory bandwidth of {:.3e} B/s (allowed: up to {:.3e})",
+                    profile.memory_bandwidth_bytes_per_s, hbm_bytes_per_s, hbm_bytes_per_s
+                ),
+            ));
+        }
+        let same_dtype = profile
+            .dtype
+            .as_deref()
+            .is_none_or(|d| d.eq_ignore_ascii_case(dtype.keyword()));
+        if !same_dtype {
+            return Ok(());
+        }
+        for (i, g) in profile.gemm.iter().enumerate() {
+            let flops = 2.0 * g.m as f64 * g.n as f64 * g.k as f64;
+            let fastest = flops / self.peak_flops_per_s;
+            if g.time_s < fastest {
+                return Err(bad(
+                    format!("gemm[{i}].time_s"),
+                    format!(
+                        "{:e} s for {}×{}×{} is {} TFLOP/s, faster than the GPU's {dtype} peak of {:.1} TFLOP/s (allowed: time_s ≥ {fastest:.3e} s)",
+                        g.time_s,
+                        g.m,
+                        g.n,
+                        g.k,
+                        match flops / g.time_s / 1e12 { r if r.is_finite() => format!("{r:.3e}"), _ => "unboundedly many".into() },
+                        self.peak_flops_per_s / 1e12
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Adds a calibration profile: measured bandwidth replaces the assumed one, GEMM times
     /// are corrected towards the measured shapes, and layer samples become available.
     /// GEMM corrections apply only when the profile was measured in the same dtype.

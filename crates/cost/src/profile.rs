@@ -74,6 +74,21 @@ pub struct Profile {
     pub layers: Vec<LayerSample>,
 }
 
+/// Longest time a profile may give for one kernel or layer: an hour (the largest GEMM any
+/// model here runs takes well under a second).
+pub const MAX_MEASURED_S: f64 = 3600.0;
+/// Highest memory bandwidth a profile may give: 1 PB/s (HBM3e is 8 TB/s).
+pub const MAX_BANDWIDTH_BYTES_PER_S: f64 = 1e15;
+
+/// `v` as a person would write it: plain between 1e-4 and 1e15, else with an exponent.
+fn shown(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() || (1e-4..1e15).contains(&v.abs()) {
+        format!("{v}")
+    } else {
+        format!("{v:e}")
+    }
+}
+
 fn default_format() -> String {
     "plait-profile/1".into()
 }
@@ -115,11 +130,15 @@ impl Profile {
             ));
         }
         if !(self.memory_bandwidth_bytes_per_s.is_finite()
-            && self.memory_bandwidth_bytes_per_s > 0.0)
+            && self.memory_bandwidth_bytes_per_s > 0.0
+            && self.memory_bandwidth_bytes_per_s <= MAX_BANDWIDTH_BYTES_PER_S)
         {
             return Err(bad(
                 "memory_bandwidth_bytes_per_s",
-                "must be a positive number".into(),
+                format!(
+                    "must be a positive number at most {MAX_BANDWIDTH_BYTES_PER_S:e} (1 PB/s), got {}",
+                    shown(self.memory_bandwidth_bytes_per_s)
+                ),
             ));
         }
         if self.gemm.is_empty() {
@@ -130,6 +149,15 @@ impl Profile {
                 return Err(bad(
                     &format!("gemm[{i}]"),
                     "m, n, k and time_s must be positive".into(),
+                ));
+            }
+            if g.time_s > MAX_MEASURED_S {
+                return Err(bad(
+                    &format!("gemm[{i}].time_s"),
+                    format!(
+                        "{} s is longer than any measured kernel (allowed: 0 < time_s ≤ {MAX_MEASURED_S} s)",
+                        shown(g.time_s)
+                    ),
                 ));
             }
         }
@@ -144,6 +172,26 @@ impl Profile {
                 return Err(bad(
                     &format!("layers[{i}]"),
                     "forward_s and backward_s must be positive".into(),
+                ));
+            }
+            for (what, v) in [("forward_s", l.forward_s), ("backward_s", l.backward_s)] {
+                if v.is_nan() || v > MAX_MEASURED_S {
+                    return Err(bad(
+                        &format!("layers[{i}].{what}"),
+                        format!(
+                            "{} s is longer than any measured layer (allowed: 0 < {what} ≤ {MAX_MEASURED_S} s)",
+                            shown(v)
+                        ),
+                    ));
+                }
+            }
+            if let Some(a) = l
+                .activation_bytes
+                .filter(|a| !(a.is_finite() && *a >= 0.0 && *a <= 1e15))
+            {
+                return Err(bad(
+                    &format!("layers[{i}].activation_bytes"),
+                    format!("must be between 0 and 1e15 bytes, got {}", shown(a)),
                 ));
             }
         }

@@ -31,6 +31,9 @@ const MIN_TIMING: Duration = Duration::from_millis(40);
 /// Bytes of the buffer copied to measure memory bandwidth: 64 MiB, well beyond the
 /// last-level caches of current CPUs (≤ 32 MiB per socket on desktop parts).
 const COPY_BYTES: usize = 64 << 20;
+/// Fastest multiply rate a CPU core may show in a profile: 10 TFLOP/s, beyond any core's
+/// matrix units (an AMX core peaks near 2 TFLOP/s in bf16).
+pub const MAX_CORE_FLOPS_PER_S: f64 = 1e13;
 /// Square GEMM sizes of the shape grid (every m, n, k combination).
 const GRID: [u64; 3] = [64, 256, 1024];
 /// Blocks stacked when timing one (see `time_block`).
@@ -100,7 +103,69 @@ impl CpuProfile {
         })?;
         let cpu: CpuInfo = serde_json::from_value(cpu.clone())
             .map_err(|e| RuntimeError::Config(format!("{source}: `cpu`: {e}")))?;
-        Ok(CpuProfile { profile, cpu })
+        let p = CpuProfile { profile, cpu };
+        p.check(source)?;
+        Ok(p)
+    }
+
+    /// The physical limits of a CPU profile: no core multiplies faster than
+    /// [`MAX_CORE_FLOPS_PER_S`], core counts and memory are those of a machine, and the
+    /// link's numbers are finite and positive (they size every estimate from this profile).
+    fn check(&self, source: &str) -> Result<()> {
+        let bad = |field: &str, problem: String| {
+            Err(RuntimeError::Config(format!(
+                "{source}: `{field}`: {problem}"
+            )))
+        };
+        let c = &self.cpu;
+        if !(1..=1 << 20).contains(&c.cores) {
+            return bad(
+                "cpu.cores",
+                format!("{} cores (allowed: 1 to 1048576)", c.cores),
+            );
+        }
+        if !(c.memory_bytes.is_finite() && c.memory_bytes > 0.0 && c.memory_bytes <= 1e15) {
+            return bad(
+                "cpu.memory_bytes",
+                format!("{:e} (allowed: 0 < bytes ≤ 1e15)", c.memory_bytes),
+            );
+        }
+        let l = &c.link;
+        if !(l.latency_s.is_finite() && l.latency_s > 0.0 && l.latency_s <= 1.0) {
+            return bad(
+                "cpu.link.latency_s",
+                format!("{:e} (allowed: 0 < s ≤ 1)", l.latency_s),
+            );
+        }
+        if !(l.bandwidth_bytes_per_s.is_finite()
+            && l.bandwidth_bytes_per_s > 0.0
+            && l.bandwidth_bytes_per_s <= 1e15)
+        {
+            return bad(
+                "cpu.link.bandwidth_bytes_per_s",
+                format!("{:e} (allowed: 0 < B/s ≤ 1e15)", l.bandwidth_bytes_per_s),
+            );
+        }
+        let peak = MAX_CORE_FLOPS_PER_S * c.cores as f64;
+        for (i, g) in self.profile.gemm.iter().enumerate() {
+            let flops = 2.0 * g.m as f64 * g.n as f64 * g.k as f64;
+            if g.time_s < flops / peak {
+                return bad(
+                    &format!("gemm[{i}].time_s"),
+                    format!(
+                        "{:e} s for {}×{}×{} beats {} cores at {:e} FLOP/s each (allowed: time_s ≥ {:e} s)",
+                        g.time_s,
+                        g.m,
+                        g.n,
+                        g.k,
+                        c.cores,
+                        MAX_CORE_FLOPS_PER_S,
+                        flops / peak
+                    ),
+                );
+            }
+        }
+        Ok(())
     }
 
     /// The profile as one of `workers` workers sees it: workers beyond the cores share

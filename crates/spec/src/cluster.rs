@@ -525,15 +525,68 @@ nvlink_latency_us, nics_per_node, nic_gbit_per_s, inter_node_latency_us, memory_
 [gpu] name, peak_bf16_tflops, peak_fp16_tflops, peak_fp8_tflops, peak_fp4_tflops, matmul_efficiency, \
 sustained_clock_ratio, memory_gib, memory_gb, memory_bandwidth_gb_per_s, sms";
 
+/// The largest value of each positive cluster TOML number, in the key's own unit: far
+/// beyond any machine (NVLink 5 is 1.8 TB/s per GPU, a 2025 NIC 800 Gb/s, B300 15 PFLOP/s
+/// of FP4, 288 GB of HBM at 8 TB/s), so that nothing sized by them overflows.
+fn max_of(field: &str) -> f64 {
+    match field {
+        // Microseconds: one second.
+        "nvlink_latency_us" | "inter_node_latency_us" => 1e6,
+        // GB/s, Gb/s.
+        "nvlink_bidirectional_gb_per_s" | "gpu.memory_bandwidth_gb_per_s" => 1e6,
+        "nic_gbit_per_s" => 1e7,
+        // TFLOP/s: 100 PFLOP/s per GPU.
+        f if f.starts_with("gpu.peak_") => 1e5,
+        // GiB / GB: 100 TB per GPU.
+        "gpu.memory_gib" | "gpu.memory_gb" => 1e5,
+        _ => f64::MAX,
+    }
+}
+
+/// `v` of `field`, which must be positive and at most [`max_of`] the field, checked in the
+/// key's unit before any conversion.
 fn positive_f(source: &str, field: &str, v: f64) -> Result<f64> {
-    if v.is_finite() && v > 0.0 {
+    let max = max_of(field);
+    if v.is_finite() && v > 0.0 && v <= max {
+        Ok(v)
+    } else {
+        let allowed = if max < f64::MAX {
+            format!("numbers > 0 and ≤ {max:e}")
+        } else {
+            "numbers > 0".into()
+        };
+        Err(SpecError::new(
+            source,
+            field,
+            format!(
+                "must be a positive number at most {max:e}, got {}",
+                shown(v)
+            ),
+            allowed,
+        ))
+    }
+}
+
+/// `v` as a person would write it: plain between 1e-4 and 1e15, else with an exponent
+/// (1e308, not 309 digits).
+pub fn shown(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() || (1e-4..1e15).contains(&v.abs()) {
+        format!("{v}")
+    } else {
+        format!("{v:e}")
+    }
+}
+
+/// `v` of `field` in [`lo`, 1]: a ratio with a physical floor.
+fn ratio_f(source: &str, field: &str, v: f64, lo: f64, why: &str) -> Result<f64> {
+    if (lo..=1.0).contains(&v) {
         Ok(v)
     } else {
         Err(SpecError::new(
             source,
             field,
-            format!("must be a positive number, got {v}"),
-            "numbers > 0",
+            format!("must be in [{lo}, 1] ({why}), got {}", shown(v)),
+            format!("{lo} ≤ x ≤ 1"),
         ))
     }
 }
@@ -604,13 +657,11 @@ pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
             let bf16 = g
                 .and_then(|g| g.peak_bf16_tflops)
                 .ok_or_else(|| missing("gpu.peak_bf16_tflops"))?;
-            let mem = g
-                .and_then(|g| {
-                    g.memory_gib
-                        .map(|v| v * GIB)
-                        .or(g.memory_gb.map(|v| v * GB))
-                })
-                .ok_or_else(|| missing("gpu.memory_gib"))?;
+            let mem = match g.map(|g| (g.memory_gib, g.memory_gb)) {
+                Some((Some(v), _)) => positive_f(source, "gpu.memory_gib", v)? * GIB,
+                Some((None, Some(v))) => positive_f(source, "gpu.memory_gb", v)? * GB,
+                _ => return Err(missing("gpu.memory_gib")),
+            };
             let bw = g
                 .and_then(|g| g.memory_bandwidth_gb_per_s)
                 .ok_or_else(|| missing("gpu.memory_bandwidth_gb_per_s"))?;
@@ -635,7 +686,7 @@ pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
                     // H100's measured MAMF fraction (see `h100`) unless given.
                     matmul_efficiency: 0.801,
                     sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
-                    memory_bytes: positive_f(source, "gpu.memory_gib", mem)?,
+                    memory_bytes: mem,
                     memory_bandwidth_bytes_per_s: positive_f(
                         source,
                         "gpu.memory_bandwidth_gb_per_s",
@@ -679,12 +730,17 @@ pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
         c.inter_node.latency_s = positive_f(source, "inter_node_latency_us", v)? * 1e-6;
     }
     if let Some(v) = doc.memory_reserve_gib {
-        if !(v.is_finite() && v >= 0.0) {
+        // Checked in GiB, before the conversion (1e308 GiB is inf bytes); against the GPU's
+        // memory once that is known, below.
+        if !(v.is_finite() && (0.0..=1e5).contains(&v)) {
             return Err(SpecError::new(
                 source,
                 "memory_reserve_gib",
-                format!("must be ≥ 0, got {v}"),
-                "numbers ≥ 0",
+                format!(
+                    "must be ≥ 0 and less than the GPU's memory, got {}",
+                    shown(v)
+                ),
+                "0 ≤ x < the GPU's memory in GiB",
             ));
         }
         c.memory_reserve_bytes = v * GIB;
@@ -706,26 +762,22 @@ pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
             c.gpu.peak_fp4_flops_per_s = Some(positive_f(source, "gpu.peak_fp4_tflops", v)? * TERA);
         }
         if let Some(v) = g.matmul_efficiency {
-            if !(v > 0.0 && v <= 1.0) {
-                return Err(SpecError::new(
-                    source,
-                    "gpu.matmul_efficiency",
-                    format!("must be in (0, 1], got {v}"),
-                    "0 < x ≤ 1",
-                ));
-            }
-            c.gpu.matmul_efficiency = v;
+            c.gpu.matmul_efficiency = ratio_f(
+                source,
+                "gpu.matmul_efficiency",
+                v,
+                0.01,
+                "a large GEMM reaches at least 1 % of the tensor peak",
+            )?;
         }
         if let Some(v) = g.sustained_clock_ratio {
-            if !(v > 0.0 && v <= 1.0) {
-                return Err(SpecError::new(
-                    source,
-                    "gpu.sustained_clock_ratio",
-                    format!("must be in (0, 1], got {v}"),
-                    "0 < x ≤ 1",
-                ));
-            }
-            c.gpu.sustained_clock_ratio = v;
+            c.gpu.sustained_clock_ratio = ratio_f(
+                source,
+                "gpu.sustained_clock_ratio",
+                v,
+                0.1,
+                "a power-capped GPU keeps at least a tenth of its boost clock",
+            )?;
         }
         if let Some(v) = g.memory_gib {
             c.gpu.memory_bytes = positive_f(source, "gpu.memory_gib", v)? * GIB;
@@ -739,7 +791,40 @@ pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
         }
         if let Some(v) = g.sms {
             c.gpu.sms = crate::error::positive(source, "gpu.sms", v)?;
+            if c.gpu.sms > 1 << 20 {
+                return Err(SpecError::new(
+                    source,
+                    "gpu.sms",
+                    format!("{v} streaming multiprocessors are more than any GPU has"),
+                    "1 to 1048576",
+                ));
+            }
         }
+    }
+    if c.memory_reserve_bytes >= c.gpu.memory_bytes {
+        let (field, allowed) = match doc.memory_reserve_gib {
+            Some(_) => (
+                "memory_reserve_gib",
+                format!("0 ≤ x < {}", c.gpu.memory_bytes / GIB),
+            ),
+            None => (
+                "gpu.memory_gib",
+                format!(
+                    "more than the {} GiB reserved",
+                    c.memory_reserve_bytes / GIB
+                ),
+            ),
+        };
+        return Err(SpecError::new(
+            source,
+            field,
+            format!(
+                "a reserve of {} GiB leaves nothing of the GPU's {} GiB",
+                c.memory_reserve_bytes / GIB,
+                c.gpu.memory_bytes / GIB
+            ),
+            allowed,
+        ));
     }
     Ok(c)
 }
