@@ -294,10 +294,14 @@ pub fn model_flops(m: &ModelSpec, t: &TrainSpec) -> f64 {
     } else {
         3.0
     };
-    // Each kind of block with its count.
+    // Each kind of block with its count (the model itself when its blocks are alike).
     let counts = m.kind_counts(0, m.layers);
-    let blocks: f64 = m
-        .block_kinds()
+    let kinds = if m.block_runs.is_empty() {
+        std::borrow::Cow::Borrowed(std::slice::from_ref(m))
+    } else {
+        std::borrow::Cow::Owned(m.block_kinds())
+    };
+    let blocks: f64 = kinds
         .iter()
         .zip(counts)
         .map(|(k, n)| {
@@ -430,9 +434,8 @@ pub fn policy_recompute(r: Recompute) -> Recompute {
     }
 }
 
-/// Rank `r`'s blocks as (cost, count) pairs, chunk by chunk: each chunk's first
-/// `chunk_recompute_blocks` under full recompute, the rest under the policy, each block
-/// costed by its kind.
+/// Rank `r`'s blocks as (cost, count) pairs: each chunk's first `chunk_recompute_blocks`
+/// under full recompute, the rest under the policy, each block costed by its kind.
 pub fn rank_block_layers(
     m: &ModelSpec,
     policy: &LayerCosts,
@@ -441,30 +444,37 @@ pub fn rank_block_layers(
     r: u64,
     p: u64,
 ) -> Vec<(LayerCost, f64)> {
+    // Counted per kind over the chunks first: one small list per rank (the search calls
+    // this for every stage of every candidate).
     let chunks = map.chunk_blocks.len() as u64 / p.max(1);
-    let mut out = Vec::new();
-    for chunk in 0..chunks {
-        out.extend(chunk_block_layers(m, policy, full, map, r, chunk, p));
+    let (mut recomputed, mut kept) = ([0u64; MAX_BLOCK_KINDS], [0u64; MAX_BLOCK_KINDS]);
+    if m.block_runs.is_empty() {
+        // One kind: where the blocks sit does not matter.
+        let n = map.rank_blocks(r, p);
+        recomputed[0] = map.recompute_blocks[r as usize].min(n);
+        kept[0] = n - recomputed[0];
     }
-    out
-}
-
-/// Chunk `chunk` of rank `r`'s blocks as (cost, count) pairs (see [`rank_block_layers`]).
-pub fn chunk_block_layers(
-    m: &ModelSpec,
-    policy: &LayerCosts,
-    full: &LayerCosts,
-    map: &StageMap,
-    r: u64,
-    chunk: u64,
-    p: u64,
-) -> Vec<(LayerCost, f64)> {
-    let j = plait_spec::virtual_stage(r, chunk, p) as usize;
-    let first = map.chunk_first_block(j);
-    let n = map.chunk_blocks[j];
-    let x = map.chunk_recompute_blocks(r, chunk, p).min(n);
-    let mut out = full.blocks(m, first, x);
-    out.extend(policy.blocks(m, first + x, n - x));
+    for chunk in (0..chunks).filter(|_| !m.block_runs.is_empty()) {
+        let j = plait_spec::virtual_stage(r, chunk, p) as usize;
+        let first = map.chunk_first_block(j);
+        let n = map.chunk_blocks[j];
+        let x = map.chunk_recompute_blocks(r, chunk, p).min(n);
+        for (k, c) in m.kind_counts(first, x).iter().enumerate() {
+            recomputed[k] += c;
+        }
+        for (k, c) in m.kind_counts(first + x, n - x).iter().enumerate() {
+            kept[k] += c;
+        }
+    }
+    let mut out = Vec::with_capacity(2 * policy.n_kinds + 2);
+    for k in 0..policy.n_kinds {
+        if recomputed[k] > 0 {
+            out.push((full.kinds[k], recomputed[k] as f64));
+        }
+        if kept[k] > 0 {
+            out.push((policy.kinds[k], kept[k] as f64));
+        }
+    }
     out
 }
 
@@ -581,7 +591,8 @@ fn assemble(
             .sum();
         layers.push((*embedding, if first { 1.0 } else { 0.0 }));
         layers.push((*head, if last { 1.0 } else { 0.0 }));
-        stage_layers.push(layers.clone());
+        stage_layers.push(layers);
+        let layers = &stage_layers[k];
         let mut fwd = 0.0;
         let mut bwd = 0.0;
         let mut wgrad = 0.0;
@@ -591,7 +602,7 @@ fn assemble(
         let mut expert_params = 0.0;
         let mut trainable = 0.0;
         let mut trainable_expert = 0.0;
-        for (lc, n) in &layers {
+        for (lc, n) in layers {
             let n = *n;
             if n == 0.0 {
                 continue;
