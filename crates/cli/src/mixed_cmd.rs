@@ -136,13 +136,10 @@ fn group_devices(args: &MixedArgs, mixed: &MixedCluster) -> Result<Vec<DeviceMod
         .map(|g| {
             let d = device_for(&g.cluster, w.dtype)
                 .map_err(|e| anyhow::anyhow!("{e} (group {})", g.name))?;
-            Ok(
-                if !w.no_profile && g.cluster.gpu.name.to_ascii_uppercase().contains("H200") {
-                    d.with_profile(&Profile::builtin_h200(), w.dtype)
-                } else {
-                    d
-                },
-            )
+            Ok(match Profile::builtin_for(&g.cluster.gpu) {
+                Some((p, _)) if !w.no_profile => d.with_profile(&p, w.dtype),
+                _ => d,
+            })
         })
         .collect()
 }

@@ -275,6 +275,16 @@ impl Profile {
         .expect("the built-in profile is valid (checked by a test)")
     }
 
+    /// The built-in profile measured on `gpu`'s model, if there is one: the H200 profile
+    /// for GPUs named H200 (the presets' `H200-SXM-141GB`, or a cluster TOML's GPU of
+    /// that name), with its name for reports.
+    pub fn builtin_for(gpu: &plait_spec::GpuSpec) -> Option<(Profile, &'static str)> {
+        gpu.name
+            .to_ascii_uppercase()
+            .contains("H200")
+            .then(|| (Self::builtin_h200(), "built-in H200"))
+    }
+
     /// The same profile without its whole-layer measurements (GEMMs and bandwidth only).
     pub fn without_layers(mut self) -> Profile {
         self.layers.clear();
