@@ -29,13 +29,13 @@ fn main() {
             );
             let s = start.elapsed().as_secs_f64();
             println!(
-                "{name}: {:<10} {:>8.3} s  feasible {} optimal {} value {:.6} s  bound {:.6} s  stages {}  classes {}  labels {}  expanded {}",
+                "{name}: {:<10} {:>8.3} s  feasible {} optimal {} value {} s  bound {} s  stages {}  classes {}  labels {}  expanded {}",
                 objective.keyword(),
                 s,
                 a.feasible,
                 a.optimal,
-                a.value_s.unwrap_or(f64::NAN),
-                a.lower_bound_s.unwrap_or(f64::NAN),
+                seconds(a.value_s),
+                seconds(a.lower_bound_s),
                 a.stages.len(),
                 a.search.device_classes,
                 a.search.labels,
@@ -43,4 +43,9 @@ fn main() {
             );
         }
     }
+}
+
+/// A time to six decimals, or "none" where the search has none.
+fn seconds(v: Option<f64>) -> String {
+    v.map_or_else(|| "none".to_string(), |v| format!("{v:.6}"))
 }
