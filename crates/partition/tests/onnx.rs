@@ -401,3 +401,198 @@ fn cnn_fixture_is_current() {
     }
     assert_eq!(std::fs::read(path).unwrap(), cnn());
 }
+
+/// Sizes that overflow or contents that do not match their shape are one clear error or
+/// a correct import, never a panic or a wrapped size (issue 15 item 6).
+#[test]
+fn sizes_are_multiplied_with_checks() {
+    let graph = |inputs: Vec<ValueInfoProto>, init: Vec<TensorProto>, nodes: Vec<NodeProto>| {
+        model(GraphProto {
+            node: nodes,
+            name: Some("g".into()),
+            initializer: init,
+            input: inputs,
+            output: vec![],
+            ..Default::default()
+        })
+    };
+    let big = 1i64 << 40;
+    let cases: Vec<(&str, Vec<u8>, Option<&str>)> = vec![
+        // A [3] and a [3, 1] constant broadcast to [3, 3]; their three values are not its
+        // nine, so Reshape → Slice must not index them (it panicked).
+        (
+            "broadcast values",
+            graph(
+                vec![],
+                vec![
+                    ints("a", &[1, 2, 3]),
+                    {
+                        let mut b = ints("b", &[4, 5, 6]);
+                        b.dims = vec![3, 1];
+                        b
+                    },
+                    ints("nine", &[9]),
+                    ints("s0", &[0]),
+                    ints("s9", &[9]),
+                    ints("ax", &[0]),
+                ],
+                vec![
+                    node("Add", "add", &["a", "b"], &["c"], vec![]),
+                    node("Reshape", "flat", &["c", "nine"], &["d"], vec![]),
+                    node("Slice", "slice", &["d", "s0", "s9", "ax"], &["e"], vec![]),
+                    node("Reshape", "again", &["d", "e"], &["f"], vec![]),
+                ],
+            ),
+            Some("input 1 (shape) is not a constant"),
+        ),
+        (
+            "broadcast then slice",
+            graph(
+                vec![],
+                vec![
+                    ints("a", &[1, 2, 3]),
+                    {
+                        let mut b = ints("b", &[4, 5, 6]);
+                        b.dims = vec![3, 1];
+                        b
+                    },
+                    ints("nine", &[9]),
+                    ints("s0", &[0]),
+                    ints("s9", &[9]),
+                    ints("ax", &[0]),
+                ],
+                vec![
+                    node("Add", "add", &["a", "b"], &["c"], vec![]),
+                    node("Reshape", "flat", &["c", "nine"], &["d"], vec![]),
+                    node("Slice", "slice", &["d", "s0", "s9", "ax"], &["e"], vec![]),
+                ],
+            ),
+            None,
+        ),
+        // [2^62, 4] wrapped to 0 elements and 0 bytes.
+        (
+            "huge input",
+            graph(
+                vec![value("x", &[1 << 62, 4])],
+                vec![],
+                vec![node("Relu", "relu", &["x"], &["y"], vec![])],
+            ),
+            Some("a tensor of shape [4611686018427387904, 4] has more than 2^50 elements"),
+        ),
+        (
+            "gemm output",
+            graph(
+                vec![value("a", &[big, 8]), value("b", &[8, big])],
+                vec![],
+                vec![node("MatMul", "mm", &["a", "b"], &["y"], vec![])],
+            ),
+            Some("the output (1099511627776 × 1099511627776) overflows"),
+        ),
+        (
+            "reshape target",
+            graph(
+                vec![value("x", &[4])],
+                vec![ints("shape", &[big, big, -1])],
+                vec![node("Reshape", "r", &["x", "shape"], &["y"], vec![])],
+            ),
+            Some("a tensor of shape [1099511627776, 1099511627776, 1] has more than 2^50"),
+        ),
+        (
+            "slice step i64::MIN",
+            graph(
+                vec![value("x", &[8])],
+                vec![
+                    ints("s", &[7]),
+                    ints("e", &[0]),
+                    ints("ax", &[0]),
+                    ints("st", &[i64::MIN]),
+                ],
+                vec![node(
+                    "Slice",
+                    "s",
+                    &["x", "s", "e", "ax", "st"],
+                    &["y"],
+                    vec![],
+                )],
+            ),
+            None,
+        ),
+        (
+            "split sizes",
+            graph(
+                vec![value("x", &[8])],
+                vec![],
+                vec![node(
+                    "Split",
+                    "sp",
+                    &["x"],
+                    &["y", "z"],
+                    vec![ints_attr("split", &[i64::MAX, i64::MAX])],
+                )],
+            ),
+            Some("split"),
+        ),
+        (
+            "conv dilation",
+            graph(
+                vec![value("x", &[1, 3, 8, 8])],
+                vec![weight("w", &[4, 3, 3, 3])],
+                vec![node(
+                    "Conv",
+                    "c",
+                    &["x", "w"],
+                    &["y"],
+                    vec![ints_attr("dilations", &[i64::MAX, 1])],
+                )],
+            ),
+            Some("kernel 3 (dilation 9223372036854775807) is larger than the padded input 8"),
+        ),
+        (
+            "conv pads",
+            graph(
+                vec![value("x", &[1, 3, 8, 8])],
+                vec![weight("w", &[4, 3, 3, 3])],
+                vec![node(
+                    "Conv",
+                    "c",
+                    &["x", "w"],
+                    &["y"],
+                    vec![ints_attr("pads", &[i64::MAX, 0, i64::MAX, 0])],
+                )],
+            ),
+            Some("pads overflow"),
+        ),
+        (
+            "conv group",
+            graph(
+                vec![value("x", &[1, 4, 8, 8])],
+                vec![weight("w", &[4, 2, 3, 3])],
+                vec![node(
+                    "Conv",
+                    "c",
+                    &["x", "w"],
+                    &["y"],
+                    vec![int_attr("group", i64::MAX)],
+                )],
+            ),
+            Some("4 input and 4 output channels do not match"),
+        ),
+    ];
+    for (what, bytes, expected) in cases {
+        let r = std::panic::catch_unwind(|| load(&bytes, "m.onnx"));
+        let r = r.unwrap_or_else(|_| panic!("{what}: panicked"));
+        match (r, expected) {
+            (Ok(g), None) => {
+                for n in &g.nodes {
+                    assert!(n.output_bytes.is_finite(), "{what}: {n:?}");
+                }
+            }
+            (Err(e), Some(x)) => {
+                let e = e.to_string();
+                assert!(e.contains(x), "{what}: {e}");
+                assert_eq!(e.lines().count(), 1, "{what}: {e}");
+            }
+            (r, x) => panic!("{what}: {:?} but expected {x:?}", r.map(|g| g.nodes.len())),
+        }
+    }
+}

@@ -100,7 +100,7 @@ pub(crate) fn tensor_of(t: &proto::TensorProto) -> std::result::Result<Tensor, S
         return Err(format!("negative dimension in {:?}", t.dims));
     }
     let mut out = Tensor::new(t.dims.iter().map(|&d| d as u64).collect(), bytes);
-    let n = out.numel();
+    let n = ops::checked_numel(&out.dims)?;
     if n <= MAX_CONST_VALUES {
         let dtype = DataType::try_from(dt).ok();
         let vals: Option<Vec<i64>> = match dtype {
@@ -207,6 +207,15 @@ pub fn import(bytes: &[u8], source: &str, costs: &Costs) -> Result<Graph> {
                 format!("graph.input `{name}`"),
                 "has no tensor type with a shape",
                 "tensor inputs with element type and shape",
+            )
+        })?;
+        // A [2^62, 4] input wrapped to 0 elements and "fit" anywhere.
+        ops::checked_numel(&t.dims).map_err(|p| {
+            PartitionError::new(
+                source,
+                format!("graph.input `{name}`"),
+                p,
+                "tensors of at most 2^50 elements",
             )
         })?;
         tensors.insert(name, t);

@@ -33,8 +33,13 @@ impl Tensor {
             value: None,
         }
     }
+    /// Elements, saturating at u64::MAX (every tensor the importer keeps has at most
+    /// [`MAX_ELEMENTS`], checked by [`checked_numel`]).
     pub fn numel(&self) -> u64 {
-        self.dims.iter().product()
+        self.dims
+            .iter()
+            .try_fold(1u64, |a, &d| a.checked_mul(d))
+            .unwrap_or(u64::MAX)
     }
     pub fn bytes(&self) -> f64 {
         self.numel() as f64 * self.elem_bytes
@@ -119,6 +124,34 @@ pub(crate) const SUPPORTED: &[&str] = &[
 ];
 
 type R<T> = std::result::Result<T, String>;
+
+/// Most elements one tensor may have: 2^50 (4 PiB of fp32), beyond any device's memory,
+/// so that byte counts and the products of two dimensions stay exact.
+pub(crate) const MAX_ELEMENTS: u64 = 1 << 50;
+
+/// The elements of `dims`, or why they are too many (multiplied with overflow checks).
+pub(crate) fn checked_numel(dims: &[u64]) -> R<u64> {
+    dims.iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(d))
+        .filter(|&n| n <= MAX_ELEMENTS)
+        .ok_or_else(|| {
+            format!(
+                "a tensor of shape {dims:?} has more than 2^50 elements (allowed: at most 2^50)"
+            )
+        })
+}
+
+/// `a × b`, or an error naming `what` when it overflows.
+fn mul(a: u64, b: u64, what: &str) -> R<u64> {
+    a.checked_mul(b)
+        .ok_or_else(|| format!("{what} ({a} × {b}) overflows"))
+}
+
+/// `a + b`, or an error naming `what` when it overflows.
+fn add(a: u64, b: u64, what: &str) -> R<u64> {
+    a.checked_add(b)
+        .ok_or_else(|| format!("{what} ({a} + {b}) overflows"))
+}
 
 fn attr<'a>(node: &'a NodeProto, name: &str) -> Option<&'a AttributeProto> {
     node.attribute
@@ -213,14 +246,21 @@ fn elementwise(inputs: &[Option<Tensor>], flops_per_element: f64) -> R<Inferred>
 
 /// Output size of a windowed op along one spatial axis.
 fn window_out(size: u64, kernel: u64, stride: u64, dilation: u64, pads: u64, ceil: bool) -> R<u64> {
-    let span = dilation * (kernel - 1) + 1;
-    if size + pads < span {
+    if kernel == 0 {
+        return Err("a kernel of size 0".into());
+    }
+    let span = add(
+        mul(dilation, kernel - 1, "the dilated kernel")?,
+        1,
+        "the dilated kernel",
+    )?;
+    let padded = add(size, pads, "the padded input")?;
+    if padded < span {
         return Err(format!(
-            "kernel {kernel} (dilation {dilation}) is larger than the padded input {}",
-            size + pads
+            "kernel {kernel} (dilation {dilation}) is larger than the padded input {padded}"
         ));
     }
-    let steps = size + pads - span;
+    let steps = padded - span;
     Ok(if ceil {
         steps.div_ceil(stride)
     } else {
@@ -261,7 +301,7 @@ fn spatial(node: &NodeProto, x: &[u64], kernel: &[u64]) -> R<Vec<u64>> {
                     kernel[i],
                     s,
                     dilations[i] as u64,
-                    (pads[i] + pads[i + n]) as u64,
+                    pads[i].checked_add(pads[i + n]).ok_or("pads overflow")? as u64,
                     ceil,
                 ),
                 other => Err(format!(
@@ -284,7 +324,7 @@ fn conv(node: &NodeProto, inputs: &[Option<Tensor>]) -> R<Inferred> {
     let group = attr_int(node, "group", 1).max(1) as u64;
     let (batch, cin, cout) = (x.dims[0], x.dims[1], w.dims[0]);
     let kernel = &w.dims[2..];
-    if cin % group != 0 || cout % group != 0 || w.dims[1] * group != cin {
+    if cin % group != 0 || cout % group != 0 || w.dims[1].checked_mul(group) != Some(cin) {
         return Err(format!(
             "{cin} input and {cout} output channels do not match W {:?} with group {group}",
             w.dims
@@ -294,9 +334,9 @@ fn conv(node: &NodeProto, inputs: &[Option<Tensor>]) -> R<Inferred> {
     let mut dims = vec![batch, cout];
     dims.extend(&out_sp);
     let out = Tensor::new(dims, x.elem_bytes);
-    let pixels = batch * out_sp.iter().product::<u64>();
-    let k = (cin / group) * kernel.iter().product::<u64>();
-    let mut flops = 2.0 * (pixels * cout) as f64 * k as f64;
+    let pixels = mul(batch, checked_numel(&out_sp)?, "output pixels")?;
+    let k = mul(cin / group, checked_numel(kernel)?, "the reduction")?;
+    let mut flops = 2.0 * mul(pixels, cout, "the output")? as f64 * k as f64;
     if opt_input(inputs, 2).is_some() {
         flops += out.numel() as f64;
     }
@@ -339,10 +379,11 @@ fn gemm(node: &NodeProto, inputs: &[Option<Tensor>]) -> R<Inferred> {
         ));
     }
     let out = Tensor::new(vec![m, n], a.elem_bytes);
-    let mut flops = 2.0 * (m * n) as f64 * ka as f64;
+    let mn = mul(m, n, "the output")?;
+    let mut flops = 2.0 * mn as f64 * ka as f64;
     if let Some(c) = opt_input(inputs, 2) {
         broadcast(&[&c.dims, &out.dims])?;
-        flops += (m * n) as f64;
+        flops += mn as f64;
     }
     Ok(Inferred {
         outputs: vec![out],
@@ -381,7 +422,7 @@ fn matmul(inputs: &[Option<Tensor>]) -> R<Inferred> {
         ));
     }
     let batch_dims = broadcast(&[&a2[..a2.len() - 2], &b2[..b2.len() - 2]])?;
-    let batch: u64 = batch_dims.iter().product();
+    let batch = checked_numel(&batch_dims)?;
     let mut dims = batch_dims;
     if a.dims.len() > 1 {
         dims.push(m);
@@ -390,11 +431,12 @@ fn matmul(inputs: &[Option<Tensor>]) -> R<Inferred> {
         dims.push(n);
     }
     let out = Tensor::new(dims, a.elem_bytes);
-    let flops = 2.0 * (batch * m * n) as f64 * k as f64;
+    let bm = mul(batch, m, "the batched rows")?;
+    let flops = 2.0 * mul(bm, n, "the output")? as f64 * k as f64;
     // A weight matrix shared by every batch row runs as one tall GEMM (a linear layer).
     let kernel = if b2.len() == 2 {
         Kernel::Gemm {
-            m: batch * m,
+            m: bm,
             n,
             k,
             count: 1,
@@ -431,7 +473,7 @@ fn pool(node: &NodeProto, inputs: &[Option<Tensor>]) -> R<Inferred> {
     let mut dims = x.dims[..2].to_vec();
     dims.extend(&out_sp);
     let out = Tensor::new(dims, x.elem_bytes);
-    let flops = out.numel() as f64 * kernel.iter().product::<u64>() as f64;
+    let flops = checked_numel(&out.dims)? as f64 * checked_numel(&kernel)? as f64;
     let outputs = vec![out];
     Ok(Inferred {
         kernel: memory_kernel(inputs, &outputs),
@@ -458,7 +500,21 @@ fn view(outputs: Vec<Tensor>) -> Inferred {
 }
 
 /// Shapes, FLOPs and kernel of one node; `Err` holds the problem (the caller names the node).
+/// Every output has at most [`MAX_ELEMENTS`] elements, and known contents only when they
+/// hold exactly its elements (a [3] and a [3, 1] broadcast to [3, 3] but their three
+/// values do not).
 pub(crate) fn infer(op: &str, node: &NodeProto, inputs: &[Option<Tensor>]) -> R<Inferred> {
+    let mut r = infer_shapes(op, node, inputs)?;
+    for t in &mut r.outputs {
+        let n = checked_numel(&t.dims)?;
+        if t.value.as_ref().is_some_and(|v| v.len() as u64 != n) {
+            t.value = None;
+        }
+    }
+    Ok(r)
+}
+
+fn infer_shapes(op: &str, node: &NodeProto, inputs: &[Option<Tensor>]) -> R<Inferred> {
     match op {
         "Conv" => conv(node, inputs),
         "Gemm" => gemm(node, inputs),
@@ -601,7 +657,7 @@ pub(crate) fn infer(op: &str, node: &NodeProto, inputs: &[Option<Tensor>]) -> R<
                     _ => return Err(format!("shape {shape:?} is not valid")),
                 }
             }
-            let known: u64 = dims.iter().product();
+            let known = checked_numel(&dims)?;
             if let Some(i) = infer_at {
                 if known == 0 || x.numel() % known != 0 {
                     return Err(format!("cannot reshape {:?} to {shape:?}", x.dims));
@@ -713,7 +769,7 @@ pub(crate) fn infer(op: &str, node: &NodeProto, inputs: &[Option<Tensor>]) -> R<
                         first.dims, t.dims
                     ));
                 }
-                dims[a] += t.dims[a];
+                dims[a] = add(dims[a], t.dims[a], "the concatenated axis")?;
                 values = match (values, &t.value) {
                     (Some(mut v), Some(w)) => {
                         v.extend(w);
@@ -744,11 +800,12 @@ pub(crate) fn infer(op: &str, node: &NodeProto, inputs: &[Option<Tensor>]) -> R<
                 None => {
                     let each = x.dims[a].div_ceil(parts);
                     (0..parts)
-                        .map(|i| each.min(x.dims[a].saturating_sub(i * each)))
+                        .map(|i| each.min(x.dims[a].saturating_sub(i.saturating_mul(each))))
                         .collect()
                 }
             };
-            if sizes.iter().sum::<u64>() != x.dims[a] || sizes.len() != node.output.len() {
+            let total = sizes.iter().try_fold(0u64, |a, &b| a.checked_add(b));
+            if total != Some(x.dims[a]) || sizes.len() != node.output.len() {
                 return Err(format!(
                     "split {sizes:?} does not divide {} along axis {a}",
                     x.dims[a]
@@ -791,13 +848,16 @@ pub(crate) fn infer(op: &str, node: &NodeProto, inputs: &[Option<Tensor>]) -> R<
             let mut value = x.value.clone();
             for i in 0..starts.len() {
                 let a = axis(axes[i], r)?;
-                let size = x.dims[a] as i64;
-                let step = steps[i];
+                // In i128: starts, ends and steps are any i64 (i64::MIN negated overflows).
+                let size = x.dims[a] as i128;
+                let step = steps[i] as i128;
                 if step == 0 {
                     return Err("a step of 0".into());
                 }
-                let clamp =
-                    |v: i64, lo: i64, hi: i64| (if v < 0 { v + size } else { v }).clamp(lo, hi);
+                let clamp = |v: i64, lo: i128, hi: i128| {
+                    let v = v as i128;
+                    (if v < 0 { v + size } else { v }).clamp(lo, hi)
+                };
                 let count = if step > 0 {
                     let (s, e) = (clamp(starts[i], 0, size), clamp(ends[i], 0, size));
                     if e > s {
@@ -815,10 +875,8 @@ pub(crate) fn infer(op: &str, node: &NodeProto, inputs: &[Option<Tensor>]) -> R<
                 };
                 dims[a] = count as u64;
                 if r == 1 && step == 1 {
-                    value = value.map(|v| {
-                        let s = clamp(starts[i], 0, size) as usize;
-                        v[s..s + count as usize].to_vec()
-                    });
+                    let s = clamp(starts[i], 0, size) as usize;
+                    value = value.and_then(|v| v.get(s..s + count as usize).map(<[i64]>::to_vec));
                 } else {
                     value = None;
                 }
