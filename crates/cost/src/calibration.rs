@@ -369,6 +369,7 @@ pub fn llmfoundry_fsdp(text: &str) -> Result<Table, SpecError> {
             attention_window: None,
             block_runs: Vec::new(),
             mla: None,
+            mtp_layers: 0,
         };
         let sharding = row.str("sharding")?;
         let zero = match sharding {
@@ -539,6 +540,7 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
             attention_window: None,
             block_runs: Vec::new(),
             mla: None,
+            mtp_layers: 0,
             moe: (experts > 0).then(|| MoeSpec {
                 experts,
                 top_k: row.int("top_k").unwrap_or(2),

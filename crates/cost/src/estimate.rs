@@ -11,7 +11,9 @@ use plait_spec::{
 use crate::comm::{Group, Groups};
 use crate::device::{DeviceModel, KERNEL_DISPATCH_S};
 use crate::engine::{contention_per_overlap_s, nccl_channels, EngineProfile};
-use crate::layer::{block_cost, embedding_cost, head_cost, padded_vocab, LayerCost, Workload};
+use crate::layer::{
+    block_cost, embedding_cost, head_cost, mtp_projection_cost, padded_vocab, LayerCost, Workload,
+};
 use crate::pipeline::{inflight_microbatches, pipeline_time, StageTime};
 use plait_spec::GIB;
 
@@ -191,6 +193,9 @@ pub struct LayerCosts {
     /// Cost of each kind of block, in the order of [`ModelSpec::block_kinds`].
     pub kinds: [LayerCost; MAX_BLOCK_KINDS],
     pub n_kinds: usize,
+    /// One multi-token-prediction module (a block of the last block's kind, its
+    /// projection and a pass through the head), on the last stage; zero without MTP.
+    pub mtp: LayerCost,
 }
 
 impl LayerCosts {
@@ -222,12 +227,30 @@ pub fn layer_costs(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> 
     }
     let counts = m.kind_counts(0, m.layers);
     let parts: Vec<(LayerCost, f64)> = (0..n_kinds).map(|k| (kinds[k], counts[k] as f64)).collect();
+    let head = head_cost(m, d, g, w);
+    let mtp = if m.mtp_layers > 0 {
+        let last = m
+            .kind_counts(m.layers.saturating_sub(1), 1)
+            .iter()
+            .position(|&n| n > 0)
+            .unwrap_or(0);
+        // The head's parameters are the main model's (shared), counted once.
+        let pass = LayerCost {
+            params: 0.0,
+            trainable_params: 0.0,
+            ..head
+        };
+        kinds[last].plus(&mtp_projection_cost(m, d, w)).plus(&pass)
+    } else {
+        LayerCost::default()
+    };
     LayerCosts {
         embedding: embedding_cost(m, d, g, w),
         block: LayerCost::weighted_mean(&parts),
-        head: head_cost(m, d, g, w),
+        head,
         kinds,
         n_kinds,
+        mtp,
     }
 }
 
@@ -301,10 +324,9 @@ pub fn model_flops(m: &ModelSpec, t: &TrainSpec) -> f64 {
     } else {
         std::borrow::Cow::Owned(m.block_kinds())
     };
-    let blocks: f64 = kinds
+    let blocks_flops_per_kind: Vec<f64> = kinds
         .iter()
-        .zip(counts)
-        .map(|(k, n)| {
+        .map(|k| {
             // Every projection weight of the attention (MLA's latents included; its few
             // biases and latent norms are noise).
             let attn_weights = k.attention_params() as f64;
@@ -330,11 +352,29 @@ pub fn model_flops(m: &ModelSpec, t: &TrainSpec) -> f64 {
             // does), over the packed sample or the sliding window where shorter.
             let span = k.attention_span(t.attention_span());
             let attention = 4.0 * tokens * span as f64 * score_width;
-            n as f64 * (weight_passes * linears + 3.0 * attention)
+            weight_passes * linears + 3.0 * attention
         })
+        .collect();
+    let blocks: f64 = blocks_flops_per_kind
+        .iter()
+        .zip(counts)
+        .map(|(f, n)| f * n as f64)
         .sum();
     let head = 2.0 * tokens * h * m.vocab as f64;
-    blocks + weight_passes * head
+    // Each multi-token-prediction module: a block of the last kind (counted above per
+    // block), its 2h → h projection and one more pass through the head.
+    let mtp = if m.mtp_layers > 0 {
+        let last_kind = m
+            .kind_counts(m.layers.saturating_sub(1), 1)
+            .iter()
+            .position(|&n| n > 0)
+            .unwrap_or(0);
+        let per_block = blocks_flops_per_kind.get(last_kind).copied().unwrap_or(0.0);
+        m.mtp_layers as f64 * (per_block + weight_passes * (2.0 * tokens * 2.0 * h * h + head))
+    } else {
+        0.0
+    };
+    blocks + weight_passes * head + mtp
 }
 
 /// Estimates one configuration under Megatron-LM's even block layout. Errors only for
@@ -591,6 +631,9 @@ fn assemble(
             .sum();
         layers.push((*embedding, if first { 1.0 } else { 0.0 }));
         layers.push((*head, if last { 1.0 } else { 0.0 }));
+        if last && m.mtp_layers > 0 {
+            layers.push((policy.mtp, m.mtp_layers as f64));
+        }
         stage_layers.push(layers);
         let layers = &stage_layers[k];
         let mut fwd = 0.0;
@@ -959,6 +1002,9 @@ pub fn first_stage_layers(
     }
     if c.pp == 1 {
         out.push(report("head".into(), &costs.head));
+        for i in 0..m.mtp_layers.min(64) {
+            out.push(report(format!("mtp.{i}"), &costs.mtp));
+        }
     }
     out
 }

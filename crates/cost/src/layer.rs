@@ -80,6 +80,23 @@ pub struct LayerCost {
 }
 
 impl LayerCost {
+    /// Two layers run one after the other as one: times, activations, parameters and
+    /// weight-gradient work add up; the transient peak is the larger one.
+    pub fn plus(&self, o: &LayerCost) -> LayerCost {
+        let mut out = *self;
+        out.forward.add(&o.forward, 1.0);
+        out.backward.add(&o.backward, 1.0);
+        out.recompute.add(&o.recompute, 1.0);
+        out.activation_bytes += o.activation_bytes;
+        out.transient_bytes = out.transient_bytes.max(o.transient_bytes);
+        out.weight_grad_s += o.weight_grad_s;
+        out.params += o.params;
+        out.expert_params += o.expert_params;
+        out.trainable_params += o.trainable_params;
+        out.trainable_expert_params += o.trainable_expert_params;
+        out
+    }
+
     /// The blocks' mean: each field averaged with the given weights (block counts).
     pub fn weighted_mean(parts: &[(LayerCost, f64)]) -> LayerCost {
         let total: f64 = parts.iter().map(|(_, n)| n).sum();
@@ -762,6 +779,51 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
         expert_params,
         trainable_params,
         trainable_expert_params,
+    }
+}
+
+/// The part of a multi-token-prediction module besides its block and the shared head
+/// (Megatron-Core `multi_token_prediction.py`): RMSNorms of the next token's embedding and
+/// of the hidden state, their concatenation, and the 2h → h projection `eh_proj`
+/// (column-parallel over tp).
+pub fn mtp_projection_cost(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> LayerCost {
+    let h = m.hidden as f64;
+    let tokens = w.tokens();
+    let e = w.e;
+    let mut fwd = Kernels::default();
+    let mut bwd = Kernels::default();
+    // Two norms (read, write) and the concatenation (read two halves, write the whole).
+    fwd.stream(d, 2.0 * 2.0 * tokens * h * e + 2.0 * 2.0 * tokens * h * e);
+    bwd.stream(d, 2.0 * 3.0 * tokens * h * e + 2.0 * 2.0 * tokens * h * e);
+    let proj = Gemm {
+        name: "eh_proj",
+        m: tokens as u64,
+        n: m.hidden / w.tp,
+        k: 2 * m.hidden,
+        count: 1,
+    };
+    fwd.gemm(d, &proj);
+    let (dg, wg) = backward_gemms(&proj);
+    bwd.gemm(d, &dg);
+    let wg_s = if w.lora.is_some() {
+        0.0
+    } else {
+        d.gemm_s(wg.m, wg.n, wg.k, wg.count)
+    };
+    bwd.fixed(wg_s, 1.0);
+    let params = 2.0 * h * h / w.tp as f64 + 2.0 * h;
+    LayerCost {
+        forward: Phase::compute_and_tp(fwd.time_s() * w.kernel_scale(), 0.0),
+        backward: Phase::compute_and_tp(bwd.time_s() * w.kernel_scale(), 0.0),
+        recompute: Phase::default(),
+        // The concatenated input of the projection.
+        activation_bytes: 2.0 * tokens * h * e,
+        transient_bytes: 0.0,
+        weight_grad_s: wg_s,
+        params,
+        expert_params: 0.0,
+        trainable_params: if w.lora.is_some() { 0.0 } else { params },
+        trainable_expert_params: 0.0,
     }
 }
 

@@ -180,3 +180,37 @@ fn latent_attention_and_shared_experts_are_costed() {
     // With tp 2 the shared experts' own MLP adds tensor-parallel traffic.
     assert!(two.breakdown.tp_comm_s > 0.0);
 }
+
+#[test]
+fn multi_token_prediction_runs_on_the_last_stage() {
+    let cfg = r#"{"model_type": "deepseek_v3", "hidden_size": 2048, "num_hidden_layers": 8,
+        "num_attention_heads": 16, "q_lora_rank": 512, "kv_lora_rank": 256,
+        "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 64,
+        "intermediate_size": 8192, "moe_intermediate_size": 1024, "n_routed_experts": 16,
+        "n_shared_experts": 1, "num_experts_per_tok": 2, "first_k_dense_replace": 1,
+        "vocab_size": 65536, "num_nextn_predict_layers": 1}"#;
+    let with_mtp = plait_spec::model_from_hf_config(cfg, "v3.json").unwrap();
+    assert_eq!(with_mtp.mtp_layers, 1);
+    let without = plait_spec::ModelSpec {
+        mtp_layers: 0,
+        ..with_mtp.clone()
+    };
+    // The published size counts the main model only.
+    assert_eq!(with_mtp.parameter_count(), without.parameter_count());
+    let cluster = cluster_preset("dgx-h100").unwrap();
+    let d = device_for(&cluster, plait_spec::Dtype::Bf16).unwrap();
+    let t = TrainSpec::new(64, 4096);
+    let c = ParallelConfig {
+        dp: 4,
+        pp: 2,
+        ep: 4,
+        ..ParallelConfig::default()
+    };
+    let a = estimate(&without, &cluster, &t, &c, &d).unwrap();
+    let b = estimate(&with_mtp, &cluster, &t, &c, &d).unwrap();
+    // The first stage is untouched; the last gains a block, the projection and a head pass.
+    assert_eq!(a.stages[0].forward_s, b.stages[0].forward_s);
+    assert!(b.stages[1].forward_s > a.stages[1].forward_s * 1.1);
+    assert!(b.stages[1].memory.weights_bytes > a.stages[1].memory.weights_bytes);
+    assert!(b.model_flops_per_iteration > a.model_flops_per_iteration);
+}

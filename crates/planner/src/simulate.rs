@@ -180,6 +180,8 @@ fn chunk_layers(
     out.extend(policy.blocks(m, first + x, n - x));
     out.push((policy.embedding, at(j == 0)));
     out.push((policy.head, at(j + 1 == stages)));
+    // Multi-token-prediction modules run after the head, on the last stage.
+    out.push((policy.mtp, at(j + 1 == stages) * m.mtp_layers as f64));
     out
 }
 

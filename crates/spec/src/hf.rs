@@ -100,6 +100,7 @@ const READ_KEYS: &[&str] = &[
     "n_shared_experts",
     "first_k_dense_replace",
     "moe_layer_freq",
+    "num_nextn_predict_layers",
     "ffn_hidden_size",
     "activation",
     "hidden_act",
@@ -429,6 +430,7 @@ impl Config<'_> {
             attention_window: None,
             block_runs: Vec::new(),
             mla: None,
+            mtp_layers: 0,
             ..presets::gpt("", hidden, layers, heads, vocab, 0)
         };
         self.check_size(
@@ -493,6 +495,7 @@ impl Config<'_> {
             attention_window: None,
             block_runs: Vec::new(),
             mla: None,
+            mtp_layers: 0,
             ..presets::gpt("", hidden, layers, heads, vocab, positions)
         };
         self.check_size(
@@ -536,6 +539,7 @@ impl Config<'_> {
             attention_window: None,
             block_runs: Vec::new(),
             mla: None,
+            mtp_layers: 0,
             ..presets::gpt("", hidden, layers, heads, vocab, 0)
         };
         self.check_size(
@@ -819,8 +823,9 @@ impl Config<'_> {
     /// `first_k_dense_replace` dense layers of `intermediate_size`, then (every
     /// `moe_layer_freq`-th layer) MoE layers of `n_routed_experts` routed and
     /// `n_shared_experts` shared experts of `moe_intermediate_size` (transformers'
-    /// `DeepseekV3DecoderLayer`). The multi-token-prediction module
-    /// (`num_nextn_predict_layers`) is not part of transformers' model and is not costed.
+    /// `DeepseekV3DecoderLayer`). `num_nextn_predict_layers` multi-token-prediction
+    /// modules train beside it (NeMo's DeepSeek-V3 recipe keeps `mtp_num_layers = 1`), though
+    /// transformers' model has none.
     fn deepseek(&self) -> Result<ModelSpec> {
         let hidden = self.int("hidden_size", MAX_DIM)?;
         let layers = self.int("num_hidden_layers", MAX_LAYERS)?;
@@ -881,6 +886,11 @@ impl Config<'_> {
             rope_theta: self.rope_theta("rope_theta", DEFAULT_ROPE_THETA)?,
             norm_eps: self.float("rms_norm_eps", 1e-6)?,
             mla: Some(mla),
+            mtp_layers: match self.get("num_nextn_predict_layers") {
+                None => 0,
+                Some(Value::Number(n)) if n.as_u64() == Some(0) => 0,
+                Some(v) => self.check_int("num_nextn_predict_layers", v, MAX_LAYERS)?,
+            },
             block_runs: runs,
             ..presets::llama(
                 "",
@@ -932,6 +942,7 @@ impl Config<'_> {
             attention_window: None,
             block_runs: Vec::new(),
             mla: None,
+            mtp_layers: 0,
             ..presets::bert("", hidden, layers, heads, vocab, positions)
         };
         self.check_size(

@@ -151,6 +151,13 @@ pub struct ModelSpec {
     /// Multi-head latent attention in place of q/k/v/o over `heads × head_dim`.
     #[serde(default)]
     pub mla: Option<MlaSpec>,
+    /// Multi-token-prediction modules trained beside the model (DeepSeek-V3's
+    /// `num_nextn_predict_layers`, Megatron's `mtp_num_layers`): each one more block of the
+    /// last block's kind, a projection of [embedding; hidden] (2h → h) and a pass through
+    /// the shared output head. Not in [`ModelSpec::parameter_count`] (published sizes count
+    /// the main model), but in memory and time.
+    #[serde(default)]
+    pub mtp_layers: u64,
 }
 
 /// RoPE base of RoFormer (Su et al. 2021) and the default of transformers and Megatron-LM.

@@ -42,6 +42,7 @@ pub(crate) fn gpt(
         attention_window: None,
         block_runs: Vec::new(),
         mla: None,
+        mtp_layers: 0,
     }
 }
 
@@ -86,6 +87,7 @@ pub(crate) fn llama(
         attention_window: None,
         block_runs: Vec::new(),
         mla: None,
+        mtp_layers: 0,
     }
 }
 
@@ -107,6 +109,7 @@ pub(crate) fn bert(
         attention_window: None,
         block_runs: Vec::new(),
         mla: None,
+        mtp_layers: 0,
         ..gpt(name, hidden, layers, heads, vocab, seq)
     }
 }
