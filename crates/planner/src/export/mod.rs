@@ -195,6 +195,16 @@ pub fn export(
             model.name, engine
         ));
     }
+    if model.mla.is_some()
+        || model.mtp_layers > 0
+        || model.moe.is_some_and(|m| m.shared_experts > 0)
+    {
+        reasons.push(format!(
+            "{} uses multi-head latent attention, shared experts or multi-token prediction, \
+             which the {} export does not write yet",
+            model.name, engine
+        ));
+    }
     reasons.extend(match engine {
         Engine::Megatron => megatron::model_reasons(plan, model, train),
         Engine::DeepSpeed => deepspeed::model_reasons(plan, model, train),
