@@ -154,6 +154,18 @@ pub fn check_model(spec: &ModelSpec, tp: usize, seq: usize) -> Result<()> {
             spec.name
         ));
     }
+    if spec.mla.is_some()
+        || spec.attention_window.is_some()
+        || !spec.block_runs.is_empty()
+        || spec.mtp_layers > 0
+    {
+        return bad(format!(
+            "{}: latent or sliding-window attention, blocks of different kinds and \
+             multi-token prediction are not supported by the runtime (it builds full-attention \
+             GPT and LLaMA blocks)",
+            spec.name
+        ));
+    }
     if spec.heads == 0 || spec.kv_heads == 0 || !spec.heads.is_multiple_of(spec.kv_heads) {
         return bad(format!(
             "{}: {} query heads do not group over {} key/value heads",
