@@ -754,6 +754,24 @@ mod tests {
     }
 
     #[test]
+    fn models_the_runtime_cannot_build_are_refused() {
+        let llama = plait_spec::model_preset("tiny-llama").unwrap();
+        assert!(check_model(&llama, 1, 64).is_ok());
+        let windowed = ModelSpec {
+            attention_window: Some(16),
+            ..llama.clone()
+        };
+        let mtp = ModelSpec {
+            mtp_layers: 1,
+            ..llama
+        };
+        for m in [windowed, mtp] {
+            let e = check_model(&m, 1, 64).unwrap_err().to_string();
+            assert!(e.contains("not supported by the runtime"), "{e}");
+        }
+    }
+
+    #[test]
     fn shards_tile_the_full_parameter() {
         let def = ParamDef::new("w".into(), vec![5, 4], Split::Rows, Init::Normal(1.0));
         let full = def.full_values(7);
