@@ -95,6 +95,23 @@ pub struct Manifest {
     pub rng: RngState,
     pub world: usize,
     pub files: Vec<FileEntry>,
+    /// FNV-1a 64 of this manifest as written without this field (pretty JSON), so that a
+    /// changed `step` or data position is caught like a changed shard.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest_fnv1a: Option<String>,
+}
+
+impl Manifest {
+    /// The checksum of the manifest's own fields (everything but `manifest_fnv1a`).
+    fn own_checksum(&self) -> Result<String> {
+        let bare = Manifest {
+            manifest_fnv1a: None,
+            ..self.clone()
+        };
+        let text = serde_json::to_string_pretty(&bare)
+            .map_err(|e| RuntimeError::Checkpoint(e.to_string()))?;
+        Ok(format!("{:016x}", fnv1a(text.as_bytes())))
+    }
 }
 
 impl Manifest {
@@ -339,6 +356,11 @@ pub fn save(
             },
             world: g.topology.world(),
             files,
+            manifest_fnv1a: None,
+        };
+        let manifest = Manifest {
+            manifest_fnv1a: Some(manifest.own_checksum()?),
+            ..manifest
         };
         let text = serde_json::to_string_pretty(&manifest)
             .map_err(|e| RuntimeError::Checkpoint(e.to_string()))?;
@@ -405,8 +427,10 @@ pub fn latest(dir: &Path) -> Result<Option<(PathBuf, Manifest)>> {
         let name = text.trim().to_string();
         let path = dir.join(&name);
         if parse_step_dir(&name).is_some() && path.is_dir() {
-            let manifest = verify(&path)?;
-            return Ok(Some((path, manifest)));
+            return match verify(&path) {
+                Ok(manifest) => Ok(Some((path, manifest))),
+                Err(e) => Err(with_fallback(dir, &name, e)?),
+            };
         }
         Some(name)
     } else {
@@ -429,7 +453,29 @@ pub fn latest(dir: &Path) -> Result<Option<(PathBuf, Manifest)>> {
     }
 }
 
-/// Reads a checkpoint's manifest and checks every file's size and checksum.
+/// `e`, the failure of the checkpoint `name` that `latest` names, with the newest older
+/// checkpoint that verifies and how to resume from it (or that none is intact).
+fn with_fallback(dir: &Path, name: &str, e: RuntimeError) -> Result<RuntimeError> {
+    let newer_than = parse_step_dir(name);
+    let intact = step_dirs(dir)?
+        .into_iter()
+        .rev()
+        .filter(|(s, c, n)| n != name && newer_than.is_none_or(|at| (*s, *c) < at))
+        .find_map(|(_, _, n)| verify(&dir.join(&n)).ok().map(|m| (n, m)));
+    let hint = match intact {
+        Some((n, m)) => format!(
+            "; the newest intact checkpoint is {} (step {}): resume from it with              `echo {n} > {}`, or move `{name}` aside",
+            dir.join(&n).display(),
+            m.step,
+            dir.join("latest").display()
+        ),
+        None => format!("; {} holds no older intact checkpoint", dir.display()),
+    };
+    Ok(RuntimeError::Checkpoint(format!("{e}{hint}")))
+}
+
+/// Reads a checkpoint's manifest and checks it: its own checksum, its step against the
+/// directory's name and every shard's metadata, and every file's size and checksum.
 pub fn verify(path: &Path) -> Result<Manifest> {
     let mpath = path.join("manifest.json");
     let text = fs::read_to_string(&mpath).map_err(io(&mpath))?;
@@ -440,6 +486,43 @@ pub fn verify(path: &Path) -> Result<Manifest> {
             "{}: format `{}` (expected {FORMAT})",
             mpath.display(),
             manifest.format
+        )));
+    }
+    let bad = |problem: String| RuntimeError::Checkpoint(format!("{}: {problem}", mpath.display()));
+    match &manifest.manifest_fnv1a {
+        None => {
+            return Err(bad(
+                "no `manifest_fnv1a` (the manifest's own checksum)".into()
+            ))
+        }
+        Some(sum) => {
+            let own = manifest.own_checksum()?;
+            if *sum != own {
+                return Err(bad(format!(
+                    "the manifest's fields have checksum {own}, it says {sum}: the manifest \
+                     was changed after it was written"
+                )));
+            }
+        }
+    }
+    let dir_step = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(parse_step_dir)
+        .map(|(s, _)| s);
+    if dir_step.is_some_and(|s| s != manifest.step) {
+        return Err(bad(format!(
+            "step {} but the directory is `{}`",
+            manifest.step,
+            path.file_name().unwrap_or_default().to_string_lossy()
+        )));
+    }
+    if manifest.data_position != manifest.step.saturating_mul(manifest.gbs as u64)
+        || manifest.step > manifest.steps
+    {
+        return Err(bad(format!(
+            "step {} of {} with data position {} does not match a batch of {}",
+            manifest.step, manifest.steps, manifest.data_position, manifest.gbs
         )));
     }
     if manifest.files.len() != manifest.world {
@@ -461,6 +544,19 @@ pub fn verify(path: &Path) -> Result<Manifest> {
                 data.len(),
                 f.bytes,
                 f.fnv1a
+            )));
+        }
+        // Each shard records its step and rank: they must be the manifest's.
+        let (_, meta) = SafeTensors::read_metadata(&data)
+            .map_err(|e| RuntimeError::Checkpoint(format!("{}: {e}", p.display())))?;
+        let info = meta.metadata().clone().unwrap_or_default();
+        let shard_step = info.get("step").and_then(|v| v.parse::<u64>().ok());
+        if shard_step != Some(manifest.step) {
+            return Err(RuntimeError::Checkpoint(format!(
+                "{}: the shard records step {}, the manifest step {}",
+                p.display(),
+                info.get("step").map_or("none", String::as_str),
+                manifest.step
             )));
         }
     }

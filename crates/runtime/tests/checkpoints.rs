@@ -311,3 +311,56 @@ fn bad_requests_are_clear_errors() {
     let e = train(&gqa, data(), |_| {}).unwrap_err().to_string();
     assert!(e.contains("key/value heads"), "{e}");
 }
+
+/// The manifest is checked like the shards (issue 15 item 8): a one-bit change to its
+/// `step` (10 → 11) would have made `--resume` skip a step; now it fails its own checksum,
+/// and the error names the newest intact older checkpoint and how to resume from it. A
+/// step that disagrees with its directory's name is refused too.
+#[test]
+fn a_changed_manifest_is_caught_and_the_intact_one_named() {
+    let dir = tmpdir("manifest");
+    let cfg = small(&dir, 10);
+    train(&cfg, data(), |_| {}).unwrap();
+    assert_eq!(step_dirs(&dir), ["step-00000005", "step-00000010"]);
+    let manifest = dir.join("step-00000010").join("manifest.json");
+    let good = std::fs::read_to_string(&manifest).unwrap();
+    for (what, edit) in [
+        ("step", good.replacen("\"step\": 10", "\"step\": 11", 1)),
+        (
+            "data position",
+            good.replacen("\"data_position\": 20", "\"data_position\": 22", 1),
+        ),
+        ("no checksum", {
+            let mut v: serde_json::Value = serde_json::from_str(&good).unwrap();
+            v.as_object_mut().unwrap().remove("manifest_fnv1a");
+            serde_json::to_string_pretty(&v).unwrap()
+        }),
+    ] {
+        assert_ne!(edit, good, "{what}");
+        std::fs::write(&manifest, &edit).unwrap();
+        let e = latest(&dir).unwrap_err().to_string();
+        assert!(e.contains("manifest"), "{what}: {e}");
+        assert!(
+            e.contains("the newest intact checkpoint is")
+                && e.contains("step-00000005 (step 5)")
+                && e.contains("echo step-00000005 >"),
+            "{what}: {e}"
+        );
+        assert!(verify(&dir.join("step-00000005")).is_ok());
+    }
+    std::fs::write(&manifest, &good).unwrap();
+    assert_eq!(latest(&dir).unwrap().unwrap().1.step, 10);
+    // A whole checkpoint under another step's name.
+    let copy = dir.join("step-00000007");
+    std::fs::create_dir_all(&copy).unwrap();
+    for f in std::fs::read_dir(dir.join("step-00000005")).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, copy.join(f.file_name().unwrap())).unwrap();
+    }
+    let e = verify(&copy).unwrap_err().to_string();
+    assert!(
+        e.contains("step 5 but the directory is `step-00000007`"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
