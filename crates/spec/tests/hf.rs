@@ -702,3 +702,23 @@ fn deepseek_latent_attention_and_dense_first_layers() {
     bad.as_object_mut().unwrap().remove("kv_lora_rank");
     error(&bad.to_string(), "kv_lora_rank");
 }
+
+#[test]
+fn kimi_k2_is_deepseek_v3_shaped() {
+    // moonshotai/Kimi-K2: "1T total parameters, 32B activated" (model card, rounded);
+    // 64 heads, 384 routed experts, one dense first layer.
+    let k2 = json!({
+        "model_type": "kimi_k2", "hidden_size": 7168, "num_hidden_layers": 61,
+        "num_attention_heads": 64, "q_lora_rank": 1536, "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+        "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 384,
+        "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 1,
+        "vocab_size": 163840
+    });
+    let m = parse(&k2.to_string(), "k2.json");
+    let total = m.parameter_count() as f64 / 1e12;
+    assert!((total - 1.0).abs() < 0.05, "{total} T");
+    let active = m.active_parameter_count() as f64 / 1e9;
+    assert!((active / 32.0 - 1.0).abs() < 0.05, "{active} B");
+    assert_eq!(&m.kind_counts(0, 61)[..2], &[1, 60]);
+}
