@@ -358,6 +358,10 @@ _WORKLOAD: Dict[str, Any] = {
     "no_overlap_grad_reduce": bool,
     "engine": _check_str,
     "moe_skew": _check_float,
+    "task": _check_str,
+    "lora_rank": _check_int,
+    "lora_targets": _check_str,
+    "pack_len": _check_int,
 }
 
 _CONFIG: Dict[str, Any] = {
@@ -531,6 +535,10 @@ def estimate(
     dropout: bool = False,
     no_overlap_grad_reduce: bool = False,
     moe_skew: Optional[float] = None,
+    task: Optional[str] = None,
+    lora_rank: Optional[int] = None,
+    lora_targets: Optional[str] = None,
+    pack_len: Optional[int] = None,
     simulate: bool = False,
 ) -> Estimate:
     """``plait estimate --json``: one parallel configuration's time, throughput and memory.
@@ -569,6 +577,10 @@ def simulate(
     dropout: bool = False,
     no_overlap_grad_reduce: bool = False,
     moe_skew: Optional[float] = None,
+    task: Optional[str] = None,
+    lora_rank: Optional[int] = None,
+    lora_targets: Optional[str] = None,
+    pack_len: Optional[int] = None,
     svg: Any = None,
     trace: Any = None,
     ir: bool = False,
@@ -612,6 +624,10 @@ def plan(
     dropout: bool = False,
     no_overlap_grad_reduce: bool = False,
     moe_skew: Optional[float] = None,
+    task: Optional[str] = None,
+    lora_rank: Optional[int] = None,
+    lora_targets: Optional[str] = None,
+    pack_len: Optional[int] = None,
     top: Optional[int] = None,
     simulate: Optional[int] = None,
     threads: Optional[int] = None,

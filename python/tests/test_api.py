@@ -417,3 +417,20 @@ def test_stub_fields_are_in_the_outputs():
             getattr(result, field)  # raises AttributeError for a field the output lacks
             assert field in result or field in ("ir", "plans", "best", "to_dict", "keys"), (name, field)
     assert set(plait.__all__) <= set(classes) | {"estimate", "plan", "simulate", "schedule", "run"}
+
+
+def test_fine_tuning_flags_reach_the_cost_model(plait_bin):
+    full = plait.estimate("llama2-7b", cluster="dgx-h100", gpus=8, gbs=32, seq=4096, zero=1)
+    lora = plait.estimate(
+        "llama2-7b", cluster="dgx-h100", gpus=8, gbs=32, seq=4096, zero=1,
+        task="lora", lora_rank=16, lora_targets="qkv,proj",
+    )
+    assert lora.iteration_time_s < full.iteration_time_s
+    cli = json.loads(subprocess.run(
+        [plait_bin, "estimate", "--json", "--model", "llama2-7b", "--cluster", "dgx-h100",
+         "--gpus", "8", "--gbs", "32", "--seq", "4096", "--zero", "1", "--task", "lora",
+         "--lora-rank", "16", "--lora-targets", "qkv,proj"],
+        check=True, capture_output=True, text=True).stdout)
+    assert lora.to_dict() == cli
+    with pytest.raises(plait.PlaitError, match="pack-len"):
+        plait.estimate("llama2-7b", cluster="dgx-h100", gpus=8, pack_len=512)
