@@ -541,11 +541,16 @@ pub fn estimate_from_costs(
 /// The device model for a cluster's GPU in `dtype`, or an error naming `--dtype`.
 pub fn device_for(cluster: &ClusterSpec, dtype: Dtype) -> Result<DeviceModel, SpecError> {
     DeviceModel::new(&cluster.gpu, dtype).ok_or_else(|| {
+        let allowed: Vec<&str> = Dtype::ALL
+            .iter()
+            .filter(|d| cluster.gpu.peak_flops_per_s(**d).is_some())
+            .map(|d| d.keyword())
+            .collect();
         SpecError::new(
             "--dtype",
             "dtype",
             format!("{} has no {} tensor cores", cluster.gpu.name, dtype),
-            "bf16|fp16 on this GPU",
+            format!("{} on this GPU", allowed.join("|")),
         )
     })
 }

@@ -32,6 +32,8 @@ fn block_scaled_formats_need_blackwell() {
     for dtype in [Dtype::Mxfp8, Dtype::Nvfp4] {
         let err = device_for(&h100, dtype).unwrap_err().to_string();
         assert!(err.contains(dtype.keyword()), "{err}");
+        // The allowed values are what this GPU runs.
+        assert!(err.contains("bf16|fp16|fp8 on this GPU"), "{err}");
     }
     assert!(device_for(&h100, Dtype::Fp8).is_ok());
     let b200 = cluster_preset("dgx-b200").unwrap();
