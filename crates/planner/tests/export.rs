@@ -909,6 +909,12 @@ fn models_with_windowed_or_mixed_blocks_are_refused_with_the_reason() {
         assert!(e.contains("sliding-window"), "{e}");
     }
     let mut k = llama2_7b();
+    k.train.task = plait_spec::Task::Lora;
+    for engine in [Engine::Megatron, Engine::DeepSpeed, Engine::Torchtitan] {
+        let e = run(engine, &k).unwrap_err();
+        assert!(e.contains("LoRA"), "{e}");
+    }
+    let mut k = llama2_7b();
     k.model.mtp_layers = 1;
     for engine in [Engine::Megatron, Engine::DeepSpeed, Engine::Torchtitan] {
         let e = run(engine, &k).unwrap_err();

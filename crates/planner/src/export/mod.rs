@@ -195,6 +195,12 @@ pub fn export(
             model.name, engine
         ));
     }
+    if train.task == plait_spec::Task::Lora {
+        reasons.push(format!(
+            "LoRA: the {engine} export writes training launches of every weight, not \
+             adapters (NeMo's `llm.peft.LoRA` runs those)"
+        ));
+    }
     if model.mla.is_some()
         || model.mtp_layers > 0
         || model.moe.is_some_and(|m| m.shared_experts > 0)
