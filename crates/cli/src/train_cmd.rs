@@ -13,7 +13,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::auto_plan::{plan_auto, predict};
 use plait_runtime::checkpoint::{self, Manifest};
-use plait_runtime::engine::min_activation_bytes;
+use plait_runtime::engine::{min_activation_bytes, min_replicas};
 use plait_runtime::profile::{measure, CpuProfile, MeasureOptions};
 use plait_runtime::{
     init_compute_threads, parse_plan, train, CheckpointConfig, Dataset, Fault, OptimConfig,
@@ -116,7 +116,12 @@ pub fn run(args: &TrainArgs) -> Result<String> {
     let gbs = positive("gbs", args.gbs)? as usize;
     // Before anything slow (measuring the machine for --plan auto): does it fit at all,
     // under the plan that needs the least memory? The chosen plan is checked again.
-    plait_runtime::check_memory(&model, seq, min_activation_bytes(&model, seq))?;
+    plait_runtime::check_memory(
+        &model,
+        seq,
+        min_activation_bytes(&model, seq),
+        min_replicas(&model, workers),
+    )?;
     if args.checkpoint_every < 0 {
         bail!(
             "--checkpoint-every must be 0 (only at the end) or more, got {}",

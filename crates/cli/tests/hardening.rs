@@ -429,3 +429,87 @@ fn absurd_cluster_and_profile_numbers_are_refused() {
     assert!(mfu.is_finite() && mfu > 0.0 && mfu <= 1.0, "{mfu}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A llama config.json of `layers` blocks of width `hidden` in `dir`; its path.
+fn llama_config(dir: &std::path::Path, name: &str, hidden: u64, layers: u64) -> String {
+    let d = dir.join(name);
+    std::fs::create_dir_all(&d).unwrap();
+    let text = serde_json::json!({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "hidden_size": hidden, "intermediate_size": 2 * hidden,
+        "num_attention_heads": 8, "num_key_value_heads": 8, "num_hidden_layers": layers,
+        "vocab_size": 256, "max_position_embeddings": 64, "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": false
+    });
+    let p = d.join("config.json");
+    std::fs::write(&p, text.to_string()).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+/// Runtime limits (issue 15 item 4): a rank of 800 blocks trains (its compute threads
+/// had rayon's 2 MiB stack, and candle's recursive backward overflowed it: abort), more
+/// blocks than a rank's stack holds are refused; N workers are checked for the model
+/// copies they keep, and `plait profile` for what it will measure, before anything runs.
+#[test]
+fn runtime_limits_are_checked_before_running() {
+    let dir = std::env::temp_dir().join(format!("plait-runtime-limits-{}", std::process::id()));
+    let deep = llama_config(&dir, "deep", 16, 800);
+    let run = [
+        "train",
+        "--workers",
+        "1",
+        "--plan",
+        "dp1",
+        "--steps",
+        "1",
+        "--seq",
+        "8",
+        "--gbs",
+        "1",
+    ];
+    let mut args = run.to_vec();
+    args.extend(["--model", &deep]);
+    let (code, out, err) = plait(&args);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("in 1 steps"), "{out}");
+    let deeper = llama_config(&dir, "deeper", 16, 9000);
+    let mut args = run.to_vec();
+    args.extend(["--model", &deeper]);
+    check(&args, "a rank would run up to 9000 blocks");
+    // 150 M parameters: one copy fits any test machine, 75 (the fewest any plan of 3000
+    // workers keeps) or 3000 do not.
+    let wide = llama_config(&dir, "wide", 1024, 12);
+    for (extra, expected) in [
+        (&["--plan", "auto"][..], "75 model copies of"),
+        (
+            &["--plan", "dp3000", "--gbs", "3000"],
+            "model copies of wide",
+        ),
+    ] {
+        let mut args = vec![
+            "train",
+            "--model",
+            &wide,
+            "--workers",
+            "3000",
+            "--steps",
+            "1",
+        ];
+        args.extend_from_slice(extra);
+        check(&args, expected);
+    }
+    let out = dir.join("p.json");
+    check(
+        &[
+            "profile",
+            "--model",
+            "llama3-405b",
+            "--quick",
+            "--output",
+            out.to_str().unwrap(),
+        ],
+        "measuring 8 blocks of llama3-405b",
+    );
+    assert!(!out.exists());
+    std::fs::remove_dir_all(&dir).ok();
+}

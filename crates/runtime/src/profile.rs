@@ -396,6 +396,63 @@ fn measure_link(min: Duration) -> Result<CpuLink> {
     })
 }
 
+/// Bytes the largest measurement needs at least: the stacked blocks' f32 weights and
+/// gradients with their attention activations, or the largest GEMM's three operands.
+fn measure_bytes(
+    shapes: &[(u64, u64, u64)],
+    blocks: &[(ModelSpec, usize, usize, usize)],
+) -> (f64, String) {
+    let mut worst = (0.0, String::new());
+    for &(m, n, k) in shapes {
+        let b = 4.0 * (m as f64 * k as f64 + k as f64 * n as f64 + m as f64 * n as f64);
+        if b > worst.0 {
+            worst = (b, format!("a {m}×{n}×{k} GEMM"));
+        }
+    }
+    for (spec, seq, mbs, tp) in blocks {
+        let n = (spec.layers as usize).clamp(1, MAX_STACK) as f64;
+        let block = spec.blocks_params() as f64 / spec.layers.max(1) as f64 / *tp as f64;
+        let attention =
+            crate::engine::attention_bytes(spec, *seq, *mbs as u64, n as u64) / *tp as f64;
+        let b = n * block * 8.0 + attention;
+        if b > worst.0 {
+            worst = (
+                b,
+                format!(
+                    "{n} blocks of {} at seq {seq}, mbs {mbs}, tp {tp}",
+                    spec.name
+                ),
+            );
+        }
+    }
+    worst
+}
+
+/// Refuses to measure what would not fit in this machine's memory (the same share of
+/// `MemAvailable` a run may plan on), before anything is allocated: llama3-405b's blocks
+/// measured for 27 s, then aborted.
+fn check_measure_memory(
+    shapes: &[(u64, u64, u64)],
+    blocks: &[(ModelSpec, usize, usize, usize)],
+) -> Result<()> {
+    let Some(avail) = available_memory_bytes() else {
+        return Ok(());
+    };
+    let (need, what) = measure_bytes(shapes, blocks);
+    let budget = crate::engine::MEMORY_HEADROOM * avail;
+    if need > budget {
+        let gib = |b: f64| b / f64::from(1u32 << 30);
+        return Err(RuntimeError::Config(format!(
+            "measuring {what} needs about {:.1} GiB but this machine has {:.1} GiB available \
+             (a measurement may use {:.0} % of it); profile a smaller --model, --seq or --mbs",
+            gib(need),
+            gib(avail),
+            crate::engine::MEMORY_HEADROOM * 100.0
+        )));
+    }
+    Ok(())
+}
+
 /// Cores this process may run on.
 pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -425,6 +482,7 @@ pub fn measure(
 ) -> Result<CpuProfile> {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
+        .stack_size(crate::engine::RANK_STACK_BYTES)
         .build()
         .map_err(|e| RuntimeError::Config(format!("cannot start a measuring thread: {e}")))?;
     let mut shapes: Vec<(u64, u64, u64)> = Vec::new();
@@ -453,6 +511,7 @@ pub fn measure(
             }
         }
     }
+    check_measure_memory(&shapes, &blocks)?;
     let min = if opts.quick {
         MIN_TIMING / 4
     } else {

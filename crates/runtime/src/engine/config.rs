@@ -130,7 +130,8 @@ impl TrainConfig {
         self.gbs / (self.parallel.mbs as usize * self.parallel.dp as usize)
     }
 
-    /// Checks everything that can be checked before a thread starts.
+    /// Checks everything that can be checked before a thread starts (blocks per rank at
+    /// most [`MAX_BLOCKS_PER_RANK`]).
     pub fn check(&self, data: &Dataset) -> Result<()> {
         let c = &self.parallel;
         let bad = |m: String| Err(RuntimeError::Config(m));
@@ -168,11 +169,20 @@ impl TrainConfig {
                 self.seq, c.tp
             ));
         }
-        self.stage_map()
-            .validate(self.model.layers, c)
+        let map = self.stage_map();
+        map.validate(self.model.layers, c)
             .map_err(|e| RuntimeError::Config(e.to_string()))?;
+        // candle's backward recurses through the rank's whole graph: a bound on the blocks
+        // one rank runs keeps it within the rank threads' stack.
+        let per_rank = map.chunk_blocks.iter().max().copied().unwrap_or(0) * c.vp;
+        if per_rank > MAX_BLOCKS_PER_RANK {
+            return bad(format!(
+                "a rank would run up to {per_rank} blocks of {}, more than the {MAX_BLOCKS_PER_RANK} its thread's stack holds; use more pipeline stages (pp)",
+                self.model.name
+            ));
+        }
         check_model(&self.model, c.tp as usize, self.seq)?;
-        check_memory(&self.model, self.seq, activation_bytes(self))?;
+        check_memory(&self.model, self.seq, activation_bytes(self), c.dp)?;
         data.check(self.seq)?;
         if self.threads_per_worker == 0 {
             return bad("threads per worker must be at least 1".into());
@@ -233,6 +243,10 @@ pub fn parse_plan(text: &str, workers: usize) -> Result<ParallelConfig> {
     }
     Ok(c)
 }
+
+/// Most transformer blocks one rank may run: 8,000 blocks of a tiny model train on the
+/// 64 MiB stack of a rank's threads (a debug build; 2 MiB overflowed at 800).
+pub const MAX_BLOCKS_PER_RANK: u64 = 8192;
 
 #[cfg(test)]
 mod tests {

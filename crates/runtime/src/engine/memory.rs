@@ -62,18 +62,34 @@ pub fn min_activation_bytes(m: &ModelSpec, seq: usize) -> f64 {
     (seq as f64).powi(2) * 4.0 + attention_bytes(m, seq, 1, 1)
 }
 
-/// Refuses a run whose weights, gradients and Adam states (16 bytes per parameter in f32,
-/// plus one more copy for the checkpoint and the gathered full weights) and attention
+/// Refuses a run whose weights, gradients and Adam states (16 bytes per parameter in f32
+/// for each of its `replicas` model copies, the data-parallel degree, plus one more copy
+/// for the checkpoint and the gathered full weights) and attention
 /// activations (`activation_bytes`, from [`activation_bytes`] or [`min_activation_bytes`])
 /// would not fit in 80 % of this machine's available memory (`MEMORY_HEADROOM`: a safety
 /// margin, not a measurement).
-pub fn check_memory(m: &ModelSpec, seq: usize, activation_bytes: f64) -> Result<()> {
+pub fn check_memory(m: &ModelSpec, seq: usize, activation_bytes: f64, replicas: u64) -> Result<()> {
     let Some(avail) = available_memory_bytes() else {
         return Ok(());
     };
     let budget = MEMORY_HEADROOM * avail;
-    let params = m.parameter_count() as f64 * BYTES_PER_PARAMETER;
+    let state = BYTES_PER_PARAMETER - 4.0;
+    let params = m.parameter_count() as f64
+        * (state * replicas.max(1) as f64 + (BYTES_PER_PARAMETER - state));
     let gib = |bytes: f64| bytes / f64::from(1u32 << 30);
+    if replicas > 1 && params > budget {
+        return Err(RuntimeError::Config(format!(
+            "{} model copies of {} ({:.2} B parameters, one per data-parallel rank) need \
+             about {:.1} GiB (f32 weights, gradients and Adam states each) but this machine \
+             has {:.1} GiB available (a run may plan on {:.0} % of it); use fewer --workers",
+            replicas,
+            m.name,
+            m.parameter_count() as f64 / 1e9,
+            gib(params),
+            gib(avail),
+            MEMORY_HEADROOM * 100.0
+        )));
+    }
     if params > budget {
         return Err(RuntimeError::Config(format!(
             "{} has {:.2} B parameters: training it needs about {:.1} GiB (f32 weights, \
@@ -98,6 +114,22 @@ pub fn check_memory(m: &ModelSpec, seq: usize, activation_bytes: f64) -> Result<
         )));
     }
     Ok(())
+}
+
+/// The fewest model copies any plan of `workers` workers keeps: the least dp =
+/// workers / (tp·pp) over tp dividing the heads and pp up to the layers with tp·pp dividing
+/// the workers (1 when no plan splits them: the planner then says why).
+pub fn min_replicas(m: &ModelSpec, workers: usize) -> u64 {
+    let w = workers.max(1) as u64;
+    (1..=m.heads.max(1))
+        .filter(|tp| m.heads.is_multiple_of(*tp) && w.is_multiple_of(*tp))
+        .flat_map(|tp| {
+            (1..=m.layers.max(1).min(w / tp))
+                .filter(move |pp| w.is_multiple_of(tp * pp))
+                .map(move |pp| w / (tp * pp))
+        })
+        .min()
+        .unwrap_or(1)
 }
 
 /// `MemAvailable` of /proc/meminfo (Linux), in bytes.

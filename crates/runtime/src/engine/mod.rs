@@ -148,7 +148,7 @@ pub fn train(
                 let fail = &fail;
                 let spawned = std::thread::Builder::new()
                     .name(format!("plait-rank-{rank}"))
-                    .stack_size(64 << 20)
+                    .stack_size(RANK_STACK_BYTES)
                     .spawn_scoped(scope, move || {
                         let position = Arc::new(Mutex::new(Position::default()));
                         let pos2 = position.clone();
@@ -287,10 +287,17 @@ pub fn init_compute_threads(threads: usize) {
     }
 }
 
-/// A pool of `threads` compute threads named `name.i`.
+/// Stack of every thread that runs a rank's model: candle's backward recurses once per
+/// operation of the graph, so the depth grows with the blocks per rank (rayon's default
+/// 2 MiB overflowed from ~700 blocks; rank threads always had this much).
+pub(crate) const RANK_STACK_BYTES: usize = 64 << 20;
+
+/// A pool of `threads` compute threads named `name.i`, with the rank threads' stack (the
+/// model's forward and backward run on them).
 pub(crate) fn rayon_pool(threads: usize, name: String) -> Result<rayon::ThreadPool> {
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads.max(1))
+        .stack_size(RANK_STACK_BYTES)
         .thread_name(move |i| format!("{name}.{i}"))
         .build()
         .map_err(|e| RuntimeError::Config(format!("cannot start worker threads: {e}")))
