@@ -464,14 +464,20 @@ fn with_fallback(dir: &Path, name: &str, e: RuntimeError) -> Result<RuntimeError
         .find_map(|(_, _, n)| verify(&dir.join(&n)).ok().map(|m| (n, m)));
     let hint = match intact {
         Some((n, m)) => format!(
-            "; the newest intact checkpoint is {} (step {}): resume from it with              `echo {n} > {}`, or move `{name}` aside",
+            "; the newest intact checkpoint is {} (step {}): resume from it with \
+             `echo {n} > {}`, or move `{name}` aside",
             dir.join(&n).display(),
             m.step,
             dir.join("latest").display()
         ),
         None => format!("; {} holds no older intact checkpoint", dir.display()),
     };
-    Ok(RuntimeError::Checkpoint(format!("{e}{hint}")))
+    // The inner error's own text, without its `checkpoint:` prefix (added once, outside).
+    let text = match e {
+        RuntimeError::Checkpoint(m) => m,
+        other => other.to_string(),
+    };
+    Ok(RuntimeError::Checkpoint(format!("{text}{hint}")))
 }
 
 /// Reads a checkpoint's manifest and checks it: its own checksum, its step against the
