@@ -340,7 +340,10 @@ fn a_changed_manifest_is_caught_and_the_intact_one_named() {
         std::fs::write(&manifest, &edit).unwrap();
         let e = latest(&dir).unwrap_err().to_string();
         assert!(e.contains("manifest"), "{what}: {e}");
-        assert!(!e.contains("checkpoint: checkpoint:") && !e.contains("  "), "{what}: {e}");
+        assert!(
+            !e.contains("checkpoint: checkpoint:") && !e.contains("  "),
+            "{what}: {e}"
+        );
         assert!(
             e.contains("the newest intact checkpoint is")
                 && e.contains("step-00000005 (step 5)")
