@@ -265,8 +265,8 @@ impl WorkloadArgs {
                     .with_context(|| format!("--profile: cannot read `{path}`"))?;
                 Some((Profile::parse(&text, path)?, path.clone()))
             }
-            (None, false) if cluster.gpu.name.to_ascii_uppercase().contains("H200") => {
-                Some((Profile::builtin_h200(), "built-in H200".to_string()))
+            (None, false) => {
+                Profile::builtin_for(&cluster.gpu).map(|(p, name)| (p, name.to_string()))
             }
             _ => None,
         };
