@@ -1,7 +1,7 @@
 //! Pins that no configuration can satisfy, whatever the search picks for the rest: the
 //! error names the flag, as `plait estimate` does for a whole configuration.
 
-use plait_spec::{Schedule, SpecError};
+use plait_spec::{check_pipeline_chunks, check_tp_split, Schedule, SpecError};
 
 use crate::search::Request;
 
@@ -41,48 +41,11 @@ pub fn check_pins(req: &Request) -> Result<(), SpecError> {
         }
     }
     if let Some(tp) = p.tp {
-        if !m.heads.is_multiple_of(tp) {
-            return err(
-                "tp",
-                format!(
-                    "{} attention heads of {} do not split over tp = {tp}",
-                    m.heads, m.name
-                ),
-                format!("divisors of {}", m.heads),
-            );
-        }
-        if !m.kv_heads.is_multiple_of(tp) && !tp.is_multiple_of(m.kv_heads) {
-            return err(
-                "tp",
-                format!(
-                    "{} key/value heads do not split over (or replicate onto) tp = {tp}",
-                    m.kv_heads
-                ),
-                format!("divisors or multiples of {}", m.kv_heads),
-            );
-        }
-        if !m.ffn_hidden.is_multiple_of(tp) {
-            return err(
-                "tp",
-                format!("MLP width {} does not split over tp = {tp}", m.ffn_hidden),
-                format!("divisors of {}", m.ffn_hidden),
-            );
-        }
+        check_tp_split(m, tp)?;
     }
     let vp = p.vp.unwrap_or(1);
     if let Some(pp) = p.pp {
-        if pp.saturating_mul(vp) > m.layers {
-            return err(
-                "pp",
-                format!(
-                    "pp×vp = {} pipeline chunks but {} has only {} layers",
-                    pp.saturating_mul(vp),
-                    m.name,
-                    m.layers
-                ),
-                format!("pp×vp ≤ {}", m.layers),
-            );
-        }
+        check_pipeline_chunks(m, pp, vp)?;
     }
     if vp > 1 {
         if p.pp == Some(1) {

@@ -29,6 +29,6 @@ pub use plait_schedule::virtual_stage;
 pub use presets::{model_preset, model_preset_names};
 pub use stage_map::{even_chunk_blocks, schedule_spec, StageMap};
 pub use train::{
-    parse_config_items, AttentionImpl, Dtype, Engine, Lora, LoraTarget, ParallelConfig, Recompute,
-    Schedule, Task, TrainSpec,
+    check_pipeline_chunks, check_tp_split, parse_config_items, AttentionImpl, Dtype, Engine, Lora,
+    LoraTarget, ParallelConfig, Recompute, Schedule, Task, TrainSpec,
 };

@@ -252,6 +252,59 @@ impl TrainSpec {
     }
 }
 
+/// `model` splits over tensor-parallel degree `tp`: its attention heads, its key/value
+/// heads (split, or replicated onto the ranks) and its MLP width. Whole configurations
+/// ([`ParallelConfig::validate`]) and the planner's pins ask this one rule.
+pub fn check_tp_split(model: &ModelSpec, tp: u64) -> Result<()> {
+    let err =
+        |problem: String, allowed: String| Err(SpecError::new("--tp", "tp", problem, allowed));
+    if !model.heads.is_multiple_of(tp) {
+        return err(
+            format!(
+                "{} attention heads of {} do not split over tp = {tp}",
+                model.heads, model.name
+            ),
+            format!("divisors of {}", model.heads),
+        );
+    }
+    if !model.kv_heads.is_multiple_of(tp) && !tp.is_multiple_of(model.kv_heads) {
+        return err(
+            format!(
+                "{} key/value heads do not split over (or replicate onto) tp = {tp}",
+                model.kv_heads
+            ),
+            format!("divisors or multiples of {}", model.kv_heads),
+        );
+    }
+    if !model.ffn_hidden.is_multiple_of(tp) {
+        return err(
+            format!(
+                "MLP width {} does not split over tp = {tp}",
+                model.ffn_hidden
+            ),
+            format!("divisors of {}", model.ffn_hidden),
+        );
+    }
+    Ok(())
+}
+
+/// `pp` stages of `vp` chunks each hold at least one of `model`'s layers.
+pub fn check_pipeline_chunks(model: &ModelSpec, pp: u64, vp: u64) -> Result<()> {
+    let chunks = pp.saturating_mul(vp);
+    if chunks > model.layers {
+        return Err(SpecError::new(
+            "--pp",
+            "pp",
+            format!(
+                "pp×vp = {chunks} pipeline chunks but {} has only {} layers",
+                model.name, model.layers
+            ),
+            format!("pp×vp ≤ {}", model.layers),
+        ));
+    }
+    Ok(())
+}
+
 /// One parallel configuration: degrees, micro-batch, ZeRO, sequence parallel, recompute and
 /// schedule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -372,48 +425,8 @@ impl ParallelConfig {
                 format!("degrees whose product is {gpus}"),
             );
         }
-        if !model.heads.is_multiple_of(self.tp) {
-            return err(
-                "tp",
-                format!(
-                    "{} attention heads of {} do not split over tp = {}",
-                    model.heads, model.name, self.tp
-                ),
-                format!("divisors of {}", model.heads),
-            );
-        }
-        if !model.kv_heads.is_multiple_of(self.tp) && !self.tp.is_multiple_of(model.kv_heads) {
-            return err(
-                "tp",
-                format!(
-                    "{} key/value heads do not split over (or replicate onto) tp = {}",
-                    model.kv_heads, self.tp
-                ),
-                format!("divisors or multiples of {}", model.kv_heads),
-            );
-        }
-        if !model.ffn_hidden.is_multiple_of(self.tp) {
-            return err(
-                "tp",
-                format!(
-                    "MLP width {} does not split over tp = {}",
-                    model.ffn_hidden, self.tp
-                ),
-                format!("divisors of {}", model.ffn_hidden),
-            );
-        }
-        if self.pp.saturating_mul(self.vp) > model.layers {
-            return err(
-                "pp",
-                format!(
-                    "pp×vp = {} pipeline chunks but {} has only {} layers",
-                    self.pp * self.vp,
-                    model.name,
-                    model.layers
-                ),
-                format!("pp×vp ≤ {}", model.layers),
-            );
-        }
+        check_tp_split(model, self.tp)?;
+        check_pipeline_chunks(model, self.pp, self.vp)?;
         if !self.schedule.accepts_chunks(self.vp) {
             return err(
                 "vp",
