@@ -284,7 +284,8 @@ fn layer_sample_factors(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> Option<
         recompute: plait_spec::Recompute::None,
         attention: plait_spec::AttentionImpl::Flash,
         dropout: false,
-        fp8: false,
+        // Measured in 16-bit.
+        linear_format: plait_spec::Dtype::Bf16,
         // The profile layers were measured in eager PyTorch with SDPA's flash kernel.
         engine: EngineProfile::of(plait_spec::Engine::Plait),
         level: 1,
@@ -700,7 +701,7 @@ fn assemble(
         let zero3_buffer = zero3_gather_buffer_bytes(c, &policy.block);
         // fp8 copies of the block weights beside the 16-bit ones (of the gathered unit only
         // under ZeRO-3).
-        let fp8_copy = if w.fp8 {
+        let fp8_copy = if w.low_precision() {
             // Copies of fp8's 1 byte per element, in the run's format.
             engine.fp8_weight_copy_bytes
                 * w.quantised_copy_bytes()
@@ -840,7 +841,11 @@ fn assemble(
         worst_dp_contention = worst_dp_contention.max(dp_contention_s);
         let opt_params = trainable / if c.zero >= 1 { dense_dp } else { 1.0 }
             + trainable_expert / if c.zero >= 1 { expert_dp } else { 1.0 };
-        let fp8_block_params = if w.fp8 { stage_block_params } else { 0.0 };
+        let fp8_block_params = if w.low_precision() {
+            stage_block_params
+        } else {
+            0.0
+        };
         let optimizer_s = d.memory_s(
             opt_params * OPTIMIZER_STEP_BYTES_PER_PARAM
                 // The weight cast once per step: read the 16-bit weight, write its row-wise

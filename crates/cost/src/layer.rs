@@ -137,8 +137,6 @@ pub struct Workload {
     pub dropout: bool,
     /// Bytes per activation element.
     pub e: f64,
-    /// Block linears run in a low-precision format (fp8, mxfp8, nvfp4: `linear_format`).
-    pub fp8: bool,
     /// The format of the block linears' GEMM operands.
     pub linear_format: plait_spec::Dtype,
     pub engine: EngineProfile,
@@ -165,7 +163,6 @@ impl Workload {
             attention: t.attention,
             dropout: t.dropout,
             e: t.dtype.activation_bytes(),
-            fp8: t.dtype.low_precision_linears(),
             linear_format: t.dtype,
             engine: EngineProfile::of(t.engine),
             level: 1,
@@ -195,6 +192,11 @@ impl Workload {
             1 => 1.0,
             _ => 1.0 + crate::device::GEMM_MODEL_MEAN_ERROR,
         }
+    }
+
+    /// Whether the block linears run in a low-precision format (fp8, mxfp8, nvfp4).
+    pub fn low_precision(&self) -> bool {
+        self.linear_format.low_precision_linears()
     }
 
     /// Bytes per element read and written by the quantisation of one GEMM operand: the
@@ -514,7 +516,7 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
         .copied()
         .collect();
 
-    if w.fp8 {
+    if w.low_precision() {
         // Quantisation of the fp8 GEMM operands, per micro-batch: the inputs of the four
         // block linears (fused into the norm for qkv and fc1 under Transformer Engine) and
         // the output gradients in the backward; weights are cast once per step (optimizer).
