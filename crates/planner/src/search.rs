@@ -25,7 +25,15 @@ use crate::layout::{
 };
 use crate::simulate::simulate_mapped;
 use crate::{Plan, PlanError};
-use plait_spec::GIB;
+
+mod divisors;
+mod infeasible;
+mod order;
+
+use divisors::divisors;
+use infeasible::{infeasible, no_candidates};
+use order::annotate;
+pub use order::{robust_order, TIE_SHARE};
 
 /// Dimensions the user fixed; `None` means "search it".
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -131,7 +139,7 @@ pub struct Outcome {
 /// Key of the layer-cost cache: everything a layer's cost depends on besides the model,
 /// device and batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-struct ShapeKey {
+pub(super) struct ShapeKey {
     tp: u64,
     cp: u64,
     ep: u64,
@@ -149,7 +157,7 @@ fn recompute_code(r: Recompute) -> u8 {
 }
 
 impl ShapeKey {
-    fn of(c: &ParallelConfig, recompute: Recompute) -> Self {
+    pub(super) fn of(c: &ParallelConfig, recompute: Recompute) -> Self {
         ShapeKey {
             tp: c.tp,
             cp: c.cp,
@@ -159,24 +167,6 @@ impl ShapeKey {
             recompute: recompute_code(recompute),
         }
     }
-}
-
-/// Divisors of `n` in increasing order.
-fn divisors(n: u64) -> Vec<u64> {
-    let mut small = Vec::new();
-    let mut large = Vec::new();
-    let mut i = 1;
-    while i <= n / i {
-        if n.is_multiple_of(i) {
-            small.push(i);
-            if i != n / i {
-                large.push(n / i);
-            }
-        }
-        i += 1;
-    }
-    small.extend(large.into_iter().rev());
-    small
 }
 
 fn pinned<T: Copy + PartialEq>(pin: Option<T>, all: Vec<T>) -> Vec<T> {
@@ -194,7 +184,7 @@ const MAX_MBS: u64 = 16;
 const MAX_VP: u64 = 8;
 /// Shortest per-rank sequence slice worth context parallelism: below ~1 k tokens the ring
 /// attention's per-step transfers are no longer hidden by the attention compute.
-const MIN_CP_TOKENS: u64 = 1024;
+pub(super) const MIN_CP_TOKENS: u64 = 1024;
 
 /// Every well-formed configuration of `req`, in a fixed order.
 pub fn enumerate(req: &Request) -> Vec<ParallelConfig> {
@@ -337,7 +327,7 @@ fn schedules(layers: u64, pp: u64, micro: u64, pins: &Pins) -> Vec<(Schedule, u6
 
 /// A lower bound on any stage's weights + gradients + optimizer bytes per GPU: the average
 /// stage holds the blocks' parameters over tp × pp (ZeRO-sharded over dp × cp).
-fn model_state_lower_bound(m: &ModelSpec, t: &TrainSpec, c: &ParallelConfig) -> f64 {
+pub(super) fn model_state_lower_bound(m: &ModelSpec, t: &TrainSpec, c: &ParallelConfig) -> f64 {
     let blocks = m.blocks_params() as f64;
     let expert = m.blocks_expert_params() as f64;
     let dense = blocks - expert;
@@ -357,7 +347,7 @@ fn model_state_lower_bound(m: &ModelSpec, t: &TrainSpec, c: &ParallelConfig) -> 
 
 /// One screened candidate, kept small: tens of thousands are alive at once.
 #[derive(Debug, Clone)]
-struct Screened {
+pub(super) struct Screened {
     index: usize,
     config: ParallelConfig,
     /// The layout with per-stage recompute when fitting needed one; None: even.
@@ -368,7 +358,7 @@ struct Screened {
 }
 
 impl Screened {
-    fn map(&self, layers: u64) -> StageMap {
+    pub(super) fn map(&self, layers: u64) -> StageMap {
         self.fitted
             .clone()
             .unwrap_or_else(|| StageMap::uniform(layers, &self.config))
@@ -524,32 +514,6 @@ fn refine(
     Ok(None)
 }
 
-/// The answer when the pins leave no well-formed configuration at all.
-fn no_candidates(req: &Request) -> Infeasible {
-    let (state_bytes, lower) = state_lower_bound(req);
-    Infeasible {
-        reason: format!(
-            "no well-formed configuration of {} matches the given flags (degrees must \
-             divide the GPUs, the heads and the batch; see `plait estimate` for the reason a \
-             given configuration is rejected)",
-            gpus(req.gpus)
-        ),
-        min_memory_bytes: state_bytes / req.gpus as f64,
-        min_gpus: min_gpus(req, lower),
-        min_gpus_lower_bound: lower,
-    }
-}
-
-/// The model state fully sharded (16 bytes per parameter), and the GPUs it needs at least.
-fn state_lower_bound(req: &Request) -> (f64, u64) {
-    let state_bytes = 16.0 * req.model.parameter_count() as f64;
-    let usable = req.cluster.gpu.memory_bytes - req.cluster.memory_reserve_bytes;
-    (
-        state_bytes,
-        (state_bytes / usable).ceil().clamp(1.0, 1e18) as u64,
-    )
-}
-
 /// The (policy, full) layer costs of `c` from the cache.
 fn cache_for(
     cache: &HashMap<ShapeKey, LayerCosts>,
@@ -621,310 +585,5 @@ fn screen(
     }
 }
 
-/// Explains an infeasible request: the least memory any configuration needs, and the
-/// smallest GPU count with a plan.
-fn infeasible(req: &Request, rest: &[Screened]) -> Infeasible {
-    let params = req.model.parameter_count() as f64;
-    let (state_bytes, lower) = state_lower_bound(req);
-    let best = rest.iter().min_by(|a, b| {
-        a.peak_bytes
-            .total_cmp(&b.peak_bytes)
-            .then(a.index.cmp(&b.index))
-    });
-    let (reason, min_memory_bytes) = match best {
-        Some(s) => {
-            let e = plait_cost::estimate_mapped(
-                req.model,
-                req.cluster,
-                req.train,
-                &s.config,
-                req.device,
-                &s.map(req.model.layers),
-            )
-            .ok();
-            (
-                format!(
-                    "no configuration of {} fits; the least memory-hungry ({}) {}",
-                    gpus(req.gpus),
-                    s.config,
-                    e.and_then(|e| e.reason()).unwrap_or_default()
-                ),
-                s.peak_bytes,
-            )
-        }
-        None => (
-            format!(
-                "no configuration of {} fits: {} parameters need {:.0} GiB of weights, \
-                 gradients and optimizer states, more than {} hold even fully sharded",
-                gpus(req.gpus),
-                params,
-                state_bytes / GIB,
-                gpus(req.gpus)
-            ),
-            state_bytes / req.gpus as f64,
-        ),
-    };
-    Infeasible {
-        reason,
-        min_memory_bytes,
-        min_gpus: min_gpus(req, lower),
-        min_gpus_lower_bound: lower,
-    }
-}
-
-/// "1 GPU", "8 GPUs".
-fn gpus(n: u64) -> String {
-    if n == 1 {
-        "1 GPU".into()
-    } else {
-        format!("{n} GPUs")
-    }
-}
-
-/// Largest GPU count [`min_gpus`] tries.
-const MAX_PROBE_GPUS: u64 = 1 << 20;
-
-/// Every GPU count in (`above`, 2^20] that some well-formed configuration of `req`'s model
-/// and batch occupies (dp divides the batch, tp the heads, pp ≤ layers, cp the sequence;
-/// pinned degrees as pinned), in increasing order: a superset of the counts `enumerate`
-/// finds anything for.
-fn occupied_counts(req: &Request, above: u64) -> Vec<u64> {
-    let (m, t, p) = (req.model, req.train, &req.pins);
-    let cap = MAX_PROBE_GPUS;
-    let upto = |n: u64| divisors(n.min(cap)).into_iter().filter(move |d| *d <= cap);
-    let dps: Vec<u64> = match p.dp {
-        Some(d) => vec![d],
-        None if t.gbs <= cap => upto(t.gbs).filter(|d| t.gbs.is_multiple_of(*d)).collect(),
-        None => (1..=cap).filter(|d| t.gbs.is_multiple_of(*d)).collect(),
-    };
-    let tps: Vec<u64> = match p.tp {
-        Some(v) => vec![v],
-        None => upto(m.heads)
-            .filter(|d| m.ffn_hidden.is_multiple_of(*d))
-            .collect(),
-    };
-    let pps: Vec<u64> = match p.pp {
-        Some(v) => vec![v],
-        None => (1..=m.layers.min(cap)).collect(),
-    };
-    let cps: Vec<u64> = match p.cp {
-        Some(v) => vec![v],
-        None => upto(t.seq)
-            .filter(|c| *c == 1 || t.seq / c >= MIN_CP_TOKENS)
-            .collect(),
-    };
-    let mut out = std::collections::BTreeSet::new();
-    for &tp in &tps {
-        for &pp in &pps {
-            let Some(tpp) = tp.checked_mul(pp).filter(|v| *v <= cap) else {
-                break;
-            };
-            for &cp in &cps {
-                let Some(mesh) = tpp.checked_mul(cp).filter(|v| *v <= cap) else {
-                    break;
-                };
-                for &dp in &dps {
-                    match mesh.checked_mul(dp).filter(|v| *v <= cap) {
-                        Some(g) if g > above => {
-                            out.insert(g);
-                        }
-                        Some(_) => {}
-                        None => break,
-                    }
-                }
-            }
-        }
-    }
-    out.into_iter().collect()
-}
-
-/// The smallest GPU count above `req.gpus` (and at least `from`, the model state's lower
-/// bound, unless the task freezes the base weights) with a configuration under the same
-/// pins that fits by the analytic estimate with its even layout; every occupied count up to
-/// 2^20 is tried in increasing order, so the answer is exact, not a power of two.
-fn min_gpus(req: &Request, from: u64) -> Option<u64> {
-    let from = if req.train.lora_adapters().is_some() {
-        1
-    } else {
-        from
-    };
-    let capacity = req.cluster.gpu.memory_bytes - req.cluster.memory_reserve_bytes;
-    let cache: std::sync::Mutex<HashMap<ShapeKey, LayerCosts>> = Default::default();
-    occupied_counts(req, req.gpus.max(from.saturating_sub(1)))
-        .into_iter()
-        .find(|&g| {
-            let r = Request {
-                gpus: g,
-                pins: Pins {
-                    dp: None,
-                    ..req.pins
-                },
-                top: 1,
-                simulate: 0,
-                ..req.clone()
-            };
-            let configs = enumerate(&r);
-            configs.par_iter().any(|c| {
-                if model_state_lower_bound(r.model, r.train, c) > capacity {
-                    return false;
-                }
-                let key = ShapeKey::of(c, c.recompute);
-                let known = cache.lock().map(|m| m.get(&key).copied()).ok().flatten();
-                let policy = known.unwrap_or_else(|| {
-                    let g = Groups::new(r.cluster, c);
-                    let w = Workload::new(c, r.train);
-                    let costs = layer_costs(r.model, r.device, &g, &w);
-                    if let Ok(mut m) = cache.lock() {
-                        m.insert(key, costs);
-                    }
-                    costs
-                });
-                let map = StageMap::uniform(r.model.layers, c);
-                estimate_from_costs(
-                    r.model, r.cluster, r.train, c, r.device, &policy, &policy, &map,
-                )
-                .fits
-            })
-        })
-}
-
-/// Plans whose central times differ by less than this share are tied: the order goes to the
-/// one needing less memory (the estimates' own bands are wider than this).
-pub const TIE_SHARE: f64 = 0.01;
-
-/// Reorders plans sorted by their central time so that the order holds up under the
-/// uncertain assumptions. Plans that fit only without the allocator's average
-/// fragmentation go after those that fit with it; within each group, the plans tied with
-/// the group's fastest (central time within [`TIE_SHARE`]) go first, in order of peak
-/// memory, and between plans that are not tied a plan goes after the next one when its lead
-/// exists only at the optimistic end (at the pessimistic end it loses more than it gains at
-/// the centre; adjacent swaps until nothing moves, at most n passes).
-pub fn robust_order<T: std::borrow::Borrow<Plan>>(plans: &mut [(usize, T)]) {
-    plans.sort_by_key(|p| !p.1.borrow().estimate.fits_with_fragmentation());
-    let roomy = plans
-        .iter()
-        .take_while(|p| p.1.borrow().estimate.fits_with_fragmentation())
-        .count();
-    let (a, b) = plans.split_at_mut(roomy);
-    order_group(a);
-    order_group(b);
-}
-
-fn order_group<T: std::borrow::Borrow<Plan>>(plans: &mut [(usize, T)]) {
-    let est = |p: &(usize, T)| {
-        let e = &p.1.borrow().estimate;
-        (
-            e.iteration_time_s,
-            e.iteration_time_high_s,
-            e.peak_memory_bytes,
-        )
-    };
-    let Some(fastest) = plans.iter().map(|p| est(p).0).reduce(f64::min) else {
-        return;
-    };
-    let tied = |a: f64, b: f64| (a - b).abs() <= TIE_SHARE * a.min(b);
-    // Tied plans first (by memory), the rest by central time.
-    plans.sort_by(|a, b| {
-        let (ea, eb) = (est(a), est(b));
-        let (ta, tb) = (tied(ea.0, fastest), tied(eb.0, fastest));
-        tb.cmp(&ta)
-            .then(if ta && tb {
-                ea.2.total_cmp(&eb.2)
-            } else {
-                ea.0.total_cmp(&eb.0)
-            })
-            .then(a.0.cmp(&b.0))
-    });
-    let n = plans.len();
-    for _ in 0..n {
-        let mut moved = false;
-        for i in 1..n {
-            let (a, b) = (est(&plans[i - 1]), est(&plans[i]));
-            let lead = b.0 - a.0;
-            if !tied(a.0, b.0) && lead > 0.0 && a.1 - b.1 > lead {
-                plans.swap(i - 1, i);
-                moved = true;
-            }
-        }
-        if !moved {
-            break;
-        }
-    }
-}
-
-/// Notes on each plan: what limits it, and how the first compares with the others.
-fn annotate(plans: &mut [Plan]) {
-    let best = plans.first().map(|p| {
-        let e = &p.estimate;
-        (
-            e.iteration_time_s,
-            e.iteration_time_low_s,
-            e.iteration_time_high_s,
-        )
-    });
-    for (i, p) in plans.iter_mut().enumerate() {
-        let e = &p.estimate;
-        let (name, share) = e
-            .breakdown
-            .components()
-            .into_iter()
-            .filter(|(n, _)| *n != "compute")
-            .map(|(n, s)| (n, s / e.iteration_time_s))
-            .max_by(|a, b| a.1.total_cmp(&b.1))
-            .unwrap_or(("", 0.0));
-        let compute = e.breakdown.compute_s / e.iteration_time_s;
-        p.notes.push(format!(
-            "compute {:.0} % of the step; the largest overhead is {name} ({:.0} %)",
-            compute * 100.0,
-            share * 100.0
-        ));
-        p.notes.push(format!(
-            "memory {:.1} of {:.1} GiB on stage {}{}",
-            e.peak_memory_bytes / GIB,
-            e.memory_capacity_bytes / GIB,
-            e.worst_stage,
-            if e.fits_with_fragmentation() {
-                String::new()
-            } else {
-                format!(
-                    " (tight: {:.1} GiB with the allocator's average fragmentation)",
-                    e.peak_memory_high_bytes / GIB
-                )
-            }
-        ));
-        if p.stage_map.recompute_blocks.iter().any(|&x| x > 0)
-            && p.config.recompute != Recompute::Full
-        {
-            p.notes.push(format!(
-                "recomputes in full only {:?} blocks per stage, the fewest that fit",
-                p.stage_map.recompute_blocks
-            ));
-        }
-        if !p.stage_map.is_even() {
-            p.notes.push(format!(
-                "uneven layout {:?} balances the embedding and the LM head",
-                p.stage_map.chunk_blocks
-            ));
-        }
-        if let (Some((b, b_low, b_high)), true) = (best, i > 0) {
-            let overlap = e.iteration_time_low_s <= b_high && b_low <= e.iteration_time_high_s;
-            let d = e.iteration_time_s / b - 1.0;
-            p.notes.push(if d.abs() <= TIE_SHARE {
-                format!(
-                    "tied with plan 1 ({:+.1} %), which needs less memory",
-                    d * 100.0
-                )
-            } else {
-                format!(
-                    "{:+.1} % against plan 1{}",
-                    d * 100.0,
-                    if overlap {
-                        " (the bands overlap: the order is not certain)"
-                    } else {
-                        ""
-                    }
-                )
-            });
-        }
-    }
-}
+#[cfg(test)]
+mod tests;

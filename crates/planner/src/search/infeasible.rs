@@ -1,0 +1,211 @@
+//! Why a search found nothing, and what would fit: the least memory any configuration
+//! needs, and the smallest GPU count with a plan (every count some well-formed configuration
+//! occupies up to 2^20, in increasing order).
+
+use std::collections::HashMap;
+
+use rayon::prelude::*;
+
+use plait_cost::comm::Groups;
+use plait_cost::estimate::{estimate_from_costs, layer_costs, LayerCosts};
+use plait_cost::layer::Workload;
+use plait_spec::{StageMap, GIB};
+
+use super::divisors::divisors;
+use super::{
+    enumerate, model_state_lower_bound, Infeasible, Pins, Request, Screened, ShapeKey,
+    MIN_CP_TOKENS,
+};
+
+/// The answer when the pins leave no well-formed configuration at all.
+pub(super) fn no_candidates(req: &Request) -> Infeasible {
+    let (state_bytes, lower) = state_lower_bound(req);
+    Infeasible {
+        reason: format!(
+            "no well-formed configuration of {} matches the given flags (degrees must \
+             divide the GPUs, the heads and the batch; see `plait estimate` for the reason a \
+             given configuration is rejected)",
+            gpus(req.gpus)
+        ),
+        min_memory_bytes: state_bytes / req.gpus as f64,
+        min_gpus: min_gpus(req, lower),
+        min_gpus_lower_bound: lower,
+    }
+}
+
+/// The model state fully sharded (16 bytes per parameter), and the GPUs it needs at least.
+fn state_lower_bound(req: &Request) -> (f64, u64) {
+    let state_bytes = 16.0 * req.model.parameter_count() as f64;
+    let usable = req.cluster.gpu.memory_bytes - req.cluster.memory_reserve_bytes;
+    (
+        state_bytes,
+        (state_bytes / usable).ceil().clamp(1.0, 1e18) as u64,
+    )
+}
+
+/// Explains an infeasible request: the least memory any configuration needs, and the
+/// smallest GPU count with a plan.
+pub(super) fn infeasible(req: &Request, rest: &[Screened]) -> Infeasible {
+    let params = req.model.parameter_count() as f64;
+    let (state_bytes, lower) = state_lower_bound(req);
+    let best = rest.iter().min_by(|a, b| {
+        a.peak_bytes
+            .total_cmp(&b.peak_bytes)
+            .then(a.index.cmp(&b.index))
+    });
+    let (reason, min_memory_bytes) = match best {
+        Some(s) => {
+            let e = plait_cost::estimate_mapped(
+                req.model,
+                req.cluster,
+                req.train,
+                &s.config,
+                req.device,
+                &s.map(req.model.layers),
+            )
+            .ok();
+            (
+                format!(
+                    "no configuration of {} fits; the least memory-hungry ({}) {}",
+                    gpus(req.gpus),
+                    s.config,
+                    e.and_then(|e| e.reason()).unwrap_or_default()
+                ),
+                s.peak_bytes,
+            )
+        }
+        None => (
+            format!(
+                "no configuration of {} fits: {} parameters need {:.0} GiB of weights, \
+                 gradients and optimizer states, more than {} hold even fully sharded",
+                gpus(req.gpus),
+                params,
+                state_bytes / GIB,
+                gpus(req.gpus)
+            ),
+            state_bytes / req.gpus as f64,
+        ),
+    };
+    Infeasible {
+        reason,
+        min_memory_bytes,
+        min_gpus: min_gpus(req, lower),
+        min_gpus_lower_bound: lower,
+    }
+}
+
+/// "1 GPU", "8 GPUs".
+fn gpus(n: u64) -> String {
+    if n == 1 {
+        "1 GPU".into()
+    } else {
+        format!("{n} GPUs")
+    }
+}
+
+/// Largest GPU count [`min_gpus`] tries.
+const MAX_PROBE_GPUS: u64 = 1 << 20;
+
+/// Every GPU count in (`above`, 2^20] that some well-formed configuration of `req`'s model
+/// and batch occupies (dp divides the batch, tp the heads, pp ≤ layers, cp the sequence;
+/// pinned degrees as pinned), in increasing order: a superset of the counts `enumerate`
+/// finds anything for.
+fn occupied_counts(req: &Request, above: u64) -> Vec<u64> {
+    let (m, t, p) = (req.model, req.train, &req.pins);
+    let cap = MAX_PROBE_GPUS;
+    let upto = |n: u64| divisors(n.min(cap)).into_iter().filter(move |d| *d <= cap);
+    let dps: Vec<u64> = match p.dp {
+        Some(d) => vec![d],
+        None if t.gbs <= cap => upto(t.gbs).filter(|d| t.gbs.is_multiple_of(*d)).collect(),
+        None => (1..=cap).filter(|d| t.gbs.is_multiple_of(*d)).collect(),
+    };
+    let tps: Vec<u64> = match p.tp {
+        Some(v) => vec![v],
+        None => upto(m.heads)
+            .filter(|d| m.ffn_hidden.is_multiple_of(*d))
+            .collect(),
+    };
+    let pps: Vec<u64> = match p.pp {
+        Some(v) => vec![v],
+        None => (1..=m.layers.min(cap)).collect(),
+    };
+    let cps: Vec<u64> = match p.cp {
+        Some(v) => vec![v],
+        None => upto(t.seq)
+            .filter(|c| *c == 1 || t.seq / c >= MIN_CP_TOKENS)
+            .collect(),
+    };
+    let mut out = std::collections::BTreeSet::new();
+    for &tp in &tps {
+        for &pp in &pps {
+            let Some(tpp) = tp.checked_mul(pp).filter(|v| *v <= cap) else {
+                break;
+            };
+            for &cp in &cps {
+                let Some(mesh) = tpp.checked_mul(cp).filter(|v| *v <= cap) else {
+                    break;
+                };
+                for &dp in &dps {
+                    match mesh.checked_mul(dp).filter(|v| *v <= cap) {
+                        Some(g) if g > above => {
+                            out.insert(g);
+                        }
+                        Some(_) => {}
+                        None => break,
+                    }
+                }
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// The smallest GPU count above `req.gpus` (and at least `from`, the model state's lower
+/// bound, unless the task freezes the base weights) with a configuration under the same
+/// pins that fits by the analytic estimate with its even layout; every occupied count up to
+/// 2^20 is tried in increasing order, so the answer is exact, not a power of two.
+fn min_gpus(req: &Request, from: u64) -> Option<u64> {
+    let from = if req.train.lora_adapters().is_some() {
+        1
+    } else {
+        from
+    };
+    let capacity = req.cluster.gpu.memory_bytes - req.cluster.memory_reserve_bytes;
+    let cache: std::sync::Mutex<HashMap<ShapeKey, LayerCosts>> = Default::default();
+    occupied_counts(req, req.gpus.max(from.saturating_sub(1)))
+        .into_iter()
+        .find(|&g| {
+            let r = Request {
+                gpus: g,
+                pins: Pins {
+                    dp: None,
+                    ..req.pins
+                },
+                top: 1,
+                simulate: 0,
+                ..req.clone()
+            };
+            let configs = enumerate(&r);
+            configs.par_iter().any(|c| {
+                if model_state_lower_bound(r.model, r.train, c) > capacity {
+                    return false;
+                }
+                let key = ShapeKey::of(c, c.recompute);
+                let known = cache.lock().map(|m| m.get(&key).copied()).ok().flatten();
+                let policy = known.unwrap_or_else(|| {
+                    let g = Groups::new(r.cluster, c);
+                    let w = Workload::new(c, r.train);
+                    let costs = layer_costs(r.model, r.device, &g, &w);
+                    if let Ok(mut m) = cache.lock() {
+                        m.insert(key, costs);
+                    }
+                    costs
+                });
+                let map = StageMap::uniform(r.model.layers, c);
+                estimate_from_costs(
+                    r.model, r.cluster, r.train, c, r.device, &policy, &policy, &map,
+                )
+                .fits
+            })
+        })
+}
