@@ -21,6 +21,10 @@ pub struct Group {
     pub spans_nodes: bool,
     /// Nodes the group's ranks sit on.
     pub nodes: u64,
+    /// Members of the group on each of its nodes.
+    pub local: u64,
+    /// Bandwidth between two members of the same node (NVLink), per direction.
+    pub intra_bytes_per_s: f64,
 }
 
 /// NCCL's ring protocols as its tuner models them (NCCL 5067397, `src/graph/tuning.cc`):
@@ -75,6 +79,8 @@ impl Group {
             intra_step_latency_s: 0.0,
             spans_nodes: false,
             nodes: 1,
+            local: 1,
+            intra_bytes_per_s: f64::INFINITY,
         }
     }
 
@@ -94,6 +100,8 @@ impl Group {
                 intra_step_latency_s: cluster.intra_node.latency_s,
                 spans_nodes: false,
                 nodes: 1,
+                local: size,
+                intra_bytes_per_s: intra,
             };
         }
         // Members of this group inside one node; a ring through them uses that many NICs
@@ -109,6 +117,8 @@ impl Group {
             intra_step_latency_s: cluster.intra_node.latency_s,
             spans_nodes: true,
             nodes: size.div_ceil(local),
+            local,
+            intra_bytes_per_s: intra,
         }
     }
 
@@ -157,13 +167,25 @@ impl Group {
         self.reduce_scatter_s(bytes)
     }
 
-    /// All-to-all where each rank holds `bytes` and keeps 1/size of them.
+    /// All-to-all where each rank holds `bytes` and keeps 1/size of them. NCCL runs it as
+    /// grouped point-to-point sends (`ncclAllToAll` = one `ncclSend`/`ncclRecv` pair per
+    /// peer inside `ncclGroupStart/End`, NCCL 5067397 `src/collectives.cc`): the share for
+    /// peers on the same node crosses NVLink while the share for the other nodes' peers
+    /// crosses this rank's NIC share, both at once — the slower of the two sets the time.
     pub fn all_to_all_s(&self, bytes: f64) -> f64 {
         if self.size <= 1 {
             return 0.0;
         }
-        (self.size - 1) as f64 * self.step_latency_s
-            + self.fraction() * bytes / self.point_bytes_per_s
+        let per_peer = bytes / self.size as f64;
+        let local_peers = (self.local.min(self.size) - 1) as f64;
+        let remote_peers = (self.size - self.local.min(self.size)) as f64;
+        let intra = local_peers * per_peer / self.intra_bytes_per_s;
+        let inter = if remote_peers > 0.0 {
+            remote_peers * per_peer / self.point_bytes_per_s
+        } else {
+            0.0
+        };
+        (self.size - 1) as f64 * self.step_latency_s + intra.max(inter)
     }
 
     /// One point-to-point transfer of `bytes` to a neighbour in this group.
@@ -197,8 +219,12 @@ impl Groups {
             cp: Group::place(cluster, c.cp, stride(Dim::Cp)),
             // Gradients reduce over the dp × cp block, which starts at cp's stride.
             dp: Group::place(cluster, c.dp * c.cp, stride(Dim::Cp)),
-            // Expert groups are consecutive ranks of that block, outside cp.
-            ep: Group::place(cluster, c.ep, stride(Dim::Dp)),
+            // Expert layers have a rank order of their own: expert-tp (= tp), ep, expert-dp,
+            // pp, with cp folded into ep × expert-dp (Megatron-LM d98e8a6
+            // `parallel_state.py:871-893`: `expert_tensor_parallel_size` defaults to tp and
+            // `expert_decoder_rank_generator` is built with `cp=1`): an expert group is
+            // every tp-th rank.
+            ep: Group::place(cluster, c.ep, c.tp),
             pp: Group::place(cluster, c.pp.min(2), stride(Dim::Pp)),
         }
     }
@@ -236,5 +262,42 @@ mod tests {
         let small = g.all_reduce_s(8.0);
         assert!((small - (6.6e-6 + 14.0 * 0.6e-6 + 14.0 / (450e9 * 0.78 * 0.5))).abs() < 1e-12);
         assert_eq!(Group::place(&c, 1, 1).all_reduce_s(bytes), 0.0);
+    }
+
+    #[test]
+    fn all_to_all_splits_nvlink_and_network_peers() {
+        let c = cluster_preset("dgx-b200").unwrap();
+        let bytes = 8e9;
+        // 8 ranks in one node: 7/8 of the bytes over NVLink.
+        let node = Group::place(&c, 8, 1);
+        let nvlink = c.intra_node.achieved_bytes_per_s();
+        assert!(
+            (node.all_to_all_s(bytes) - (7.0 * bytes / 8.0 / nvlink + 7.0 * node.step_latency_s))
+                .abs()
+                < 1e-9
+        );
+        // 8 ranks spaced 2 apart span two nodes, 4 on each: 3 peers over NVLink and 4 over
+        // the NIC at once; the NIC share sets the time.
+        let two = Group::place(&c, 8, 2);
+        assert_eq!((two.nodes, two.local), (2, 4));
+        let nic = c.inter_node.achieved_bytes_per_s();
+        let expected = 7.0 * two.step_latency_s + 4.0 * bytes / 8.0 / nic;
+        assert!((two.all_to_all_s(bytes) - expected).abs() < 1e-9);
+        // One rank per node: every peer over the network.
+        let spread = Group::place(&c, 8, 8);
+        assert!(spread.all_to_all_s(bytes) > two.all_to_all_s(bytes));
+    }
+
+    #[test]
+    fn expert_groups_follow_megatrons_expert_rank_order() {
+        // tp 2 × cp 8 with ep 8 on 8-GPU nodes: the expert group is every tp-th rank (cp is
+        // folded into ep × expert-dp), 16 ranks on two nodes, not every (tp·cp)-th rank.
+        let c = cluster_preset("dgx-b200").unwrap();
+        let cfg: ParallelConfig = "dp4 tp2 pp4 vp14 cp8 ep8 mbs1 zero1 sp".parse().unwrap();
+        let g = Groups::new(&c, &cfg);
+        assert_eq!((g.ep.size, g.ep.nodes, g.ep.local), (8, 2, 4));
+        // On an NVL72 rack the same group stays inside the NVLink domain.
+        let nvl = cluster_preset("gb200-nvl72").unwrap();
+        assert!(!Groups::new(&nvl, &cfg).ep.spans_nodes);
     }
 }

@@ -598,12 +598,9 @@ fn assemble(
     // replicas of each expert.
     let dense_dp = (c.dp * c.cp) as f64;
     let expert_dp = (c.dp * c.cp / c.ep) as f64;
-    // Replicas of one expert: every ep-th rank of the dp × cp block.
-    let expert_group = Group::place(
-        cluster,
-        c.dp * c.cp / c.ep,
-        c.mesh().stride(plait_spec::Dim::Dp) * c.ep,
-    );
+    // Replicas of one expert: the expert-dp dimension of the expert layers' rank order
+    // (expert-tp = tp, ep, expert-dp; `comm::Groups::new`), every tp·ep-th rank.
+    let expert_group = Group::place(cluster, c.dp * c.cp / c.ep, c.tp * c.ep);
     let engine = &w.engine;
     let grad_reduce_bytes = match t.dtype {
         // 16-bit gradients with fp16 (loss scaling); with bf16 the engine's choice.

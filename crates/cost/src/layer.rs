@@ -558,6 +558,9 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
     // adapted linear adds x·A (k → r) and (x·A)·B (r → n) in 16-bit, their input and
     // weight gradients, and the add of the adapter's output into the linear's.
     let mut adapter_params = 0.0;
+    // Megatron's MoE blocks with tp > 1 (sequence parallelism is then required) gather the
+    // expert inputs over tp in the token dispatcher rather than before fc1.
+    let moe_dispatch_over_tp = m.moe.is_some() && w.sp && w.tp > 1;
     for (i, gm) in [qkv, attn_out, up, down].iter().enumerate() {
         let (dg, wg) = backward_gemms(gm);
         let dg_s = expert_gemm_s(d, &dg, grouped);
@@ -599,7 +602,10 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
             fwd.stream(d, 3.0 * (gm.m * gm.n * gm.count) as f64 * e);
         }
         let column_parallel = i % 2 == 0;
-        if column_parallel && w.tp > 1 {
+        // A MoE block's expert MLP moves its tokens over tp in the dispatcher instead
+        // (counted with the expert traffic below).
+        let dispatched = i >= 2 && moe_dispatch_over_tp;
+        if column_parallel && w.tp > 1 && !dispatched {
             let pairs = if w.sp {
                 // Re-gather the sequence-parallel input for the weight gradient (overlapped
                 // with dgrad), reduce-scatter the input gradient (overlapped with wgrad).
@@ -681,23 +687,27 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
             };
             let (dg_proj, _) = backward_gemms(&attn_out);
             let (dg_down, _) = backward_gemms(&down);
-            fwd_phase.tp_comm_s = overlapped(ag, t, gemm(&qkv), 1.0)
-                + overlapped(rs, 4.0, gemm(&attn_out), 16.0)
-                + overlapped(ag, t, gemm(&up), 1.0)
-                + overlapped(rs, 4.0, gemm(&down), 16.0);
-            let row_parallel =
-                overlapped(ag, t, gemm(&dg_proj), 1.0) + overlapped(ag, t, gemm(&dg_down), 1.0);
+            fwd_phase.tp_comm_s =
+                overlapped(ag, t, gemm(&qkv), 1.0) + overlapped(rs, 4.0, gemm(&attn_out), 16.0);
+            let mut row_parallel = overlapped(ag, t, gemm(&dg_proj), 1.0);
+            if !moe_dispatch_over_tp {
+                fwd_phase.tp_comm_s +=
+                    overlapped(ag, t, gemm(&up), 1.0) + overlapped(rs, 4.0, gemm(&down), 16.0);
+                row_parallel += overlapped(ag, t, gemm(&dg_down), 1.0);
+            }
             bwd_phase.tp_comm_s = row_parallel + column_parallel_exposed;
             fwd.fixed(contention, 0.0);
         } else {
-            // Forward: two all-reduces, or all-gather + reduce-scatter pairs with sp.
+            // Forward: two all-reduces, or all-gather + reduce-scatter pairs with sp (one
+            // pair, the attention's, in a MoE block whose dispatcher moves the MLP's).
+            let pairs = if moe_dispatch_over_tp { 1.0 } else { 2.0 };
             fwd_phase.tp_comm_s = if w.sp {
-                2.0 * (ag + rs)
+                pairs * (ag + rs)
             } else {
                 2.0 * g.tp.all_reduce_s(full_hidden_bytes)
             };
             // Backward of the row-parallel outputs: identity without sp, all-gather with sp.
-            let row_parallel = if w.sp { 2.0 * ag } else { 0.0 };
+            let row_parallel = if w.sp { pairs * ag } else { 0.0 };
             bwd_phase.tp_comm_s = row_parallel + column_parallel_exposed;
         }
         if gemms.shared.is_some() {
@@ -724,11 +734,24 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
         fwd_phase.cp_comm_s = steps * (g.cp.p2p_s(kv_bytes) - per_step_f).max(0.0);
         bwd_phase.cp_comm_s = steps * (g.cp.p2p_s(2.0 * kv_bytes) - per_step_b).max(0.0);
     }
-    if m.moe.is_some() && g.ep.size > 1 {
-        // Token dispatch and combine all-to-alls, forward and backward.
-        let bytes = routed_tokens * h * e;
-        fwd_phase.ep_comm_s = 2.0 * g.ep.all_to_all_s(bytes);
-        bwd_phase.ep_comm_s = 2.0 * g.ep.all_to_all_s(bytes);
+    if m.moe.is_some() && (g.ep.size > 1 || moe_dispatch_over_tp) {
+        // Token dispatch and combine, forward and backward (the backward runs the mirror
+        // image). Megatron's all-to-all dispatcher with sequence parallelism sends each tp
+        // rank's own slice of the sequence over the expert group, then gathers the tokens
+        // its experts received over the expert-tp group (= tp) and reduce-scatters the
+        // expert output back before the combine (Megatron-LM d98e8a6
+        // `moe/token_dispatcher.py`, `MoEAlltoAllTokenDispatcher.token_dispatch` /
+        // `dispatch_postprocess` / `combine_preprocess`).
+        let gathered = routed_tokens * h * e;
+        let tp_slices = if w.sp { g.tp.size as f64 } else { 1.0 };
+        let a2a = g.ep.all_to_all_s(gathered / tp_slices);
+        let etp = if moe_dispatch_over_tp {
+            g.tp.all_gather_s(gathered) + g.tp.reduce_scatter_s(gathered)
+        } else {
+            0.0
+        };
+        fwd_phase.ep_comm_s = 2.0 * a2a + etp;
+        bwd_phase.ep_comm_s = 2.0 * a2a + etp;
     }
     fwd_phase.compute_s = fwd.time_s() * w.kernel_scale();
     bwd_phase.compute_s = bwd.time_s() * w.kernel_scale();
