@@ -1,0 +1,252 @@
+//! The parsed `config.json` and its source (`Config`), with the typed accessors every
+//! family parser uses (integers, flags, numbers, head dimension, RoPE θ), each failing with
+//! a one-line `SpecError` that names the key, and the wording helpers (`show`, `quote`, the
+//! typo hint by edit distance).
+//!
+//! It knows no family: which keys a model type reads and what they build belong to the
+//! family modules.
+
+use serde_json::{Map, Value};
+
+use super::READ_KEYS;
+use crate::error::{Result, SpecError};
+/// The parsed document and its source, with typed accessors that fail naming the key.
+pub(super) struct Config<'a> {
+    pub(super) source: &'a str,
+    pub(super) map: &'a Map<String, Value>,
+}
+
+impl Config<'_> {
+    pub(super) fn err(
+        &self,
+        field: &str,
+        problem: impl Into<String>,
+        allowed: impl Into<String>,
+    ) -> SpecError {
+        SpecError::new(self.source, field, problem, allowed)
+    }
+
+    /// The value of `key`; an explicit `null` counts as absent.
+    pub(super) fn get(&self, key: &str) -> Option<&Value> {
+        self.map.get(key).filter(|v| !v.is_null())
+    }
+
+    /// "missing", with the closest unknown key within edit distance 2 when there is one.
+    pub(super) fn missing_problem(&self, key: &str) -> String {
+        let hint = self
+            .map
+            .keys()
+            .filter(|k| !READ_KEYS.contains(&k.as_str()))
+            .filter_map(|k| edit_distance_at_most(k, key, 2).map(|d| (d, k)))
+            .min_by_key(|&(d, _)| d);
+        match hint {
+            Some((_, k)) => format!("missing (found `{}` — a typo?)", quote(k)),
+            None => "missing".to_string(),
+        }
+    }
+
+    /// A required integer in `1..=max`.
+    pub(super) fn int(&self, key: &str, max: u64) -> Result<u64> {
+        match self.get(key) {
+            Some(v) => self.check_int(key, v, max),
+            None => Err(self.err(key, self.missing_problem(key), int_allowed(max))),
+        }
+    }
+
+    /// An optional integer in `1..=max` (absent or `null` → `None`).
+    pub(super) fn opt_int(&self, key: &str, max: u64) -> Result<Option<u64>> {
+        self.get(key)
+            .map(|v| self.check_int(key, v, max))
+            .transpose()
+    }
+
+    pub(super) fn check_int(&self, key: &str, v: &Value, max: u64) -> Result<u64> {
+        let problem = match v {
+            Value::Number(n) => match (n.as_u64(), n.as_i64()) {
+                (Some(0), _) => "must be a positive integer, got 0".to_string(),
+                (Some(u), _) if u > max => format!("is too large: {u}"),
+                (Some(u), _) => return Ok(u),
+                (None, Some(i)) => format!("must be a positive integer, got {i}"),
+                (None, None) => format!("must be an integer, got {n}"),
+            },
+            other => format!("must be a positive integer, got {}", show(other)),
+        };
+        Err(self.err(key, problem, int_allowed(max)))
+    }
+
+    /// An optional boolean with its default.
+    pub(super) fn flag(&self, key: &str, default: bool) -> Result<bool> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(v) => Err(self.err(
+                key,
+                format!("must be a boolean, got {}", show(v)),
+                "true, false",
+            )),
+        }
+    }
+
+    /// Cross-attention blocks (encoder–decoder use) have no place in `ModelSpec`.
+    pub(super) fn no_cross_attention(&self) -> Result<()> {
+        if self.flag("add_cross_attention", false)? {
+            return Err(self.err(
+                "add_cross_attention",
+                "cross-attention layers are not supported",
+                "false",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `head_dim` for `heads` heads: `explicit`, or `hidden / heads`, which must divide.
+    /// `reads_head_dim`: whether the family accepts a `head_dim` key (for the hint).
+    pub(super) fn head_dim(
+        &self,
+        (heads_key, heads): (&str, u64),
+        (hidden_key, hidden): (&str, u64),
+        explicit: Option<u64>,
+        reads_head_dim: bool,
+    ) -> Result<u64> {
+        if let Some(d) = explicit {
+            return Ok(d);
+        }
+        let d = hidden / heads;
+        if d * heads != hidden {
+            let or = if reads_head_dim {
+                ", or an explicit head_dim"
+            } else {
+                ""
+            };
+            return Err(self.err(
+                heads_key,
+                format!("{heads} heads do not divide {hidden_key} = {hidden}"),
+                format!("a divisor of {hidden_key} ({hidden}){or}"),
+            ));
+        }
+        Ok(d)
+    }
+
+    /// An optional positive finite number with its default.
+    pub(super) fn float(&self, key: &str, default: f64) -> Result<f64> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => self.check_float(key, v),
+        }
+    }
+
+    fn check_float(&self, key: &str, v: &Value) -> Result<f64> {
+        match v.as_f64() {
+            Some(x) if x.is_finite() && x > 0.0 => Ok(x),
+            _ => Err(self.err(
+                key,
+                format!("must be a positive number, got {}", show(v)),
+                "a number > 0",
+            )),
+        }
+    }
+
+    /// RoPE θ: `key` at the top level, else `rope_parameters.rope_theta` (the layout of
+    /// transformers 5), else `default`.
+    pub(super) fn rope_theta(&self, key: &str, default: f64) -> Result<f64> {
+        if self.get(key).is_some() {
+            return self.float(key, default);
+        }
+        match self.get("rope_parameters") {
+            Some(Value::Object(m)) => match m.get("rope_theta").filter(|v| !v.is_null()) {
+                Some(v) => self.check_float("rope_parameters.rope_theta", v),
+                None => Ok(default),
+            },
+            _ => Ok(default),
+        }
+    }
+
+    /// The refusal of a recognised `model_type` that `ModelSpec` cannot express exactly,
+    /// naming the first key (present in the file, or the one transformers reads) that
+    /// carries the missing architecture.
+    pub(super) fn refusal(&self, model_type: &str) -> SpecError {
+        // nemotron_h, the one refused type.
+        self.err(
+            "hybrid_override_pattern",
+            format!(
+                "model_type `{model_type}` mixes Mamba-2 mixer, attention and MLP layers; \
+                 plait's layers are all transformer blocks (attention + MLP)"
+            ),
+            "a model made of transformer blocks only (Mamba-2 layers are not expressible \
+             yet)",
+        )
+    }
+}
+
+pub(super) fn int_allowed(max: u64) -> String {
+    format!("a positive integer ≤ {max}")
+}
+
+/// A JSON value for an error message: short, on one line.
+pub(super) fn show(v: &Value) -> String {
+    match v {
+        Value::Null => "null".to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => format!("the string \"{}\"", quote(s)),
+        Value::Array(_) => "an array".to_string(),
+        Value::Object(_) => "an object".to_string(),
+    }
+}
+
+/// `s` with control characters escaped, cut to 40 characters.
+pub(super) fn quote(s: &str) -> String {
+    const MAX: usize = 40;
+    let mut out: String = s.chars().take(MAX).flat_map(char::escape_debug).collect();
+    if s.chars().nth(MAX).is_some() {
+        out.push('…');
+    }
+    out
+}
+
+/// Levenshtein distance between `a` and `b` if it is at most `max` (in characters).
+fn edit_distance_at_most(a: &str, b: &str, max: usize) -> Option<usize> {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    if a.len().abs_diff(b.len()) > max {
+        return None;
+    }
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for (i, ca) in a.iter().enumerate() {
+        cur[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    let d = prev[b.len()];
+    (d <= max).then_some(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn edit_distance() {
+        assert_eq!(
+            edit_distance_at_most("num_hidden_layer", "num_hidden_layers", 2),
+            Some(1)
+        );
+        assert_eq!(edit_distance_at_most("n_heads", "n_head", 2), Some(1));
+        assert_eq!(edit_distance_at_most("hiden_szie", "hidden_size", 2), None);
+        assert_eq!(
+            edit_distance_at_most("hidden_szie", "hidden_size", 2),
+            Some(2)
+        );
+        assert_eq!(edit_distance_at_most("", "abc", 2), None);
+        assert_eq!(edit_distance_at_most("abc", "abc", 2), Some(0));
+    }
+
+    #[test]
+    fn quote_escapes_and_truncates() {
+        assert_eq!(quote("a\nb"), "a\\nb");
+        assert_eq!(quote(&"x".repeat(50)), format!("{}…", "x".repeat(40)));
+    }
+}

@@ -1,0 +1,254 @@
+//! Hugging Face `config.json` → [`ModelSpec`], with one-line errors naming the bad key.
+//! Takes the file's text; does no I/O.
+//!
+//! This file holds the entry point (`model_from_hf_config`: JSON, `model_type`, dispatch),
+//! the accepted and refused types, the limits, the keys every family reads and the model's
+//! name. `config` holds the typed accessors and error wording, `size` the parameter-count
+//! limit, and `gpt`, `llama` and `deepseek` one family each. Nothing here knows costs,
+//! GPUs or parallelism: a config becomes a `ModelSpec` and nothing more.
+
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use crate::error::{Result, SpecError};
+use crate::model::ModelSpec;
+
+mod config;
+mod deepseek;
+mod gpt;
+mod llama;
+mod size;
+
+use config::{quote, show, Config};
+/// The `model_type`s this parser understands.
+pub const HF_MODEL_TYPES: [&str; 18] = [
+    "gpt2",
+    "gpt_neox",
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen3",
+    "qwen3_moe",
+    "phi3",
+    "olmo2",
+    "falcon",
+    "gemma2",
+    "gemma3_text",
+    "gpt_oss",
+    "deepseek_v2",
+    "deepseek_v3",
+    "kimi_k2",
+    "bert",
+];
+
+/// `model_type`s recognised but refused, each naming the key whose architecture `ModelSpec`
+/// (one block kind repeated, full causal attention of `heads × head_dim` q/k/v/o
+/// projections, one MLP kind) cannot hold exactly.
+pub const HF_REFUSED_MODEL_TYPES: [&str; 4] =
+    ["deepseek_v2", "deepseek_v3", "kimi_k2", "nemotron_h"];
+
+/// Largest accepted dimension (hidden size, heads, vocabulary, …).
+const MAX_DIM: u64 = 1_000_000_000;
+/// Largest accepted number of transformer blocks (the layer list is materialised).
+const MAX_LAYERS: u64 = 100_000;
+/// Largest accepted total parameter count: keeps every count `ModelSpec` derives in `u64`.
+const MAX_PARAMS: u128 = 1_000_000_000_000_000;
+
+/// Every key some family reads: such keys are never offered as typo candidates.
+const READ_KEYS: &[&str] = &[
+    "_name_or_path",
+    "model_type",
+    "n_embd",
+    "n_layer",
+    "n_head",
+    "n_positions",
+    "n_ctx",
+    "n_inner",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "vocab_size",
+    "tie_word_embeddings",
+    "attention_bias",
+    "mlp_bias",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "add_cross_attention",
+    "rope_theta",
+    "rope_parameters",
+    "rotary_emb_base",
+    "rms_norm_eps",
+    "layer_norm_eps",
+    "layer_norm_epsilon",
+    "new_decoder_architecture",
+    "multi_query",
+    "num_kv_heads",
+    "parallel_attn",
+    "bias",
+    "alibi",
+    "sliding_window",
+    "layer_types",
+    "sliding_window_pattern",
+    "hidden_activation",
+    "decoder_sparse_step",
+    "mlp_only_layers",
+    "moe_intermediate_size",
+    "num_experts",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "n_routed_experts",
+    "n_shared_experts",
+    "first_k_dense_replace",
+    "moe_layer_freq",
+    "num_nextn_predict_layers",
+    "ffn_hidden_size",
+    "activation",
+    "hidden_act",
+];
+
+/// Parses a Hugging Face `config.json`; `source` (the file name) is used in errors.
+///
+/// Reads the keys transformers reads for each of [`HF_MODEL_TYPES`]. Size keys are required;
+/// the others, when absent or `null`, take transformers' defaults. Where `ModelSpec` cannot
+/// say exactly what transformers builds:
+/// - `llama`: `attention_bias` sets the q/k/v biases and `mlp_bias` the MLP and attention
+///   output biases (transformers ties the `o_proj` bias to `attention_bias`);
+/// - `gpt_neox`: `attention_bias` sets the q/k/v biases only (the attention output bias
+///   always counts); partial rotary (`rotary_pct`) and the parallel residual carry no
+///   parameters and are not represented.
+/// - `phi3`: fused `qkv_proj` and `gate_up_proj` hold the same weights as separate ones;
+///   partial rotary (`partial_rotary_factor`) and RoPE scaling carry no parameters.
+/// - `olmo2`: its norms sit after attention and MLP (not before) and it RMS-normalises q and
+///   k over their full width; those `(heads + kv_heads) × head_dim` weights per layer
+///   (0.004 % of OLMo-2 7B) are left out of the count and the time, as for Qwen3.
+/// - `falcon`: the parallel attention/MLP block of Falcon-7B has one LayerNorm, counted as
+///   the two of a sequential block (`2h` parameters per layer too many, 0.004 % of 7B);
+///   `alibi = true` is refused (ALiBi positions are not expressible).
+/// - `sliding_window` of `mistral` and `phi3` bounds every layer's attention; `gemma2`,
+///   `gemma3_text` and `gpt_oss` give each layer its kind (`layer_types`, or transformers'
+///   default alternation: every other layer local for Gemma 2 and GPT-OSS, five local to
+///   one global for Gemma 3), laid out as block runs. Gemma's gated GELU MLP costs as
+///   SwiGLU (the same three matrices and elementwise passes); its two extra norms per
+///   layer, soft-capping and GPT-OSS's attention sinks (a few parameters per head) are left
+///   out. Qwen2's `use_sliding_window` is not read.
+/// - `qwen3_moe` layers listed in `mlp_only_layers`, or off the `decoder_sparse_step`, are
+///   dense MLPs of `intermediate_size`.
+///
+/// Dimensions above 10^9, more than 10^5 layers, or more than 10^15 parameters in all are
+/// rejected, so that every count `ModelSpec` derives fits in `u64`.
+pub fn model_from_hf_config(text: &str, source: &str) -> Result<ModelSpec> {
+    let doc: Value = serde_json::from_str(text).map_err(|e| {
+        SpecError::new(
+            source,
+            "(json)",
+            format!("invalid JSON: {e}"),
+            "a JSON object, as in a Hugging Face config.json",
+        )
+    })?;
+    let Value::Object(map) = &doc else {
+        return Err(SpecError::new(
+            source,
+            "(json)",
+            format!(
+                "expected a JSON object at the top level, found {}",
+                show(&doc)
+            ),
+            "a JSON object, as in a Hugging Face config.json",
+        ));
+    };
+    let cfg = Config { source, map };
+    let model_type = match map.get("model_type") {
+        Some(Value::String(s)) => s.as_str(),
+        Some(v) => {
+            return Err(cfg.err(
+                "model_type",
+                format!("must be a string, got {}", show(v)),
+                HF_MODEL_TYPES.join(", "),
+            ))
+        }
+        None => {
+            return Err(cfg.err(
+                "model_type",
+                cfg.missing_problem("model_type"),
+                HF_MODEL_TYPES.join(", "),
+            ))
+        }
+    };
+    let spec = match model_type {
+        "gpt2" => cfg.gpt2()?,
+        "gpt_neox" => cfg.gpt_neox()?,
+        "llama" | "mistral" | "mixtral" | "qwen2" | "qwen3" | "qwen3_moe" => {
+            cfg.llama(model_type)?
+        }
+        "phi3" | "olmo2" | "gemma2" | "gemma3_text" | "gpt_oss" => cfg.llama(model_type)?,
+        "falcon" => cfg.falcon()?,
+        "deepseek_v2" | "deepseek_v3" | "kimi_k2" => cfg.deepseek()?,
+        "bert" => cfg.bert()?,
+        refused if HF_REFUSED_MODEL_TYPES.contains(&refused) => return Err(cfg.refusal(refused)),
+        other => {
+            return Err(cfg.err(
+                "model_type",
+                format!("unsupported model_type `{}`", quote(other)),
+                HF_MODEL_TYPES.join(", "),
+            ))
+        }
+    };
+    let name = model_name(map, source, model_type);
+    Ok(ModelSpec { name, ..spec })
+}
+
+/// The model's name: `_name_or_path`, else the directory holding a `config.json` or the
+/// file's stem, else the model type.
+fn model_name(map: &Map<String, Value>, source: &str, model_type: &str) -> String {
+    if let Some(Value::String(s)) = map.get("_name_or_path") {
+        if !s.trim().is_empty() {
+            return s.trim().to_string();
+        }
+    }
+    let path = Path::new(source);
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+    let name = if stem == "config" {
+        path.parent()
+            .and_then(|p| p.file_name())
+            .and_then(|s| s.to_str())
+            .unwrap_or("")
+    } else {
+        stem
+    };
+    if name.is_empty() {
+        model_type.to_string()
+    } else {
+        name.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn name_falls_back_to_directory_stem_or_model_type() {
+        let empty = Map::new();
+        assert_eq!(
+            model_name(&empty, "models/llama-7b/config.json", "llama"),
+            "llama-7b"
+        );
+        assert_eq!(model_name(&empty, "gpt2-xl.json", "gpt2"), "gpt2-xl");
+        assert_eq!(model_name(&empty, "config.json", "bert"), "bert");
+        assert_eq!(model_name(&empty, "", "bert"), "bert");
+        let mut named = Map::new();
+        named.insert("_name_or_path".into(), Value::from("org/model"));
+        assert_eq!(model_name(&named, "config.json", "llama"), "org/model");
+        named.insert("_name_or_path".into(), Value::from("  "));
+        assert_eq!(model_name(&named, "x/config.json", "llama"), "x");
+    }
+}

@@ -1,0 +1,87 @@
+//! The size limit: a model whose parameter count leaves what `ModelSpec` counts in `u64` is
+//! refused, naming the largest dimension read; the count is redone in `u128` so that it
+//! cannot overflow for any accepted dimensions.
+//!
+//! It must agree with `ModelSpec::parameter_count` term by term (tested on every preset)
+//! and knows nothing of how a family reads its keys.
+
+use super::config::Config;
+use super::MAX_PARAMS;
+use crate::error::Result;
+use crate::model::{Activation, Family, ModelSpec, Norm, Positions};
+
+impl Config<'_> {
+    /// Rejects a model whose parameter count leaves the range `ModelSpec` can count in,
+    /// naming the largest of the dimensions read.
+    pub(super) fn check_size(&self, spec: &ModelSpec, dims: &[(&str, u64)]) -> Result<()> {
+        let total = parameter_count_u128(spec);
+        if total <= MAX_PARAMS {
+            return Ok(());
+        }
+        let key = dims
+            .iter()
+            .rev() // the first of equal maxima
+            .max_by_key(|&&(_, v)| v)
+            .map_or("model_type", |&(k, _)| k);
+        Err(self.err(
+            key,
+            format!("gives a model of {:.2e} parameters, too many", total as f64),
+            "dimensions giving at most 10^15 parameters",
+        ))
+    }
+}
+
+/// `ModelSpec::parameter_count` in `u128`, which cannot overflow for dimensions ≤ 10^9
+/// and layers ≤ 10^5 (the largest product is below 10^33).
+fn parameter_count_u128(s: &ModelSpec) -> u128 {
+    let w = |x: u64| u128::from(x);
+    let (h, f, v) = (w(s.hidden), w(s.ffn_hidden), w(s.vocab));
+    let q = w(s.heads) * w(s.head_dim);
+    let kv = w(s.kv_heads) * w(s.head_dim);
+    let norm = match s.norm {
+        Norm::LayerNorm => 2 * h,
+        Norm::RmsNorm => h,
+    };
+    let mats = match s.activation {
+        Activation::Gelu => 2,
+        Activation::SwiGlu => 3,
+    };
+    let attn = h * (q + 2 * kv)
+        + if s.qkv_bias { q + 2 * kv } else { 0 }
+        + q * h
+        + if s.linear_bias { h } else { 0 };
+    let one_mlp = mats * h * f + if s.linear_bias { (mats - 1) * f + h } else { 0 };
+    let mlp = match s.moe {
+        None => one_mlp,
+        Some(m) => w(m.experts) * (one_mlp + h),
+    };
+    let block = attn + mlp + 2 * norm;
+    let pos = match s.positions {
+        Positions::Learned => w(s.max_positions),
+        Positions::Rotary => 0,
+    };
+    let bert = s.family == Family::Bert;
+    let embedding = (v + pos + w(s.type_vocab)) * h + if bert { norm } else { 0 };
+    let head = if bert {
+        h * h + h
+    } else {
+        norm + if s.tied_embeddings { 0 } else { v * h }
+    };
+    embedding + w(s.layers) * block + head
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn u128_count_agrees_with_model_spec() {
+        for name in crate::presets::model_preset_names() {
+            let m = crate::presets::model_preset(name).unwrap();
+            assert_eq!(
+                parameter_count_u128(&m),
+                u128::from(m.parameter_count()),
+                "{name}"
+            );
+        }
+    }
+}
