@@ -76,8 +76,9 @@ pub struct PlanArgs {
     /// Worker threads for the search (default: all cores). The plan does not depend on it.
     #[arg(long, allow_negative_numbers = true)]
     pub threads: Option<i64>,
-    /// Write the best plan's launch configuration: megatron, deepspeed or torchtitan. The
-    /// search then keeps to what that engine can run.
+    /// Write the best plan's launch configuration: megatron, deepspeed, torchtitan (0.3's
+    /// Python config module) or torchtitan-0.2 (its TOML). The search then keeps to what
+    /// that engine can run.
     #[arg(long, value_parser = parse_keyword::<Engine>)]
     pub export: Option<Engine>,
     /// Directory for --export files.

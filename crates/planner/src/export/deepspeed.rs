@@ -1,11 +1,19 @@
 //! DeepSpeed: `ds_config.json`, with `ds_notes.txt` for what DeepSpeed takes in model code.
 //!
 //! Keys checked against microsoft/DeepSpeed at commit
-//! 38327e07f6cd39b63418f60cedd1651b0be3e7c3 (v0.16.5 development):
+//! 38327e07f6cd39b63418f60cedd1651b0be3e7c3 (v0.16.5 development) and against DeepSpeed
+//! 0.19.8 as released (deepspeedai/DeepSpeed v0.19.8, the PyPI `deepspeed==0.19.8` that
+//! `python/tests/test_engine_exports.py` parses these files with):
 //! * `deepspeed/runtime/constants.py`: `train_batch_size`,
 //!   `train_micro_batch_size_per_gpu`, `gradient_accumulation_steps`, `gradient_clipping`,
 //!   `bf16.enabled`, `fp16.enabled`; `deepspeed/runtime/config.py` `_batch_assertion`:
-//!   train_batch_size = micro-batch × accumulation steps × data-parallel world size.
+//!   train_batch_size = micro-batch × accumulation steps × `DeepSpeedConfig.world_size`.
+//!   That world size (`DeepSpeedConfig.__init__`, the same at both versions) is the mpu's
+//!   data-parallel size when `deepspeed.initialize` is given an `mpu` — as it is for a
+//!   `PipelineModule`, whose `mpu()` is its grid (`deepspeed/__init__.py`) — and otherwise
+//!   `dist.get_world_size()`, every rank. AutoTP training is initialised without an `mpu`
+//!   (`engine.py` builds its groups after the config), so with tp > 1 the world DeepSpeed
+//!   divides by is dp × tp: `train_batch_size` = micro-batch × accumulation × dp × tp.
 //! * `deepspeed/runtime/zero/config.py` (`DeepSpeedZeroConfig`, which forbids unknown keys):
 //!   `zero_optimization.stage`, `zero_optimization.overlap_comm`.
 //! * `deepspeed/runtime/config.py` `get_pipeline_config`: the `pipeline` section with
@@ -24,7 +32,8 @@
 //!   are incompatible with pipeline parallelism".
 //! * Schedules other than 1F1B: `deepspeed/runtime/pipe/schedule.py` has one training
 //!   schedule, `TrainSchedule` (1F1B, one stage per rank).
-//! * AutoTP with ZeRO-3: `deepspeed/runtime/engine.py` asserts ZeRO stage ≤ 2; AutoTP is
+//! * AutoTP with ZeRO-3: `deepspeed/runtime/engine.py` asserts ZeRO stage ≤ 2 at 38327e0
+//!   (0.19.8 allows it; the export keeps to what both run); AutoTP is
 //!   tested without `PipelineModule` only (`tests/unit/model_parallelism/test_autotp_training.py`)
 //!   and has no sequence parallelism.
 //! * Uneven stage maps: `PipelineModule._partition_layers` balances by `uniform` (all layer
@@ -81,8 +90,9 @@ pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
         }
         if c.zero == 3 {
             out.push(
-                "ZeRO-3 with tp > 1: AutoTP training allows ZeRO stage ≤ 2 \
-                 (deepspeed/runtime/engine.py)"
+                "ZeRO-3 with tp > 1: AutoTP training allows ZeRO stage ≤ 2 in DeepSpeed \
+                 0.16.5 (deepspeed/runtime/engine.py); the export keeps to what every \
+                 release it was checked against runs"
                     .to_string(),
             );
         }
@@ -148,8 +158,14 @@ pub(super) fn model_reasons(_plan: &Plan, _model: &ModelSpec, train: &TrainSpec)
 pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<ExportFile> {
     let c = &plan.config;
     let full = recompute(&plan.layout()) == Rc::Full;
+    // The world `_batch_assertion` divides by: dp with the pipeline engine's mpu (or none
+    // needed), every rank (dp × tp) for AutoTP, which runs without an mpu (module doc).
+    let world = c.dp * c.tp;
     let mut cfg = Map::new();
-    cfg.insert("train_batch_size".into(), json!(train.gbs));
+    cfg.insert(
+        "train_batch_size".into(),
+        json!(c.mbs * plan.microbatches * world),
+    );
     cfg.insert("train_micro_batch_size_per_gpu".into(), json!(c.mbs));
     cfg.insert(
         "gradient_accumulation_steps".into(),
@@ -210,17 +226,35 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     lines.push(String::new());
     lines.push(format!(
         "world size = dp×tp×pp = {}×{}×{} = {}; train_batch_size {} = micro-batch {} × \
-         accumulation {} × dp {}",
+         accumulation {} × {}",
         c.dp,
         c.tp,
         c.pp,
         c.gpus(),
-        train.gbs,
+        c.mbs * plan.microbatches * world,
         c.mbs,
         plan.microbatches,
-        c.dp
+        if c.tp > 1 {
+            format!("dp×tp {world}")
+        } else {
+            format!("dp {}", c.dp)
+        }
     ));
-    lines.push("keys checked against microsoft/DeepSpeed 38327e0 (v0.16.5 development)".into());
+    if c.tp > 1 {
+        lines.push(format!(
+            "train_batch_size counts each sequence once per tensor-parallel rank: \
+             deepspeed.initialize without an mpu (AutoTP) checks it against every rank \
+             (dist.get_world_size() = {world}); the global batch is still {} sequences, \
+             the {} ranks of a tensor-parallel group reading the same ones. Passing an mpu \
+             whose data-parallel size is {} needs train_batch_size {} instead",
+            train.gbs, c.tp, c.dp, train.gbs
+        ));
+    }
+    lines.push(
+        "keys checked against microsoft/DeepSpeed 38327e0 (v0.16.5 development) and DeepSpeed \
+         0.19.8"
+            .into(),
+    );
     lines.push(String::new());
     lines.push("In model code:".into());
     if c.pp > 1 {

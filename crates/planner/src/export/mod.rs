@@ -1,5 +1,6 @@
 //! A plan as the launch configuration of a training engine: Megatron-LM arguments, a
-//! DeepSpeed `ds_config.json`, a torchtitan job TOML.
+//! DeepSpeed `ds_config.json`, a torchtitan 0.3 config module (`torchtitan_config.py`) or
+//! a torchtitan 0.2 job TOML.
 //!
 //! Pure: the exporters return file names and contents; the CLI writes them. Output is
 //! deterministic (same plan, same bytes). An engine that cannot run a plan exactly as plait
@@ -13,6 +14,7 @@
 mod deepspeed;
 mod megatron;
 mod torchtitan;
+mod torchtitan_py;
 
 use std::fmt;
 use std::str::FromStr;
@@ -33,8 +35,11 @@ pub enum Engine {
     Megatron,
     /// DeepSpeed (`ds_config.json`).
     DeepSpeed,
-    /// torchtitan (job config TOML).
+    /// torchtitan 0.3 (a Python config module, `--module torchtitan_config --config plait`).
     Torchtitan,
+    /// torchtitan 0.2.2 (job config TOML), the last release that reads TOML.
+    #[serde(rename = "torchtitan-0.2")]
+    TorchtitanToml,
 }
 
 /// The engine whose behaviour the cost model follows when planning for an export target.
@@ -42,12 +47,17 @@ pub fn runs_under(e: Engine) -> plait_spec::Engine {
     match e {
         Engine::Megatron => plait_spec::Engine::Megatron,
         Engine::DeepSpeed => plait_spec::Engine::Deepspeed,
-        Engine::Torchtitan => plait_spec::Engine::Torchtitan,
+        Engine::Torchtitan | Engine::TorchtitanToml => plait_spec::Engine::Torchtitan,
     }
 }
 
 impl Engine {
-    pub const ALL: &'static [Engine] = &[Engine::Megatron, Engine::DeepSpeed, Engine::Torchtitan];
+    pub const ALL: &'static [Engine] = &[
+        Engine::Megatron,
+        Engine::DeepSpeed,
+        Engine::Torchtitan,
+        Engine::TorchtitanToml,
+    ];
 
     /// The keyword of `--export`.
     pub fn keyword(self) -> &'static str {
@@ -55,6 +65,7 @@ impl Engine {
             Engine::Megatron => "megatron",
             Engine::DeepSpeed => "deepspeed",
             Engine::Torchtitan => "torchtitan",
+            Engine::TorchtitanToml => "torchtitan-0.2",
         }
     }
 
@@ -144,7 +155,9 @@ pub fn engine_supports(engine: plait_spec::Engine, layout: &Layout) -> Result<()
 /// `PipelineModule` partitions evenly. None recomputes different block counts per rank.
 pub fn map_shape(engine: Engine) -> crate::MapShape {
     match engine {
-        Engine::Megatron | Engine::Torchtitan => crate::MapShape::UniformRecompute,
+        Engine::Megatron | Engine::Torchtitan | Engine::TorchtitanToml => {
+            crate::MapShape::UniformRecompute
+        }
         Engine::DeepSpeed => crate::MapShape::Even,
     }
 }
@@ -214,13 +227,16 @@ pub fn export(
     reasons.extend(match engine {
         Engine::Megatron => megatron::model_reasons(plan, model, train),
         Engine::DeepSpeed => deepspeed::model_reasons(plan, model, train),
-        Engine::Torchtitan => torchtitan::model_reasons(plan, model, train),
+        Engine::Torchtitan | Engine::TorchtitanToml => {
+            torchtitan::model_reasons(plan, model, train)
+        }
     });
     join(reasons).map_err(|reason| ExportError { engine, reason })?;
     Ok(match engine {
         Engine::Megatron => megatron::write(plan, model, train),
         Engine::DeepSpeed => deepspeed::write(plan, model, train),
-        Engine::Torchtitan => torchtitan::write(plan, model, train),
+        Engine::Torchtitan => torchtitan_py::write(plan, model, train),
+        Engine::TorchtitanToml => torchtitan::write(plan, model, train),
     })
 }
 
@@ -239,7 +255,9 @@ fn plan_reasons(engine: Engine, plan: &Layout) -> Vec<String> {
     match engine {
         Engine::Megatron => megatron::plan_reasons(plan),
         Engine::DeepSpeed => deepspeed::plan_reasons(plan),
-        Engine::Torchtitan => torchtitan::plan_reasons(plan),
+        // torchtitan 0.3 could run more (ZeRO-0 beside other dimensions as HSDP, tp without
+        // sequence parallelism); both exports keep to what 0.2.2 runs.
+        Engine::Torchtitan | Engine::TorchtitanToml => torchtitan::plan_reasons(plan),
     }
 }
 
@@ -402,6 +420,9 @@ mod tests {
             assert_eq!(e.to_string(), e.keyword());
         }
         let err = "colossal".parse::<Engine>().unwrap_err();
-        assert!(err.contains("megatron|deepspeed|torchtitan"), "{err}");
+        assert!(
+            err.contains("megatron|deepspeed|torchtitan|torchtitan-0.2"),
+            "{err}"
+        );
     }
 }

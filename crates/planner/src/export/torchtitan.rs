@@ -1,11 +1,12 @@
-//! torchtitan: a job config TOML (`torchtitan.toml`).
+//! torchtitan 0.2: a job config TOML (`torchtitan.toml`, `--export torchtitan-0.2`), and the
+//! checks and pieces both torchtitan exports share (`torchtitan_py` writes the 0.3 form).
 //!
 //! Keys checked against pytorch/torchtitan v0.2.2 (commit
 //! 73a0e6979dd10b6b1904098eb3c8f62c18ab87ce), `torchtitan/config/job_config.py` — the last
 //! release whose trainer reads TOML (`--job.config_file`, `run_train.sh`'s `CONFIG_FILE`); its
 //! loader (`config/manager.py`, `_dict_to_dataclass`) rejects unknown keys. torchtitan after
-//! #2386 (February 2026) builds the configuration in Python instead; its `--section.key value`
-//! command-line overrides take the same names.
+//! #2386 (February 2026; released as 0.3.0) builds the configuration in Python instead and has
+//! no `[job]` or `[model]` section: `torchtitan_py` writes that form.
 //! * `[model]` `name`, `flavor`, `converters` (`"quantize.linear.float8"`, registered in
 //!   `components/quantization/float8.py`); flavors from `models/llama3/__init__.py`.
 //! * `[training]` `local_batch_size`, `global_batch_size`, `seq_len`, `max_norm`,
@@ -108,7 +109,7 @@ pub(super) fn model_reasons(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -
     let mut out = Vec::new();
     if matches!(train.dtype, Dtype::Mxfp8 | Dtype::Nvfp4) {
         out.push(format!(
-            "{}: the torchtitan export writes only its float8 (per-tensor fp8) converter",
+            "{}: the torchtitan exports write only its float8 converter",
             train.dtype
         ));
     }
@@ -162,7 +163,7 @@ pub(super) fn model_reasons(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -
     out
 }
 
-fn quote(s: &str) -> String {
+pub(super) fn quote(s: &str) -> String {
     let mut out = String::from("\"");
     for ch in s.chars() {
         match ch {
@@ -176,8 +177,8 @@ fn quote(s: &str) -> String {
     out
 }
 
-/// The llama3 flavor of `model`, or the flavor definition to register.
-fn flavor(model: &ModelSpec) -> Result<&'static str, String> {
+/// The stock llama3 flavor of `model` (the same shapes in torchtitan 0.2.2 and 0.3.0).
+pub(super) fn flavor(model: &ModelSpec) -> Option<&'static str> {
     let key = (
         model.hidden,
         model.layers,
@@ -186,16 +187,18 @@ fn flavor(model: &ModelSpec) -> Result<&'static str, String> {
         model.ffn_hidden,
         model.vocab,
     );
-    if let Some(f) = LLAMA3_FLAVORS
+    LLAMA3_FLAVORS
         .iter()
         .find(|f| (f.1, f.2, f.3, f.4, f.5, f.6) == key)
-    {
-        return Ok(f.0);
-    }
-    // FeedForward: hidden = multiple_of · ceil(int(multiplier · int(2·4h/3)) / multiple_of).
+        .map(|f| f.0)
+}
+
+/// The MLP width as torchtitan's arguments give it: `multiple_of` (and `ffn_dim_multiplier`),
+/// from hidden = multiple_of · ceil(int(multiplier · int(2·4h/3)) / multiple_of).
+pub(super) fn mlp_args(model: &ModelSpec) -> String {
     let base = 8 * model.hidden / 3;
     let ffn = model.ffn_hidden;
-    let mlp = [256u64, 1024, 4096]
+    [256u64, 1024, 4096]
         .iter()
         .find(|&&k| base.div_ceil(k) * k == ffn)
         .map(|k| format!("multiple_of={k}"))
@@ -208,33 +211,40 @@ fn flavor(model: &ModelSpec) -> Result<&'static str, String> {
                     ffn as f64 / base as f64
                 )
             }
-        });
-    Err(format!(
-        "TransformerModelArgs(dim={}, n_layers={}, n_heads={}, n_kv_heads={}, vocab_size={}, \
-         {mlp}, rope_theta={})",
-        model.hidden, model.layers, model.heads, model.kv_heads, model.vocab, model.rope_theta
-    ))
+        })
 }
 
-/// `torchtitan.toml`. Callers have checked the reasons.
-pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<ExportFile> {
+/// The flavor definition to register in torchtitan 0.2.2 for a shape it has none of.
+fn definition(model: &ModelSpec) -> String {
+    format!(
+        "TransformerModelArgs(dim={}, n_layers={}, n_heads={}, n_kv_heads={}, vocab_size={}, \
+         {}, rope_theta={})",
+        model.hidden,
+        model.layers,
+        model.heads,
+        model.kv_heads,
+        model.vocab,
+        mlp_args(model),
+        model.rope_theta
+    )
+}
+
+/// What both torchtitan exports set from the plan's batch and data parallelism.
+pub(super) struct Batch {
+    /// `training.local_batch_size`: with pipelining, one step's local batch holds all m
+    /// micro-batches of the pipeline; without, torchtitan accumulates m local batches of one
+    /// micro-batch each.
+    pub local: u64,
+    /// `parallelism.data_parallel_replicate_degree`, `data_parallel_shard_degree`.
+    pub replicate: u64,
+    pub shard: u64,
+    /// `parallelism.fsdp_reshard_after_forward`, where sharded.
+    pub reshard: Option<&'static str>,
+}
+
+pub(super) fn batch(plan: &Plan) -> Batch {
     let c = &plan.config;
-    let mut notes: Vec<String> = Vec::new();
-    let flavor_name = match flavor(model) {
-        Ok(f) => f.to_string(),
-        Err(definition) => {
-            notes.push(format!(
-                "torchtitan has no llama3 flavor with this shape: add \"{}\": {definition} to \
-                 llama3_args in torchtitan/models/llama3/__init__.py",
-                model.name
-            ));
-            model.name.clone()
-        }
-    };
-    let pipelined = c.pp > 1;
-    // With pipelining, one step's local batch holds all m micro-batches of the pipeline;
-    // without, torchtitan accumulates m local batches of one micro-batch each.
-    let local_batch = if pipelined {
+    let local = if c.pp > 1 {
         c.mbs * plan.microbatches
     } else {
         c.mbs
@@ -244,6 +254,59 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
         1 | 2 => (1, c.dp, Some("never")),
         _ => (1, c.dp, Some("always")),
     };
+    Batch {
+        local,
+        replicate,
+        shard,
+        reshard,
+    }
+}
+
+/// `parallelism.pipeline_parallel_schedule` (PyTorch's `get_schedule_class` names).
+pub(super) fn schedule_name(c: &plait_spec::ParallelConfig) -> &'static str {
+    match pipe(c) {
+        Pipe::Interleaved => "Interleaved1F1B",
+        Pipe::Gpipe => "GPipe",
+        Pipe::ZbH1 => "InterleavedZeroBubble",
+        _ => "1F1B",
+    }
+}
+
+/// `parallelism.module_fqns_per_model_part`: stage j = chunk·pp + rank, as plait numbers its
+/// virtual stages; `head` is the output projection's name (`output` in 0.2.2, `lm_head` in
+/// 0.3.0).
+pub(super) fn model_parts(plan: &Plan, head: &str) -> Vec<Vec<String>> {
+    let stages = plan.stage_map.chunk_blocks.len();
+    let mut next = 0u64;
+    let mut parts = Vec::with_capacity(stages);
+    for (j, &k) in plan.stage_map.chunk_blocks.iter().enumerate() {
+        let mut names: Vec<String> = Vec::new();
+        if j == 0 {
+            names.push("tok_embeddings".into());
+        }
+        names.extend((next..next + k).map(|i| format!("layers.{i}")));
+        next += k;
+        if j + 1 == stages {
+            names.push("norm".into());
+            names.push(head.into());
+        }
+        parts.push(names);
+    }
+    parts
+}
+
+/// The notes both exports carry: how plait's ZeRO stages and recompute map onto torchtitan's,
+/// and what the plan asked for that torchtitan does its own way. `selective` names the
+/// selective policy's setting, `attention` how torchtitan computes attention.
+pub(super) fn shared_notes(
+    plan: &Plan,
+    train: &TrainSpec,
+    selective: &str,
+    attention: &str,
+) -> Vec<String> {
+    let c = &plan.config;
+    let b = batch(plan);
+    let mut notes = Vec::new();
     match c.zero {
         1 | 2 if c.dp > 1 || c.cp > 1 => notes.push(format!(
             "ZeRO-{}: torchtitan's sharded data parallelism is FSDP2, which also shards the \
@@ -261,19 +324,20 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     if c.cp > 1 {
         notes.push(format!(
             "FSDP shards over dp_shard × cp = {} ranks",
-            shard * c.cp
+            b.shard * c.cp
         ));
     }
     if recompute(&plan.layout()) == Rc::Selective {
-        notes.push(
-            "selective recompute is torchtitan's op-level policy (selective_ac_option = \"op\": \
-             it keeps attention outputs and every other matmul output and recomputes the rest), \
-             not Megatron's attention-core recompute that plait modelled"
-                .into(),
-        );
+        notes.push(format!(
+            "selective recompute is torchtitan's op-level policy ({selective}: it keeps \
+             attention outputs and every other matmul output and recomputes the rest), not \
+             Megatron's attention-core recompute that plait modelled"
+        ));
     }
     if train.attention == AttentionImpl::Unfused {
-        notes.push("torchtitan computes attention with SDPA (flash), not unfused".into());
+        notes.push(format!(
+            "torchtitan computes attention with {attention}, not unfused"
+        ));
     }
     if train.dropout {
         notes.push("torchtitan's llama3 has no dropout".into());
@@ -281,17 +345,50 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     if !train.overlap_grad_reduce {
         notes.push("FSDP2 and DDP always overlap gradient reduction with the backward".into());
     }
+    notes
+}
+
+/// `torchtitan.toml`. Callers have checked the reasons.
+pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<ExportFile> {
+    let c = &plan.config;
+    let mut notes: Vec<String> = Vec::new();
+    let flavor_name = match flavor(model) {
+        Some(f) => f.to_string(),
+        None => {
+            notes.push(format!(
+                "torchtitan has no llama3 flavor with this shape: add \"{}\": {} to \
+                 llama3_args in torchtitan/models/llama3/__init__.py",
+                model.name,
+                definition(model)
+            ));
+            model.name.clone()
+        }
+    };
+    let pipelined = c.pp > 1;
+    let Batch {
+        local: local_batch,
+        replicate,
+        shard,
+        reshard,
+    } = batch(plan);
+    notes.extend(shared_notes(
+        plan,
+        train,
+        "selective_ac_option = \"op\"",
+        "SDPA (flash)",
+    ));
 
     let mut out = String::new();
     let mut head = vec![
-        "torchtitan job config written by plait.".to_string(),
+        "torchtitan 0.2.2 job config written by plait (--export torchtitan-0.2).".to_string(),
         String::new(),
     ];
     head.extend(summary_lines(plan, model, train));
     head.push(String::new());
     head.push(
         "keys checked against pytorch/torchtitan v0.2.2 (torchtitan/config/job_config.py), the \
-         last release that reads TOML; newer torchtitan takes each key as --section.key value"
+         last release that reads TOML; torchtitan 0.3 builds its config in Python, which \
+         --export torchtitan writes"
             .into(),
     );
     head.extend(notes.iter().map(|n| format!("note: {n}")));
@@ -335,29 +432,11 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     out.push_str(&format!("expert_parallel_degree = {}\n", c.ep));
     out.push_str(&format!("pipeline_parallel_degree = {}\n", c.pp));
     if pipelined {
-        let schedule = match pipe(c) {
-            Pipe::Interleaved => "Interleaved1F1B",
-            Pipe::Gpipe => "GPipe",
-            Pipe::ZbH1 => "InterleavedZeroBubble",
-            _ => "1F1B",
-        };
+        let schedule = schedule_name(c);
         out.push_str(&format!("pipeline_parallel_schedule = \"{schedule}\"\n"));
         out.push_str(&format!("pipeline_parallel_microbatch_size = {}\n", c.mbs));
-        // Stage j = chunk·pp + rank, as plait numbers its virtual stages.
         out.push_str("module_fqns_per_model_part = [\n");
-        let stages = plan.stage_map.chunk_blocks.len();
-        let mut next = 0u64;
-        for (j, &k) in plan.stage_map.chunk_blocks.iter().enumerate() {
-            let mut names: Vec<String> = Vec::new();
-            if j == 0 {
-                names.push("tok_embeddings".into());
-            }
-            names.extend((next..next + k).map(|i| format!("layers.{i}")));
-            next += k;
-            if j + 1 == stages {
-                names.push("norm".into());
-                names.push("output".into());
-            }
+        for names in model_parts(plan, "output") {
             let quoted: Vec<String> = names.iter().map(|n| quote(n)).collect();
             out.push_str(&format!("    [{}],\n", quoted.join(", ")));
         }

@@ -1,0 +1,305 @@
+//! Every name an export writes is the engine's own (lists copied from the upstream files the
+//! exporters cite), and Megatron-LM's model flags carry the config's RoPE θ and norm ε.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use plait_planner::export::{export, Engine};
+use plait_planner::Plan;
+use plait_spec::{
+    cluster_preset, model_preset, Dtype, ModelSpec, ParallelConfig, Recompute, StageMap, TrainSpec,
+};
+
+use common::*;
+
+// The engines' own names, copied from the files the exporters cite.
+
+/// Megatron-LM d98e8a6: `megatron/training/arguments.py` and the dataclasses it turns into
+/// flags (`TransformerConfig`, `ModelParallelConfig`, `TrainingConfig`,
+/// `DistributedInitConfig`, `CheckpointConfig`).
+const MEGATRON_FLAGS: &[&str] = &[
+    "--num-layers",
+    "--hidden-size",
+    "--num-attention-heads",
+    "--group-query-attention",
+    "--num-query-groups",
+    "--kv-channels",
+    "--ffn-hidden-size",
+    "--seq-length",
+    "--max-position-embeddings",
+    "--position-embedding-type",
+    "--swiglu",
+    "--normalization",
+    "--rotary-base",
+    "--norm-epsilon",
+    "--disable-bias-linear",
+    "--add-qkv-bias",
+    "--untie-embeddings-and-output-weights",
+    "--num-experts",
+    "--moe-router-topk",
+    "--hidden-dropout",
+    "--attention-dropout",
+    "--attention-backend",
+    "--tensor-model-parallel-size",
+    "--pipeline-model-parallel-size",
+    "--num-virtual-stages-per-pipeline-rank",
+    "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers",
+    "--pipeline-model-parallel-layout",
+    "--context-parallel-size",
+    "--expert-model-parallel-size",
+    "--sequence-parallel",
+    "--use-distributed-optimizer",
+    "--use-megatron-fsdp",
+    "--data-parallel-sharding-strategy",
+    "--ckpt-format",
+    "--overlap-grad-reduce",
+    "--micro-batch-size",
+    "--global-batch-size",
+    "--recompute-granularity",
+    "--recompute-method",
+    "--recompute-num-layers",
+    "--bf16",
+    "--fp16",
+    "--fp8-format",
+];
+
+/// DeepSpeed 38327e0: constants.py, zero/config.py, config.py `get_pipeline_config`,
+/// activation_checkpointing/config.py, tensor_parallel/config.py.
+const DEEPSPEED_KEYS: &[&str] = &[
+    "train_batch_size",
+    "train_micro_batch_size_per_gpu",
+    "gradient_accumulation_steps",
+    "gradient_clipping",
+    "bf16.enabled",
+    "fp16.enabled",
+    "fp16.loss_scale",
+    "zero_optimization.stage",
+    "zero_optimization.overlap_comm",
+    "pipeline.stages",
+    "pipeline.partition",
+    "pipeline.activation_checkpoint_interval",
+    "activation_checkpointing.partition_activations",
+    "activation_checkpointing.contiguous_memory_optimization",
+    "activation_checkpointing.cpu_checkpointing",
+    "tensor_parallel.autotp_size",
+];
+
+/// torchtitan v0.2.2: `torchtitan/config/job_config.py` (only the fields plait may write).
+const TORCHTITAN_KEYS: &[&str] = &[
+    "job.description",
+    "model.name",
+    "model.flavor",
+    "model.converters",
+    "training.local_batch_size",
+    "training.global_batch_size",
+    "training.seq_len",
+    "training.max_norm",
+    "training.mixed_precision_param",
+    "training.mixed_precision_reduce",
+    "parallelism.data_parallel_replicate_degree",
+    "parallelism.data_parallel_shard_degree",
+    "parallelism.fsdp_reshard_after_forward",
+    "parallelism.tensor_parallel_degree",
+    "parallelism.context_parallel_degree",
+    "parallelism.expert_parallel_degree",
+    "parallelism.pipeline_parallel_degree",
+    "parallelism.pipeline_parallel_schedule",
+    "parallelism.pipeline_parallel_microbatch_size",
+    "parallelism.module_fqns_per_model_part",
+    "activation_checkpoint.mode",
+    "activation_checkpoint.selective_ac_option",
+    "quantize.linear.float8.filter_fqns",
+];
+
+/// torchtitan 0.3.0: `config/configs.py` (`TrainingConfig`, `ParallelismConfig`), the
+/// `Trainer.Config` fields `activation_checkpoint` (`distributed/activation_checkpoint.py`) and
+/// `model_spec` (`model_registry(flavor, converters=…)` in `models/llama3/__init__.py`), as
+/// the test reader names them.
+const TORCHTITAN_03_NAMES: &[&str] = &[
+    "recipe",
+    "flavor",
+    "converter",
+    "training.local_batch_size",
+    "training.global_batch_size",
+    "training.seq_len",
+    "training.max_norm",
+    "training.mixed_precision_param",
+    "training.mixed_precision_reduce",
+    "training.disable_cuda_graphs",
+    "parallelism.data_parallel_replicate_degree",
+    "parallelism.data_parallel_shard_degree",
+    "parallelism.fsdp_reshard_after_forward",
+    "parallelism.tensor_parallel_degree",
+    "parallelism.enable_sequence_parallel",
+    "parallelism.context_parallel_degree",
+    "parallelism.expert_parallel_degree",
+    "parallelism.pipeline_parallel_degree",
+    "parallelism.pipeline_parallel_schedule",
+    "parallelism.pipeline_parallel_microbatch_size",
+    "activation_checkpoint",
+];
+
+/// torchtitan 0.3.0's llama3 recipes (`models/llama3/config_registry.py`).
+const TORCHTITAN_03_RECIPES: &[&str] = &["llama3_8b", "llama3_70b", "llama3_405b"];
+
+fn json_keys(prefix: &str, v: &serde_json::Value, out: &mut BTreeSet<String>) {
+    if let Some(map) = v.as_object() {
+        for (k, x) in map {
+            let key = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            if x.is_object() {
+                json_keys(&key, x, out);
+            } else {
+                out.insert(key);
+            }
+        }
+    }
+}
+
+fn toml_keys(prefix: &str, v: &toml::Value, out: &mut BTreeSet<String>) {
+    if let Some(map) = v.as_table() {
+        for (k, x) in map {
+            let key = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            if x.is_table() {
+                toml_keys(&key, x, out);
+            } else {
+                out.insert(key);
+            }
+        }
+    }
+}
+
+#[test]
+fn every_emitted_name_is_the_engines_own() {
+    let mut cases = vec![
+        gpt3(),
+        llama3_70b(),
+        llama3_70b_zero(1),
+        llama2_7b(),
+        llama2_7b_pp4(vec![8, 6, 10, 8], vec![0; 4]),
+        llama2_7b_pp4(vec![6, 9, 9, 8], vec![0; 4]),
+        llama2_7b_pp4(vec![8; 4], vec![8; 4]),
+        llama2_7b_pp4(vec![8; 4], vec![3; 4]),
+        mixtral_ep(),
+        llama3_8b_cp(),
+    ];
+    let mut z3 = llama2_7b();
+    z3.plan.config.zero = 3;
+    cases.push(z3);
+    let mut fp8 = llama2_7b();
+    fp8.train.dtype = Dtype::Fp8;
+    cases.push(fp8);
+    let mut fp16 = llama2_7b();
+    fp16.train.dtype = Dtype::Fp16;
+    cases.push(fp16);
+    let mut selective = llama2_7b();
+    selective.plan.config.recompute = Recompute::Selective;
+    cases.push(selective);
+    let mut seen = [0usize; 4];
+    for k in &cases {
+        if let Ok(files) = run(Engine::Megatron, k) {
+            for flag in megatron_flags(file(&files, "megatron_args.sh")).keys() {
+                assert!(MEGATRON_FLAGS.contains(&flag.as_str()), "{flag}");
+            }
+            seen[0] += 1;
+        }
+        if let Ok(files) = run(Engine::DeepSpeed, k) {
+            let v = serde_json::from_str(file(&files, "ds_config.json")).unwrap();
+            let mut keys = BTreeSet::new();
+            json_keys("", &v, &mut keys);
+            for key in keys {
+                assert!(DEEPSPEED_KEYS.contains(&key.as_str()), "{key}");
+            }
+            seen[1] += 1;
+        }
+        if let Ok(files) = run(Engine::Torchtitan, k) {
+            let v = torchtitan_py(file(&files, "torchtitan_config.py"));
+            for key in v.settings.keys() {
+                assert!(TORCHTITAN_03_NAMES.contains(&key.as_str()), "{key}");
+            }
+            assert!(TORCHTITAN_03_RECIPES.contains(&v.get("recipe").unwrap()));
+            seen[3] += 1;
+        }
+        if let Ok(files) = run(Engine::TorchtitanToml, k) {
+            let v = toml::from_str(file(&files, "torchtitan.toml")).unwrap();
+            let mut keys = BTreeSet::new();
+            toml_keys("", &v, &mut keys);
+            for key in keys {
+                assert!(TORCHTITAN_KEYS.contains(&key.as_str()), "{key}");
+            }
+            seen[2] += 1;
+        }
+    }
+    assert!(seen.iter().all(|&n| n >= 4), "{seen:?}");
+}
+
+/// The model flags of a Megatron export carry the config's RoPE θ and norm ε.
+fn exported_theta_eps(model: ModelSpec) -> (BTreeMap<String, String>, ModelSpec) {
+    let c = ParallelConfig {
+        dp: 8,
+        mbs: 1,
+        zero: 1,
+        ..ParallelConfig::default()
+    };
+    let t = TrainSpec::new(64, 4096);
+    let cluster = cluster_preset("dgx-h100").unwrap();
+    c.validate(&model, &t, c.gpus()).unwrap();
+    let d = plait_cost::device_for(&cluster, t.dtype).unwrap();
+    let est = plait_cost::estimate(&model, &cluster, &t, &c, &d).unwrap();
+    let plan = Plan {
+        config: c,
+        stage_map: StageMap::uniform(model.layers, &c),
+        microbatches: c.microbatches(&t),
+        closed_form_iteration_time_s: est.iteration_time_s,
+        estimate: est,
+        notes: vec![],
+        simulated: None,
+    };
+    let files = export(Engine::Megatron, &plan, &model, &t).unwrap();
+    (megatron_flags(file(&files, "megatron_args.sh")), model)
+}
+
+#[test]
+fn megatron_exports_carry_rope_theta_and_norm_epsilon() {
+    // Llama 3: θ = 500,000 (Dubey et al. 2024), RMSNorm ε = 1e-5.
+    let (flags, _) = exported_theta_eps(model_preset("llama3-8b").unwrap());
+    assert_eq!(flags["--rotary-base"].parse::<u64>().unwrap(), 500_000);
+    assert_eq!(flags["--norm-epsilon"].parse::<f64>().unwrap(), 1e-5);
+    // Qwen2.5-7B's config.json: θ = 10^6, ε = 1e-6.
+    let qwen25 = serde_json::json!({
+        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+        "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+        "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+        "max_position_embeddings": 131072, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+        "sliding_window": 131072, "use_sliding_window": false, "tie_word_embeddings": false,
+        "hidden_act": "silu", "torch_dtype": "bfloat16"
+    });
+    let m =
+        plait_spec::model_from_hf_config(&qwen25.to_string(), "Qwen2.5-7B/config.json").unwrap();
+    let (flags, _) = exported_theta_eps(m);
+    assert_eq!(flags["--rotary-base"].parse::<u64>().unwrap(), 1_000_000);
+    assert_eq!(flags["--norm-epsilon"].parse::<f64>().unwrap(), 1e-6);
+    // Learned positions write no θ; a fractional θ has no Megatron flag.
+    let (flags, _) = exported_theta_eps(model_preset("gpt-1.7b").unwrap());
+    assert!(!flags.contains_key("--rotary-base"));
+    assert_eq!(flags["--norm-epsilon"].parse::<f64>().unwrap(), 1e-5);
+    let odd = ModelSpec {
+        rope_theta: 10_000.5,
+        ..model_preset("llama2-7b").unwrap()
+    };
+    let k = Case {
+        model: odd,
+        ..llama2_7b()
+    };
+    let err = run(Engine::Megatron, &k).unwrap_err();
+    assert!(err.contains("--rotary-base"), "{err}");
+}

@@ -1,0 +1,191 @@
+//! Plans the engines cannot run as plait modelled them are refused with the reason, and
+//! Megatron-LM's stage and recompute mappings.
+
+mod common;
+
+use plait_planner::export::{export, expressible, Engine};
+use plait_spec::{Dtype, Recompute, Schedule};
+
+use common::*;
+
+#[test]
+fn megatron_maps_first_and_last_stages_and_other_maps_to_a_layout() {
+    let f = |k: &Case| megatron_flags(file(&run(Engine::Megatron, k).unwrap(), "megatron_args.sh"));
+    let first_last = f(&llama2_7b_pp4(vec![6, 9, 9, 8], vec![0; 4]));
+    assert_eq!(first_last["--decoder-first-pipeline-num-layers"], "6");
+    assert_eq!(first_last["--decoder-last-pipeline-num-layers"], "8");
+    assert!(!first_last.contains_key("--pipeline-model-parallel-layout"));
+    let middle = f(&llama2_7b_pp4(vec![8, 6, 10, 8], vec![0; 4]));
+    assert_eq!(
+        middle["--pipeline-model-parallel-layout"],
+        "Et*8|t*6|t*10|t*8L"
+    );
+    let even = f(&llama2_7b_pp4(vec![8; 4], vec![0; 4]));
+    assert!(!even.contains_key("--decoder-first-pipeline-num-layers"));
+    assert!(!even.contains_key("--pipeline-model-parallel-layout"));
+    let block = f(&llama2_7b_pp4(vec![8; 4], vec![3; 4]));
+    assert_eq!(block["--recompute-method"], "block");
+    assert_eq!(block["--recompute-num-layers"], "3");
+}
+
+#[test]
+fn an_uneven_middle_stage_is_refused_where_the_engine_cannot_place_it() {
+    let k = llama2_7b_pp4(vec![8, 6, 10, 8], vec![0; 4]);
+    let e = export(Engine::DeepSpeed, &k.plan, &k.model, &k.train).unwrap_err();
+    assert_eq!(e.engine, Engine::DeepSpeed);
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("deepspeed cannot express this plan: "),
+        "{msg}"
+    );
+    assert!(msg.contains("uneven stage map [8, 6, 10, 8]"), "{msg}");
+    assert!(msg.contains("partition_method"), "{msg}");
+    // torchtitan lists each stage's modules, so it places any map.
+    let stage =
+        "[\"layers.8\", \"layers.9\", \"layers.10\", \"layers.11\", \"layers.12\", \"layers.13\"]";
+    let files = run(Engine::TorchtitanToml, &k).unwrap();
+    assert!(file(&files, "torchtitan.toml").contains(stage));
+    let files = run(Engine::Torchtitan, &k).unwrap();
+    assert!(file(&files, "torchtitan_config.py").contains(stage));
+}
+
+#[test]
+fn differing_per_rank_recompute_counts_are_refused() {
+    let k = llama2_7b_pp4(vec![8; 4], vec![8, 6, 4, 0]);
+    for engine in Engine::ALL {
+        let e = export(*engine, &k.plan, &k.model, &k.train).unwrap_err();
+        assert_eq!(e.engine, *engine);
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with(&format!("{engine} cannot express this plan: ")),
+            "{msg}"
+        );
+        assert!(msg.contains("[8, 6, 4, 0]"), "{msg}");
+        assert_eq!(expressible(*engine, &k.plan).unwrap_err(), e.reason);
+    }
+    let e = run(Engine::Megatron, &k).unwrap_err();
+    assert!(e.contains("--recompute-num-layers"), "{e}");
+    // Full on some blocks, selective on the rest: Megatron's granularity is one or the other.
+    let mut mixed = llama2_7b_pp4(vec![8; 4], vec![3; 4]);
+    mixed.plan.config.recompute = Recompute::Selective;
+    let e = run(Engine::Megatron, &mixed).unwrap_err();
+    assert!(e.contains("either full or selective"), "{e}");
+}
+
+#[test]
+fn megatron_refuses_gpipe_zero_bubble_and_scp() {
+    for (schedule, words) in [
+        (Schedule::Gpipe, "GPipe"),
+        (Schedule::ZbH1, "zero-bubble"),
+        (Schedule::Scp, "Merak"),
+    ] {
+        let mut k = llama2_7b_pp4(vec![8; 4], vec![0; 4]);
+        k.plan.config.schedule = schedule;
+        let e = export(Engine::Megatron, &k.plan, &k.model, &k.train).unwrap_err();
+        assert_eq!(e.engine, Engine::Megatron);
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("megatron cannot express this plan: ") && msg.contains(words),
+            "{msg}"
+        );
+        assert!(expressible(Engine::Megatron, &k.plan).is_err());
+    }
+    // Without pipelining the schedule does not matter.
+    let mut k = llama2_7b();
+    k.plan.config.schedule = Schedule::Gpipe;
+    run(Engine::Megatron, &k).unwrap();
+}
+
+#[test]
+fn engine_limits_are_refused_with_their_reason() {
+    // DeepSpeed's pipeline engine: ZeRO-0/1 only.
+    let mut k = llama2_7b_pp4(vec![8; 4], vec![0; 4]);
+    k.plan.config.zero = 2;
+    let e = run(Engine::DeepSpeed, &k).unwrap_err();
+    assert!(e.contains("ZeRO-2 with pp = 4"), "{e}");
+    // Megatron-FSDP (ZeRO-3) without pipelining, and with it.
+    let mut z3 = llama2_7b();
+    z3.plan.config.zero = 3;
+    let f = megatron_flags(file(
+        &run(Engine::Megatron, &z3).unwrap(),
+        "megatron_args.sh",
+    ));
+    assert_eq!(f["--data-parallel-sharding-strategy"], "optim_grads_params");
+    k.plan.config.zero = 3;
+    let e = run(Engine::Megatron, &k).unwrap_err();
+    assert!(e.contains("Megatron-FSDP"), "{e}");
+    // torchtitan: DDP only as the sole dimension.
+    let mut k = llama2_7b_pp4(vec![8; 4], vec![0; 4]);
+    k.plan.config.zero = 0;
+    for engine in [Engine::Torchtitan, Engine::TorchtitanToml] {
+        let e = run(engine, &k).unwrap_err();
+        assert!(e.contains("DDP"), "{e}");
+    }
+    // fp16 and fp8 where the engine has no such switch.
+    let mut k = llama2_7b();
+    k.train.dtype = Dtype::Fp16;
+    assert!(run(Engine::Torchtitan, &k).unwrap_err().contains("fp16"));
+    assert!(run(Engine::TorchtitanToml, &k)
+        .unwrap_err()
+        .contains("fp16"));
+    k.train.dtype = Dtype::Fp8;
+    assert!(run(Engine::DeepSpeed, &k).unwrap_err().contains("fp8"));
+    let f = megatron_flags(file(
+        &run(Engine::Megatron, &k).unwrap(),
+        "megatron_args.sh",
+    ));
+    assert_eq!(f["--fp8-format"], "hybrid");
+    let tt = run(Engine::TorchtitanToml, &k).unwrap();
+    assert!(file(&tt, "torchtitan.toml").contains("converters = [\"quantize.linear.float8\"]"));
+    let tt = run(Engine::Torchtitan, &k).unwrap();
+    let v = torchtitan_py(file(&tt, "torchtitan_config.py"));
+    assert_eq!(v.get("converter"), Some("float8"));
+}
+
+#[test]
+fn models_with_windowed_or_mixed_blocks_are_refused_with_the_reason() {
+    let mut k = llama2_7b();
+    k.model.block_runs = vec![
+        plait_spec::BlockRun {
+            count: 16,
+            window: Some(4096),
+            dense_ffn: None,
+        },
+        plait_spec::BlockRun {
+            count: 16,
+            window: None,
+            dense_ffn: None,
+        },
+    ];
+    for engine in [
+        Engine::Megatron,
+        Engine::DeepSpeed,
+        Engine::Torchtitan,
+        Engine::TorchtitanToml,
+    ] {
+        let e = run(engine, &k).unwrap_err();
+        assert!(e.contains("sliding-window"), "{e}");
+    }
+    let mut k = llama2_7b();
+    k.train.task = plait_spec::Task::Lora;
+    for engine in [
+        Engine::Megatron,
+        Engine::DeepSpeed,
+        Engine::Torchtitan,
+        Engine::TorchtitanToml,
+    ] {
+        let e = run(engine, &k).unwrap_err();
+        assert!(e.contains("LoRA"), "{e}");
+    }
+    let mut k = llama2_7b();
+    k.model.mtp_layers = 1;
+    for engine in [
+        Engine::Megatron,
+        Engine::DeepSpeed,
+        Engine::Torchtitan,
+        Engine::TorchtitanToml,
+    ] {
+        let e = run(engine, &k).unwrap_err();
+        assert!(e.contains("multi-token prediction"), "{e}");
+    }
+}

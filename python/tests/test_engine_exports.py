@@ -1,0 +1,245 @@
+"""`plait plan --export` files parsed by the engines' own code, so that an export an engine
+rejects fails here: DeepSpeed's `DeepSpeedConfig` (which runs `_batch_assertion`),
+torchtitan's `ConfigManager` (tyro and every `__post_init__` check) with its `ParallelDims`,
+and Megatron-LM's `megatron.training.arguments` parser where it is importable.
+
+Each engine's tests skip when the engine is not installed; CI installs DeepSpeed and
+torchtitan from python/requirements-engines.txt (.ci/run). Megatron-LM's argument parser
+is not on PyPI (`megatron-core` ships `megatron/core` only), so its test runs only where a
+Megatron-LM checkout is on PYTHONPATH.
+"""
+
+import importlib
+import json
+import pathlib
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+MODEL = "llama3-8b"
+
+
+def export(plait_bin, tmp_path, engine, gpus, gbs=64, seq=4096, model=MODEL, **pins):
+    """Runs `plait plan --export ENGINE` with the pins; returns (best plan, output dir)."""
+    out = tmp_path / engine
+    out.mkdir()
+    argv = [plait_bin, "plan", "--json", "--model", model, "--gpus", str(gpus)]
+    argv += ["--gbs", str(gbs), "--seq", str(seq), "--export", engine, "--out", str(out)]
+    for k, v in pins.items():
+        flag = "--" + k.replace("_", "-")
+        if v is True:
+            argv.append(flag)
+        else:
+            argv += [flag, str(v)]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["plans"], f"no plan for {pins}: {doc.get('infeasible')}"
+    assert doc["exported"], doc
+    return doc["plans"][0], out
+
+
+# --- DeepSpeed ------------------------------------------------------------------------
+
+DEEPSPEED_PLANS = [
+    pytest.param(dict(gpus=8, tp=1, pp=1, zero=1), id="zero1"),
+    pytest.param(dict(gpus=8, tp=1, pp=1, zero=2), id="zero2"),
+    pytest.param(dict(gpus=8, tp=1, pp=1, zero=3), id="zero3"),
+    pytest.param(dict(gpus=8, tp=2, pp=1, zero=1), id="autotp2-zero1"),
+    pytest.param(dict(gpus=16, tp=4, pp=1, zero=2), id="autotp4-zero2"),
+    pytest.param(dict(gpus=8, tp=1, pp=4, zero=1), id="pipeline4-zero1"),
+    pytest.param(dict(gpus=8, tp=1, pp=2, zero=0, recompute="full"), id="pipeline2-full"),
+]
+
+
+class _PipelineGrid:
+    """What `deepspeed.initialize` passes as `mpu` for a `PipelineModule` (its grid): the
+    data-parallel size of DeepSpeed's own pipeline topology."""
+
+    def __init__(self, pp, dp):
+        from deepspeed.runtime.pipe.topology import PipeDataParallelTopology
+
+        self.topology = PipeDataParallelTopology(num_pp=pp, num_dp=dp)
+
+    def get_data_parallel_world_size(self):
+        return self.topology.get_dim("data")
+
+
+def deepspeed_config(monkeypatch, path, config):
+    """`DeepSpeedConfig` as `deepspeed.initialize` builds it on every rank of the plan's
+    world: no mpu for AutoTP and data parallelism, the pipeline grid for pipelining."""
+    ds_config = pytest.importorskip("deepspeed.runtime.config")
+    world = config["dp"] * config["tp"] * config["pp"]
+    monkeypatch.setattr(ds_config.dist, "get_world_size", lambda group=None: world)
+    monkeypatch.setattr(ds_config.dist, "get_rank", lambda group=None: 0)
+    mpu = _PipelineGrid(config["pp"], config["dp"]) if config["pp"] > 1 else None
+    return ds_config.DeepSpeedConfig(str(path), mpu=mpu)
+
+
+@pytest.mark.parametrize("pins", DEEPSPEED_PLANS)
+def test_deepspeed_accepts_the_export(plait_bin, tmp_path, monkeypatch, pins):
+    pytest.importorskip("deepspeed")
+    best, out = export(plait_bin, tmp_path, "deepspeed", **pins)
+    c = best["config"]
+    for k in ("tp", "pp", "zero"):
+        assert c[k] == pins[k], (k, c)
+    cfg = deepspeed_config(monkeypatch, out / "ds_config.json", c)
+    assert cfg.train_micro_batch_size_per_gpu == c["mbs"]
+    assert cfg.gradient_accumulation_steps == best["microbatches"]
+    assert cfg.zero_optimization_stage == c["zero"]
+    if c["tp"] > 1:
+        assert cfg.tensor_parallel_config.autotp_size == c["tp"]
+    if c["pp"] > 1:
+        assert cfg.pipeline["stages"] == c["pp"]
+    # The global batch in sequences: DeepSpeed's count over its world, less the
+    # tensor-parallel ranks that read the same sequences.
+    assert cfg.train_batch_size // c["tp"] == 64
+
+
+def test_deepspeed_rejects_autotp_without_the_tensor_parallel_ranks(
+    plait_bin, tmp_path, monkeypatch
+):
+    """The export's batch before the fix (micro × accumulation × dp) fails DeepSpeed's batch
+    assertion under AutoTP: the test above would catch it coming back."""
+    pytest.importorskip("deepspeed")
+    best, out = export(plait_bin, tmp_path, "deepspeed", gpus=8, tp=2, pp=1, zero=1)
+    path = out / "ds_config.json"
+    doc = json.loads(path.read_text())
+    doc["train_batch_size"] = 64
+    path.write_text(json.dumps(doc))
+    with pytest.raises(AssertionError, match="train_batch_size"):
+        deepspeed_config(monkeypatch, path, best["config"])
+
+
+# --- torchtitan -----------------------------------------------------------------------
+
+TORCHTITAN_PLANS = [
+    pytest.param(dict(gpus=8, tp=1, pp=1, zero=0, cluster="dgx-b300"), id="replicate"),
+    pytest.param(dict(gpus=8, tp=1, pp=1, zero=1), id="fsdp-zero1"),
+    pytest.param(dict(gpus=8, tp=1, pp=1, zero=3, recompute="selective"), id="fsdp-zero3"),
+    pytest.param(dict(gpus=8, tp=2, pp=1, zero=1, sp=True), id="tp2-sp"),
+    pytest.param(dict(gpus=16, tp=2, pp=1, cp=2, zero=1, sp=True), id="cp2"),
+    pytest.param(dict(gpus=8, tp=1, pp=4, zero=1, recompute="full"), id="pp4-1f1b"),
+    pytest.param(
+        dict(gpus=8, tp=1, pp=2, vp=2, zero=1, schedule="interleaved"), id="pp2-interleaved"
+    ),
+    pytest.param(
+        dict(gpus=64, tp=8, pp=2, zero=1, sp=True, model="llama3-70b", seq=8192), id="70b"
+    ),
+]
+
+
+@pytest.fixture
+def torchtitan_config(monkeypatch):
+    """Parses an exported `torchtitan_config.py` with torchtitan's `ConfigManager`."""
+    config_mod = pytest.importorskip("torchtitan.config")
+
+    def parse(out):
+        monkeypatch.syspath_prepend(str(out))
+        monkeypatch.delitem(sys.modules, "torchtitan_config", raising=False)
+        importlib.invalidate_caches()
+        args = ["--module", "torchtitan_config", "--config", "plait"]
+        return config_mod.ConfigManager().parse_args(args)
+
+    return parse
+
+
+@pytest.mark.parametrize("pins", TORCHTITAN_PLANS)
+def test_torchtitan_accepts_the_export(plait_bin, tmp_path, torchtitan_config, pins):
+    pytest.importorskip("torchtitan")
+    from torchtitan.distributed import ParallelDims
+
+    gbs = 64
+    best, out = export(plait_bin, tmp_path, "torchtitan", gbs=gbs, **pins)
+    c = best["config"]
+    text = (out / "torchtitan_config.py").read_text()
+    assert text.startswith("# torchtitan 0.3.0 config module")
+    cfg = torchtitan_config(out)
+    p, t = cfg.parallelism, cfg.training
+    dims = ParallelDims(
+        dp_replicate=p.data_parallel_replicate_degree,
+        dp_shard=p.data_parallel_shard_degree,
+        cp=p.context_parallel_degree,
+        tp=p.tensor_parallel_degree,
+        pp=p.pipeline_parallel_degree,
+        ep=p.expert_parallel_degree,
+        world_size=pins["gpus"],
+    )
+    assert (dims.tp, dims.pp, dims.cp) == (c["tp"], c["pp"], c["cp"])
+    assert dims.dp_replicate * dims.dp_shard == c["dp"]
+    # trainer.py's batch checks and its accumulation steps.
+    batch_degree = dims.dp_replicate * dims.dp_shard
+    assert t.global_batch_size == gbs
+    assert t.global_batch_size % (t.local_batch_size * batch_degree) == 0
+    steps = t.global_batch_size // (t.local_batch_size * batch_degree)
+    if c["pp"] > 1:
+        assert steps == 1
+        assert t.local_batch_size // p.pipeline_parallel_microbatch_size == best["microbatches"]
+        assert len(p.module_fqns_per_model_part) == c["pp"] * c["vp"]
+    else:
+        assert steps == best["microbatches"]
+    assert t.seq_len % dims.seq_len_divisor == 0
+    names = {"none": "NoneType", "full": "Config", "selective": "Config"}
+    assert type(cfg.activation_checkpoint).__name__ == names[c["recompute"]]
+    if c["recompute"] != "none":
+        kind = "FullAC" if c["recompute"] == "full" else "SelectiveAC"
+        assert type(cfg.activation_checkpoint).__qualname__ == f"{kind}.Config"
+
+
+def test_torchtitan_rejects_a_pipeline_with_cuda_graphs(plait_bin, tmp_path, torchtitan_config):
+    """Without `disable_cuda_graphs` torchtitan 0.3.0 refuses pipelining: the parser has
+    teeth, and the export must keep that line."""
+    pytest.importorskip("torchtitan")
+    _, out = export(plait_bin, tmp_path, "torchtitan", gpus=8, tp=1, pp=4, zero=1)
+    path = out / "torchtitan_config.py"
+    text = path.read_text()
+    assert "    config.training.disable_cuda_graphs = True\n" in text
+    path.write_text(text.replace("    config.training.disable_cuda_graphs = True\n", ""))
+    with pytest.raises(SystemExit):
+        torchtitan_config(out)
+
+
+# --- Megatron-LM ----------------------------------------------------------------------
+
+MEGATRON_PLANS = [
+    pytest.param(dict(gpus=8, tp=2, pp=1, zero=1), id="tp2"),
+    pytest.param(dict(gpus=16, tp=2, pp=4, zero=1, vp=2, schedule="interleaved"), id="pp4-vp2"),
+    pytest.param(dict(gpus=8, tp=1, pp=1, zero=3), id="fsdp"),
+]
+
+
+def megatron_args(path):
+    """The `MEGATRON_ARGS=( … )` array of `megatron_args.sh`, as argv words."""
+    body = re.search(r"^MEGATRON_ARGS=\(\n(.*?)^\)", path.read_text(), re.S | re.M).group(1)
+    return shlex.split(body, comments=True)
+
+
+@pytest.mark.parametrize("pins", MEGATRON_PLANS)
+def test_megatron_parses_the_export(plait_bin, tmp_path, monkeypatch, pins):
+    try:
+        arguments = importlib.import_module("megatron.training.arguments")
+    except ImportError as e:
+        pytest.skip(
+            "Megatron-LM's megatron/training/arguments.py is not importable (PyPI's "
+            f"megatron-core ships megatron/core only; put a Megatron-LM checkout on PYTHONPATH): {e}"
+        )
+    best, out = export(plait_bin, tmp_path, "megatron", **pins)
+    argv = megatron_args(out / "megatron_args.sh")
+    monkeypatch.setattr(sys, "argv", ["pretrain_gpt.py"] + argv)
+    args = arguments.parse_args(ignore_unknown_args=False)
+    c = best["config"]
+    assert args.tensor_model_parallel_size == c["tp"]
+    assert args.pipeline_model_parallel_size == c["pp"]
+    assert args.micro_batch_size == c["mbs"]
+    assert args.global_batch_size == 64
+
+
+def test_megatron_args_reader_reads_the_array(plait_bin, tmp_path):
+    """The reader above, checked where Megatron-LM is absent too."""
+    _, out = export(plait_bin, tmp_path, "megatron", gpus=8, tp=2, pp=1, zero=1)
+    argv = megatron_args(pathlib.Path(out) / "megatron_args.sh")
+    assert argv[argv.index("--tensor-model-parallel-size") + 1] == "2"
+    assert all(not a.startswith("#") for a in argv)
