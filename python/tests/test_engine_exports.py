@@ -243,3 +243,15 @@ def test_megatron_args_reader_reads_the_array(plait_bin, tmp_path):
     argv = megatron_args(pathlib.Path(out) / "megatron_args.sh")
     assert argv[argv.index("--tensor-model-parallel-size") + 1] == "2"
     assert all(not a.startswith("#") for a in argv)
+
+
+def test_the_package_writes_both_torchtitan_forms(tmp_path):
+    """`plait.plan(export=…)` passes the keywords through: the 0.3 module and the 0.2 TOML."""
+    plait = pytest.importorskip("plait")
+    new = plait.plan(MODEL, gpus=8, gbs=64, zero=1, tp=1, pp=1, export="torchtitan", out=tmp_path)
+    assert new.exported == [str(tmp_path / "torchtitan_config.py")]
+    old = plait.plan(
+        MODEL, gpus=8, gbs=64, zero=1, tp=1, pp=1, export="torchtitan-0.2", out=tmp_path
+    )
+    assert old.exported == [str(tmp_path / "torchtitan.toml")]
+    assert (tmp_path / "torchtitan.toml").read_text().startswith("# torchtitan 0.2.2 job config")
