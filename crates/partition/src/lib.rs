@@ -18,6 +18,7 @@
 //! Pure and deterministic: no I/O (files arrive as text or bytes), no clock, no randomness;
 //! the same graph and limits give the same partition whatever the thread count.
 
+mod coarse;
 pub mod error;
 mod exact;
 pub mod graph;
@@ -27,11 +28,13 @@ pub mod onnx;
 pub mod placement;
 mod segment;
 pub mod solve;
+pub mod synthetic;
 mod units;
 
+pub use coarse::{COARSEN_ABOVE, COARSE_MAX_IDEALS, TARGET_SUPER_UNITS};
 pub use error::{PartitionError, Result};
 pub use graph::{Edge, Graph, Node};
 pub use solve::{
-    partition, DeviceKind, Limits, Method, Partition, Stage, MAX_IDEALS, MAX_IDEALS_LIMIT,
-    MAX_TABLE_CELLS,
+    partition, Coarsening, DeviceKind, Limits, Method, Partition, Stage, MAX_IDEALS,
+    MAX_IDEALS_LIMIT, MAX_TABLE_CELLS,
 };

@@ -22,36 +22,55 @@ use crate::units::Units;
 /// Best split of `order` into consecutive runs (each run on one accelerator or one CPU),
 /// among those with max-load ≤ `bound`.
 pub(crate) fn split_order(units: &Units, order: &[u32], b: Budget, bound: f64) -> Option<Split> {
+    let cuts: Vec<usize> = (0..=order.len()).collect();
+    split_at_cuts(units, order, &cuts, b, bound)
+}
+
+/// Best split of `order` into consecutive runs that start and end only at the positions
+/// `cuts` (increasing, from 0 to `order.len()`), among those with max-load ≤ `bound`: an
+/// exact dynamic program over the cut positions, O(|cuts| · run length · layers).
+pub(crate) fn split_at_cuts(
+    units: &Units,
+    order: &[u32],
+    cuts: &[usize],
+    b: Budget,
+    bound: f64,
+) -> Option<Split> {
     let n = order.len();
+    debug_assert!(cuts.first() == Some(&0) && cuts.last() == Some(&n));
+    let m = cuts.len();
     let (k, c) = (b.devices, b.cpus);
     let layers = (k + 1) * (c + 1);
     let at = |a: usize, cc: usize| a * (c + 1) + cc;
-    let mut dp = vec![vec![f64::INFINITY; n + 1]; layers];
-    // (start of the last run, run on a CPU); start == end means "device left unused".
-    let mut back = vec![vec![(u32::MAX, false); n + 1]; layers];
+    let mut dp = vec![vec![f64::INFINITY; m]; layers];
+    // (cut index of the start of the last run, run on a CPU); start == end means "device
+    // left unused".
+    let mut back = vec![vec![(u32::MAX, false); m]; layers];
     dp[at(0, 0)][0] = 0.0;
     let mut seg = Segment::new(units);
-    for i in 0..n {
-        // dp[..][i] is final: take "leave a device unused".
+    for ci in 0..m {
+        let i = cuts[ci];
+        // dp[..][ci] is final: take "leave a device unused".
         for a in 0..=k {
             for cc in 0..=c {
                 let here = at(a, cc);
-                if a > 0 && dp[at(a - 1, cc)][i] < dp[here][i] {
-                    dp[here][i] = dp[at(a - 1, cc)][i];
-                    back[here][i] = (i as u32, false);
+                if a > 0 && dp[at(a - 1, cc)][ci] < dp[here][ci] {
+                    dp[here][ci] = dp[at(a - 1, cc)][ci];
+                    back[here][ci] = (ci as u32, false);
                 }
-                if cc > 0 && dp[at(a, cc - 1)][i] < dp[here][i] {
-                    dp[here][i] = dp[at(a, cc - 1)][i];
-                    back[here][i] = (i as u32, true);
+                if cc > 0 && dp[at(a, cc - 1)][ci] < dp[here][ci] {
+                    dp[here][ci] = dp[at(a, cc - 1)][ci];
+                    back[here][ci] = (ci as u32, true);
                 }
             }
         }
-        if (0..layers).all(|l| !dp[l][i].is_finite()) {
+        if (0..layers).all(|l| !dp[l][ci].is_finite()) {
             continue;
         }
         let (mut acc, mut cpu, mut mem) = (0.0, 0.0, 0.0);
         let mut acc_ok = k > 0;
         let mut added = vec![];
+        let mut cj = ci + 1;
         for j in i + 1..=n {
             let v = order[j - 1] as usize;
             acc += units.acc[v];
@@ -66,36 +85,40 @@ pub(crate) fn split_order(units: &Units, order: &[u32], b: Budget, bound: f64) -
                 seg.add(v);
                 added.push(v);
             }
+            if cuts[cj] != j {
+                continue;
+            }
             let acc_cost = acc + seg.comm;
             for a in 0..=k {
                 for cc in 0..=c {
                     let here = at(a, cc);
                     if a > 0 && acc_ok {
-                        let cand = dp[at(a - 1, cc)][i].max(acc_cost);
-                        if cand < dp[here][j] {
-                            dp[here][j] = cand;
-                            back[here][j] = (i as u32, false);
+                        let cand = dp[at(a - 1, cc)][ci].max(acc_cost);
+                        if cand < dp[here][cj] {
+                            dp[here][cj] = cand;
+                            back[here][cj] = (ci as u32, false);
                         }
                     }
                     if cc > 0 && cpu_ok {
-                        let cand = dp[at(a, cc - 1)][i].max(cpu);
-                        if cand < dp[here][j] {
-                            dp[here][j] = cand;
-                            back[here][j] = (i as u32, true);
+                        let cand = dp[at(a, cc - 1)][ci].max(cpu);
+                        if cand < dp[here][cj] {
+                            dp[here][cj] = cand;
+                            back[here][cj] = (ci as u32, true);
                         }
                     }
                 }
             }
+            cj += 1;
         }
         seg.clear(added.iter().copied());
     }
-    let last = at(k, c);
+    let end = m - 1;
     // Final position: also allow unused devices.
-    let mut best = dp[last][n];
+    let mut best = dp[at(k, c)][end];
     for a in 0..=k {
         for cc in 0..=c {
-            if dp[at(a, cc)][n] < best {
-                best = dp[at(a, cc)][n];
+            if dp[at(a, cc)][end] < best {
+                best = dp[at(a, cc)][end];
             }
         }
     }
@@ -104,22 +127,22 @@ pub(crate) fn split_order(units: &Units, order: &[u32], b: Budget, bound: f64) -
     }
     let (mut a, mut cc) = (0..=k)
         .flat_map(|a| (0..=c).map(move |cc| (a, cc)))
-        .find(|&(a, cc)| dp[at(a, cc)][n] == best)
+        .find(|&(a, cc)| dp[at(a, cc)][end] == best)
         .expect("the best layer exists");
     let mut segments = vec![];
-    let mut j = n;
-    while j > 0 {
-        let (i, on_cpu) = back[at(a, cc)][j];
-        let i = i as usize;
-        if i < j {
-            segments.push((order[i..j].to_vec(), on_cpu));
+    let mut cj = end;
+    while cuts[cj] > 0 {
+        let (ci, on_cpu) = back[at(a, cc)][cj];
+        let ci = ci as usize;
+        if ci < cj {
+            segments.push((order[cuts[ci]..cuts[cj]].to_vec(), on_cpu));
         }
         if on_cpu {
             cc -= 1;
         } else {
             a -= 1;
         }
-        j = i;
+        cj = ci;
     }
     segments.reverse();
     for (s, _) in &mut segments {

@@ -7,6 +7,7 @@
 
 use serde::Serialize;
 
+use crate::coarse::{self, coarse_size, COARSEN_ABOVE, COARSE_MAX_IDEALS};
 use crate::error::{PartitionError, Result};
 use crate::exact::{self, Budget, Split, WEIGHT_ACC, WEIGHT_CPU, WEIGHT_MIN};
 use crate::graph::{Graph, Indexed};
@@ -167,6 +168,31 @@ pub struct Partition {
     /// When infeasible for memory: the least memory per accelerator with which a split
     /// exists (exact when `optimal`, else the memory of the best split found).
     pub min_memory_bytes: Option<f64>,
+    /// Set when the graph had more than [`COARSEN_ABOVE`] units and was split through its
+    /// coarsening: what was merged and what is known of the answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub coarsening: Option<Coarsening>,
+}
+
+/// How a large graph was split (see `coarse.rs`): its units merged into super-units (runs
+/// of consecutive units of a topological order), the super-units split, then every cut
+/// moved to the best position within `refine_window` units.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Coarsening {
+    pub units: usize,
+    pub super_units: usize,
+    /// The split of the super-units is optimal among splits at their boundaries (their
+    /// lattice was searched exactly); otherwise it is the best of the heuristic orders.
+    pub coarse_optimal: bool,
+    /// Max load of the split of the super-units, before refinement.
+    pub coarse_max_load: f64,
+    /// Units a cut could move per refinement round.
+    pub refine_window: usize,
+    /// Refinement rounds that lowered the load.
+    pub refine_rounds: usize,
+    /// One line for the report: the sizes, how the coarse split was found, and the gap to
+    /// the lower bound of the uncoarsened graph (what is proven about the answer).
+    pub note: String,
 }
 
 /// Splits `g` into at most `limits.devices` accelerator stages and `limits.cpus` CPU stages,
@@ -182,19 +208,27 @@ pub fn partition(g: &Graph, limits: &Limits) -> Result<Partition> {
         memory: limits.memory_per_device_bytes,
     };
     let layers = (budget.devices + 1) * (budget.cpus + 1);
-    let cells = layers.checked_mul(units.number() + 1);
+    // Above COARSEN_ABOVE units the tables are sized by the super-units.
+    let coarse = (units.number() > COARSEN_ABOVE)
+        .then(|| coarse::coarsen(&units, &budget, coarse_size(layers)));
+    let table_units = coarse.as_ref().map_or(units.number(), |c| c.units.number());
+    let cells = layers.checked_mul(table_units + 1);
     if cells.is_none_or(|c| c > MAX_TABLE_CELLS) {
         return Err(PartitionError::new(
             "limits",
             "devices",
             format!(
-                "{} accelerator(s) and {} CPU(s) over {} units need a table of ({} + 1) × ({} + 1) × ({} + 1) cells, more than the limit of {MAX_TABLE_CELLS}",
+                "{} accelerator(s) and {} CPU(s) over {} units{} need a table of ({} + 1) × ({} + 1) × ({} + 1) cells, more than the limit of {MAX_TABLE_CELLS}",
                 limits.devices,
                 limits.cpus,
                 units.number(),
+                coarse
+                    .as_ref()
+                    .map(|c| format!(" (coarsened to {} super-units)", c.units.number()))
+                    .unwrap_or_default(),
                 budget.devices,
                 budget.cpus,
-                units.number()
+                table_units
             ),
             format!("(devices + 1) × (CPUs + 1) × (units + 1) ≤ {MAX_TABLE_CELLS}"),
         ));
@@ -210,6 +244,7 @@ pub fn partition(g: &Graph, limits: &Limits) -> Result<Partition> {
         ideals,
         reason: Some(reason),
         min_memory_bytes: min_memory.map(|(m, _)| m),
+        coarsening: None,
     };
     if limits.cpus == 0 {
         if let Some(v) = (0..units.number()).find(|&v| !units.supported[v]) {
@@ -231,7 +266,11 @@ pub fn partition(g: &Graph, limits: &Limits) -> Result<Partition> {
             .max_by(|&a, &b| units.mem[a].total_cmp(&units.mem[b]).then(b.cmp(&a)))
         {
             let i = units.members[v][0];
-            let min = min_memory(&units, budget, limits.max_ideals);
+            let min = match &coarse {
+                // Through the coarsening: memory enough, not proven the least.
+                Some(c) => min_memory(&c.units, budget, COARSE_MAX_IDEALS).map(|(m, _)| (m, false)),
+                None => min_memory(&units, budget, limits.max_ideals),
+            };
             return Ok(infeasible(
                 format!(
                     "{} needs {} bytes, more than the {} bytes of one device",
@@ -243,6 +282,9 @@ pub fn partition(g: &Graph, limits: &Limits) -> Result<Partition> {
                 None,
             ));
         }
+    }
+    if let Some(c) = coarse {
+        return Ok(coarsened(g, &ix, &units, budget, layers, limits, c));
     }
     let lower = linear::lower_bound(&units, budget);
     let heuristic = linear::heuristic(&units, budget);
@@ -301,6 +343,152 @@ pub fn partition(g: &Graph, limits: &Limits) -> Result<Partition> {
             None,
         )),
     }
+}
+
+/// The answer for a graph of more than [`COARSEN_ABOVE`] units through its coarsening `c`:
+/// split the super-units (exactly when their lattice is small), refine the cuts on the
+/// units; the lower bound is the uncoarsened graph's.
+fn coarsened(
+    g: &Graph,
+    ix: &Indexed,
+    units: &Units,
+    budget: Budget,
+    layers: usize,
+    limits: &Limits,
+    c: coarse::Coarse,
+) -> Partition {
+    let lower = linear::lower_bound(units, budget);
+    let cap = limits
+        .max_ideals
+        .min(COARSE_MAX_IDEALS)
+        .min(MAX_TABLE_CELLS / layers);
+    let heuristic = linear::heuristic(&c.units, budget);
+    let coarse_lower = linear::lower_bound(&c.units, budget);
+    let (split, coarse_optimal) = match heuristic {
+        Some(h) if h.max_load <= coarse_lower * (1.0 + 1e-12) => (Some(h), true),
+        h => {
+            let (w, ratio) = exact::weights(&c.units, &budget);
+            match Lattice::build(
+                &c.units.preds,
+                &[&w[WEIGHT_ACC], &w[WEIGHT_CPU], &w[WEIGHT_MIN]],
+                cap,
+            ) {
+                Some(lat) => {
+                    let bound = h.as_ref().map_or(f64::INFINITY, |h| {
+                        h.max_load * (1.0 + BOUND_SLACK) + f64::MIN_POSITIVE
+                    });
+                    let s = exact::solve(
+                        &c.units,
+                        &lat,
+                        ratio,
+                        budget,
+                        bound,
+                        coarse_lower * (1.0 + 1e-12),
+                    );
+                    let best = match (s, h) {
+                        (Some(s), Some(h)) if h.max_load < s.max_load => Some(h),
+                        (Some(s), _) => Some(s),
+                        // The exact search only misses a split when the bound cut it off.
+                        (None, h) => h,
+                    };
+                    (best, true)
+                }
+                None => (h, false),
+            }
+        }
+    };
+    let Some(split) = split else {
+        return Partition {
+            feasible: false,
+            max_load: f64::INFINITY,
+            stages: vec![],
+            optimal: false,
+            lower_bound: f64::INFINITY,
+            method: Method::Heuristic,
+            units: units.number(),
+            ideals: None,
+            reason: Some(format!(
+                "no split into {} contiguous stages at the boundaries of the {} super-units \
+                 that the {} units were coarsened to fits {} bytes per device (a split cutting \
+                 inside them may)",
+                limits.devices,
+                c.units.number(),
+                units.number(),
+                budget.memory
+            )),
+            min_memory_bytes: min_memory(&c.units, budget, cap).map(|(m, _)| m),
+            coarsening: None,
+        };
+    };
+    let coarse_max_load = split.max_load;
+    let window = coarse::refine_window(c.longest(), layers, split.segments.len(), MAX_TABLE_CELLS);
+    let (mut refined, rounds) = coarse::refine(units, c.expand(&split), budget, window);
+    // A chain has one topological order, whose best split is the optimum: when that
+    // dynamic program is affordable (bounded by the load found), it proves or improves it.
+    let chain_optimal = coarse::is_chain(units)
+        && coarse::chain_pass_affordable(units.number(), budget.devices, layers)
+        && {
+            let order: Vec<u32> = (0..units.number() as u32).collect();
+            let bound = refined.max_load * (1.0 + BOUND_SLACK) + f64::MIN_POSITIVE;
+            if let Some(s) = linear::split_order(units, &order, budget, bound) {
+                if s.max_load < refined.max_load {
+                    refined = s;
+                }
+            }
+            true
+        };
+    let optimal = chain_optimal || refined.max_load <= lower * (1.0 + 1e-12);
+    let mut p = answer(
+        g,
+        ix,
+        units,
+        &refined,
+        optimal,
+        lower,
+        Method::Heuristic,
+        None,
+    );
+    if chain_optimal {
+        p.lower_bound = p.max_load;
+    }
+    let gap = 100.0 * (p.max_load - p.lower_bound) / p.max_load.max(f64::MIN_POSITIVE);
+    let note = format!(
+        "coarsened {} units to {} super-units (runs of a topological order); their split \
+         ({}) has max load {:.6}, its cuts moved within ±{} units lowered it to {:.6} in {} \
+         round(s); {}",
+        units.number(),
+        c.units.number(),
+        if coarse_optimal {
+            "optimal at their boundaries"
+        } else {
+            "the best of the heuristic orders"
+        },
+        coarse_max_load,
+        window,
+        p.max_load,
+        rounds,
+        if chain_optimal {
+            "the units form a chain, and the best split of its only order is this: optimal"
+                .to_string()
+        } else if optimal {
+            "equal to the lower bound: optimal".to_string()
+        } else {
+            format!(
+                "within {gap:.2} % of the lower bound {:.6} of the uncoarsened graph",
+                p.lower_bound
+            )
+        }
+    );
+    p.coarsening = Some(Coarsening {
+        units: units.number(),
+        super_units: c.units.number(),
+        coarse_optimal,
+        coarse_max_load,
+        refine_window: window,
+        refine_rounds: rounds,
+        note,
+    });
+    p
 }
 
 fn describe(g: &Graph, units: &Units, v: usize, i: usize) -> String {
@@ -400,6 +588,7 @@ fn answer(
         ideals,
         reason: None,
         min_memory_bytes: None,
+        coarsening: None,
     }
 }
 
