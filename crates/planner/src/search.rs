@@ -35,22 +35,10 @@ use infeasible::{infeasible, no_candidates};
 use order::annotate;
 pub use order::{robust_order, TIE_SHARE};
 
-/// Dimensions the user fixed; `None` means "search it".
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Pins {
-    pub dp: Option<u64>,
-    pub tp: Option<u64>,
-    pub pp: Option<u64>,
-    pub vp: Option<u64>,
-    pub cp: Option<u64>,
-    pub ep: Option<u64>,
-    pub mbs: Option<u64>,
-    pub zero: Option<u8>,
-    pub sp: Option<bool>,
-    /// `None`: per-stage recompute chosen by the planner (`auto`).
-    pub recompute: Option<Recompute>,
-    pub schedule: Option<Schedule>,
-}
+/// Dimensions the user fixed; `None` means "search it" (`recompute: None`: per-stage
+/// recompute chosen by the planner, `auto`). The knobs are `ParallelConfig`'s, declared
+/// once in `plait_spec::Parallel`.
+pub type Pins = plait_spec::ParallelPins;
 
 /// What to plan.
 #[derive(Clone)]
@@ -136,44 +124,44 @@ pub struct Outcome {
     pub infeasible: Option<Infeasible>,
 }
 
-/// Key of the layer-cost cache: everything a layer's cost depends on besides the model,
-/// device and batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(super) struct ShapeKey {
-    tp: u64,
-    cp: u64,
-    ep: u64,
-    mbs: u64,
-    sp: bool,
-    recompute: u8,
-}
-
-fn recompute_code(r: Recompute) -> u8 {
-    match r {
-        Recompute::None => 0,
-        Recompute::Selective => 1,
-        Recompute::Full => 2,
-    }
-}
+/// Key of the layer-cost cache: the configuration with the knobs a layer's cost does not
+/// depend on (dp, pp, vp, ZeRO, schedule) reset and the recompute policy costed; every
+/// other knob (tp, cp, ep, mbs, sp — and any knob added to `plait_spec::Parallel`) tells
+/// shapes apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) struct ShapeKey(ParallelConfig);
 
 impl ShapeKey {
     pub(super) fn of(c: &ParallelConfig, recompute: Recompute) -> Self {
-        ShapeKey {
-            tp: c.tp,
-            cp: c.cp,
-            ep: c.ep,
-            mbs: c.mbs,
-            sp: c.sp,
-            recompute: recompute_code(recompute),
-        }
+        let d = ParallelConfig::default();
+        ShapeKey(ParallelConfig {
+            dp: d.dp,
+            pp: d.pp,
+            vp: d.vp,
+            zero: d.zero,
+            schedule: d.schedule,
+            recompute,
+            ..*c
+        })
     }
 }
 
-fn pinned<T: Copy + PartialEq>(pin: Option<T>, all: Vec<T>) -> Vec<T> {
-    match pin {
-        Some(v) => all.into_iter().filter(|&x| x == v).collect(),
-        None => all,
-    }
+/// The configurations of `c` with knob `set` at each value of `all` that `pin` allows, in
+/// the order of `all`.
+fn each<T: Copy + PartialEq>(
+    c: ParallelConfig,
+    pin: Option<T>,
+    all: impl IntoIterator<Item = T>,
+    set: impl Fn(&mut ParallelConfig, T),
+) -> Vec<ParallelConfig> {
+    all.into_iter()
+        .filter(|&v| pin.is_none_or(|p| p == v))
+        .map(|v| {
+            let mut c = c;
+            set(&mut c, v);
+            c
+        })
+        .collect()
 }
 
 /// Largest micro-batch the search tries: Megatron-LM runs with micro-batches of 1–16
@@ -186,94 +174,123 @@ const MAX_VP: u64 = 8;
 /// attention's per-step transfers are no longer hidden by the attention compute.
 pub(super) const MIN_CP_TOKENS: u64 = 1024;
 
+/// One step of the enumeration: the choices of one knob (or of knobs chosen together),
+/// in order, for a configuration whose earlier knobs are set.
+type Step = fn(&Request, ParallelConfig) -> Vec<ParallelConfig>;
+
+/// The knobs in the order the enumeration nests them, outermost first: a configuration is
+/// one choice per step, so the order of the steps and of each step's choices is the
+/// enumeration order (and so the tie-break between equally fast plans).
+const STEPS: [Step; 9] = [
+    step_tp,
+    step_pp,
+    step_cp_dp,
+    step_ep,
+    step_mbs,
+    step_zero,
+    step_sp,
+    step_schedule,
+    step_recompute,
+];
+
 /// Every well-formed configuration of `req`, in a fixed order.
 pub fn enumerate(req: &Request) -> Vec<ParallelConfig> {
-    let (m, t, pins) = (req.model, req.train, &req.pins);
-    let n = req.gpus;
-    let mut out = Vec::new();
-    let recomputes = match pins.recompute {
-        Some(r) => vec![r],
-        None => vec![Recompute::None, Recompute::Selective, Recompute::Full],
-    };
-    for tp in pinned(pins.tp, divisors(n)) {
-        if !m.heads.is_multiple_of(tp) || !m.ffn_hidden.is_multiple_of(tp) {
-            continue;
-        }
-        for pp in pinned(pins.pp, divisors(n / tp)) {
-            if pp > m.layers {
-                continue;
-            }
-            for cp in pinned(pins.cp, divisors(n / (tp * pp))) {
-                if cp > 1 && (pins.cp.is_none() && t.seq / cp < MIN_CP_TOKENS) {
-                    continue;
-                }
-                let dp = n / (tp * pp * cp);
-                if pins.dp.is_some_and(|d| d != dp) {
-                    continue;
-                }
-                let eps = match m.moe {
-                    Some(moe) => divisors(moe.experts)
-                        .into_iter()
-                        .filter(|e| (dp * cp).is_multiple_of(*e))
-                        .collect(),
-                    None => vec![1],
-                };
-                for ep in pinned(pins.ep, eps) {
-                    if !t.gbs.is_multiple_of(dp) {
-                        continue;
-                    }
-                    let per_replica = t.gbs / dp;
-                    // Only micro-batches up to MAX_MBS (or the pinned one) are tried: test
-                    // those, not every divisor of the batch (which may be near 2^64).
-                    let mbss = (1..=MAX_MBS)
-                        .chain(pins.mbs.filter(|&b| b > MAX_MBS))
-                        .filter(|&b| per_replica.is_multiple_of(b))
-                        .collect();
-                    for mbs in pinned(pins.mbs, mbss) {
-                        let micro = per_replica / mbs;
-                        let zeros: Vec<u8> = if dp * cp > 1 {
-                            vec![0, 1, 2, 3]
-                        } else {
-                            vec![0]
-                        };
-                        for zero in pinned(pins.zero, zeros) {
-                            let sps = if tp > 1 {
-                                vec![false, true]
-                            } else {
-                                vec![false]
-                            };
-                            for sp in pinned(pins.sp, sps) {
-                                for (schedule, vp) in schedules(m.layers, pp, micro, pins) {
-                                    for &recompute in &recomputes {
-                                        let c = ParallelConfig {
-                                            dp,
-                                            tp,
-                                            pp,
-                                            vp,
-                                            cp,
-                                            ep,
-                                            mbs,
-                                            zero,
-                                            sp,
-                                            recompute,
-                                            schedule,
-                                        };
-                                        if c.validate(m, t, n).is_ok() && allowed(req, &c, None) {
-                                            out.push(c);
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
+    let mut out = vec![ParallelConfig::default()];
+    for step in STEPS {
+        out = out.into_iter().flat_map(|c| step(req, c)).collect();
     }
+    out.retain(|c| c.validate(req.model, req.train, req.gpus).is_ok() && allowed(req, c, None));
     out
 }
 
-/// Whether `req.allow` accepts `c` with `map` (its even layout when None).
+/// Tensor-parallel degrees that split the heads and the MLP.
+fn step_tp(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
+    let m = req.model;
+    let tps = divisors(req.gpus)
+        .into_iter()
+        .filter(|&tp| m.heads.is_multiple_of(tp) && m.ffn_hidden.is_multiple_of(tp));
+    each(c, req.pins.tp, tps, |c, v| c.tp = v)
+}
+
+/// Pipelines of at most one stage per layer.
+fn step_pp(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
+    let pps = divisors(req.gpus / c.tp)
+        .into_iter()
+        .filter(|&pp| pp <= req.model.layers);
+    each(c, req.pins.pp, pps, |c, v| c.pp = v)
+}
+
+/// Context-parallel degrees (unpinned: only those leaving each rank `MIN_CP_TOKENS`);
+/// dp takes the GPUs left.
+fn step_cp_dp(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
+    let (n, pins) = (req.gpus, &req.pins);
+    let cps = divisors(n / (c.tp * c.pp))
+        .into_iter()
+        .filter(|&cp| !(cp > 1 && (pins.cp.is_none() && req.train.seq / cp < MIN_CP_TOKENS)));
+    let mut out = each(c, pins.cp, cps, |c, v| {
+        c.cp = v;
+        c.dp = n / (c.tp * c.pp * v);
+    });
+    out.retain(|c| pins.dp.is_none_or(|d| d == c.dp));
+    out
+}
+
+/// Expert-parallel degrees that split the experts and dp × cp (1 without experts); none
+/// when the batch does not split over dp.
+fn step_ep(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
+    if !req.train.gbs.is_multiple_of(c.dp) {
+        return Vec::new();
+    }
+    let eps = match req.model.moe {
+        Some(moe) => divisors(moe.experts)
+            .into_iter()
+            .filter(|e| (c.dp * c.cp).is_multiple_of(*e))
+            .collect(),
+        None => vec![1],
+    };
+    each(c, req.pins.ep, eps, |c, v| c.ep = v)
+}
+
+/// Micro-batches that divide each replica's share of the batch.
+fn step_mbs(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
+    let pins = &req.pins;
+    let per_replica = req.train.gbs / c.dp;
+    // Only micro-batches up to MAX_MBS (or the pinned one) are tried: test those, not every
+    // divisor of the batch (which may be near 2^64).
+    let mbss = (1..=MAX_MBS)
+        .chain(pins.mbs.filter(|&b| b > MAX_MBS))
+        .filter(|&b| per_replica.is_multiple_of(b));
+    each(c, pins.mbs, mbss, |c, v| c.mbs = v)
+}
+
+/// ZeRO stages (0 only without data or context parallel ranks to shard over).
+fn step_zero(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
+    let zeros: &[u8] = if c.dp * c.cp > 1 { &[0, 1, 2, 3] } else { &[0] };
+    each(c, req.pins.zero, zeros.iter().copied(), |c, v| c.zero = v)
+}
+
+/// Sequence parallelism (off only without tensor parallelism).
+fn step_sp(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
+    let sps: &[bool] = if c.tp > 1 { &[false, true] } else { &[false] };
+    each(c, req.pins.sp, sps.iter().copied(), |c, v| c.sp = v)
+}
+
+/// Schedules with their chunks per rank (`schedules` applies the pins).
+fn step_schedule(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
+    let micro = req.train.gbs / c.dp / c.mbs;
+    let pairs = schedules(req.model.layers, c.pp, micro, &req.pins);
+    each(c, None, pairs, |c, (schedule, vp)| {
+        c.schedule = schedule;
+        c.vp = vp;
+    })
+}
+
+/// Recompute policies.
+fn step_recompute(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
+    let all = [Recompute::None, Recompute::Selective, Recompute::Full];
+    each(c, req.pins.recompute, all, |c, v| c.recompute = v)
+}
+
 /// Whether the engine the request plans under runs `c` (with `map`, or its even layout),
 /// and the caller's extra filter accepts it.
 fn allowed(req: &Request, c: &ParallelConfig, map: Option<&StageMap>) -> bool {
@@ -391,8 +408,8 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
                 .map(|r| (ShapeKey::of(c, r), ParallelConfig { recompute: r, ..*c }))
         })
         .collect();
-    shapes.sort_unstable_by_key(|(k, _)| *k);
-    shapes.dedup_by_key(|(k, _)| *k);
+    let mut seen = std::collections::HashSet::new();
+    shapes.retain(|(k, _)| seen.insert(*k));
     let cache: HashMap<ShapeKey, LayerCosts> = shapes
         .par_iter()
         .map(|(k, cfg)| {

@@ -10,6 +10,7 @@ pub mod hf;
 pub mod mesh;
 pub mod mixed;
 pub mod model;
+pub mod parallel;
 pub mod presets;
 pub mod stage_map;
 pub mod train;
@@ -25,6 +26,7 @@ pub use model::{
     Activation, BlockRun, Family, Gemm, Layer, LayerKind, MlaSpec, ModelSpec, MoeSpec, Norm,
     Positions, Shard, MAX_BLOCK_KINDS,
 };
+pub use parallel::{Degree, Exact, Form, Parallel, ParallelPins, Pinned, Value};
 pub use plait_schedule::virtual_stage;
 pub use presets::{model_preset, model_preset_names};
 pub use stage_map::{even_chunk_blocks, schedule_spec, StageMap};

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, SpecError};
 use crate::model::ModelSpec;
+use crate::parallel::{Degree, Exact, Parallel};
 
 macro_rules! keyword_enum {
     ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $var:ident => $kw:literal),+ $(,)? }) => {
@@ -306,48 +307,12 @@ pub fn check_pipeline_chunks(model: &ModelSpec, pp: u64, vp: u64) -> Result<()> 
 }
 
 /// One parallel configuration: degrees, micro-batch, ZeRO, sequence parallel, recompute and
-/// schedule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct ParallelConfig {
-    pub dp: u64,
-    pub tp: u64,
-    pub pp: u64,
-    /// Virtual pipeline chunks per pipeline rank (interleaved schedule); 1 otherwise.
-    pub vp: u64,
-    pub cp: u64,
-    /// Expert parallel degree (MoE), carved out of the data-parallel ranks.
-    pub ep: u64,
-    /// Micro-batch size in sequences.
-    pub mbs: u64,
-    /// ZeRO stage 0–3 over the data-parallel group.
-    pub zero: u8,
-    /// Megatron sequence parallelism inside the tensor-parallel group.
-    pub sp: bool,
-    pub recompute: Recompute,
-    pub schedule: Schedule,
-}
+/// schedule (the knobs are declared once, in [`Parallel`]).
+pub type ParallelConfig = Parallel<Exact>;
 
 /// Largest degree (dp, tp, pp, vp, cp, ep) or micro-batch a configuration may have: 2^20,
 /// far beyond the largest published runs (tens of thousands of GPUs).
 pub const MAX_DEGREE: u64 = 1 << 20;
-
-impl Default for ParallelConfig {
-    fn default() -> Self {
-        Self {
-            dp: 1,
-            tp: 1,
-            pp: 1,
-            vp: 1,
-            cp: 1,
-            ep: 1,
-            mbs: 1,
-            zero: 0,
-            sp: false,
-            recompute: Recompute::None,
-            schedule: Schedule::OneFOneB,
-        }
-    }
-}
 
 impl ParallelConfig {
     /// GPUs this configuration occupies.
@@ -381,17 +346,12 @@ impl ParallelConfig {
                 allowed,
             ))
         };
-        for (field, v) in [
-            ("dp", self.dp),
-            ("tp", self.tp),
-            ("pp", self.pp),
-            ("vp", self.vp),
-            ("cp", self.cp),
-            ("ep", self.ep),
-            ("mbs", self.mbs),
-            ("gbs", train.gbs),
-            ("seq", train.seq),
-        ] {
+        let degrees = Degree::ALL.map(|d| (d.name(), self.degree(d)));
+        for (field, v) in
+            degrees
+                .into_iter()
+                .chain([("mbs", self.mbs), ("gbs", train.gbs), ("seq", train.seq)])
+        {
             if v == 0 {
                 return err(field, "must be ≥ 1, got 0".into(), "integers ≥ 1".into());
             }
@@ -543,7 +503,11 @@ pub fn parse_config_items(
     let mut c = ParallelConfig::default();
     let mut dp = None;
     let mut seen: Vec<String> = Vec::new();
-    let expected = "items like dp2 tp2 pp2 vp2 cp2 ep2 mbs1 zero1 sp recompute=full 1f1b";
+    let degrees: Vec<String> = Degree::ALL.iter().map(|d| format!("{d}2")).collect();
+    let expected = format!(
+        "items like {} mbs1 zero1 sp recompute=full 1f1b",
+        degrees.join(" ")
+    );
     for part in text
         .split(|ch: char| ch == ',' || ch.is_whitespace())
         .filter(|p| !p.is_empty())
@@ -580,16 +544,12 @@ pub fn parse_config_items(
         if value == 0 {
             return Err(format!("`{part}` must be at least 1"));
         }
-        match key {
-            "dp" => dp = Some(value),
-            "tp" => c.tp = value,
-            "pp" => c.pp = value,
-            "vp" => c.vp = value,
-            "cp" => c.cp = value,
-            "ep" => c.ep = value,
-            "mbs" => c.mbs = value,
-            "zero" if value <= 3 => c.zero = value as u8,
-            "zero" => {
+        match (key, Degree::named(key)) {
+            (_, Some(Degree::Dp)) => dp = Some(value),
+            (_, Some(d)) => *c.degree_mut(d) = value,
+            ("mbs", _) => c.mbs = value,
+            ("zero", _) if value <= 3 => c.zero = value as u8,
+            ("zero", _) => {
                 return Err(format!(
                     "ZeRO stage {value} does not exist (allowed: 0|1|2|3)"
                 ))
@@ -613,17 +573,15 @@ impl FromStr for ParallelConfig {
 
 impl fmt::Display for ParallelConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "dp{} tp{} pp{}", self.dp, self.tp, self.pp)?;
-        if self.vp > 1 {
-            write!(f, " vp{}", self.vp)?;
+        let mut sep = "";
+        for d in Degree::ALL {
+            let v = self.degree(d);
+            if v > 1 || d.shown_at_one() {
+                write!(f, "{sep}{d}{v}")?;
+                sep = " ";
+            }
         }
-        if self.cp > 1 {
-            write!(f, " cp{}", self.cp)?;
-        }
-        if self.ep > 1 {
-            write!(f, " ep{}", self.ep)?;
-        }
-        write!(f, " mbs{}", self.mbs)?;
+        write!(f, "{sep}mbs{}", self.mbs)?;
         if self.zero > 0 {
             write!(f, " zero{}", self.zero)?;
         }

@@ -1,0 +1,264 @@
+//! The knobs of a parallel configuration, declared once: [`Parallel`] holds the degrees
+//! (dp, tp, pp, vp, cp, ep), the micro-batch, ZeRO, sequence parallelism, recompute and the
+//! schedule, each as `F::Of<T>` for a [`Form`] `F`. [`Exact`] gives the configuration itself
+//! ([`ParallelConfig`](crate::ParallelConfig): every knob has its value); [`Pinned`] gives
+//! the planner's pins ([`ParallelPins`]: every knob `Option`al, `None` = search it). A new
+//! knob is one field here and it exists in both forms.
+//!
+//! [`Degree`] names the degrees one by one (flag name, whether the display shows it at 1),
+//! so checks, parsers and flags iterate over them instead of listing them. The rank order of
+//! the mesh dimensions is [`Mesh`](crate::Mesh)'s alone.
+
+use std::fmt;
+use std::hash::Hash;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::mesh::Dim;
+use crate::train::{Recompute, Schedule};
+
+/// What a knob's value may be: plain data.
+pub trait Value:
+    Copy + fmt::Debug + PartialEq + Eq + Hash + Serialize + DeserializeOwned + Send + Sync + 'static
+{
+}
+
+impl<T> Value for T where
+    T: Copy
+        + fmt::Debug
+        + PartialEq
+        + Eq
+        + Hash
+        + Serialize
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// How each knob of a [`Parallel`] is held.
+pub trait Form: Copy + fmt::Debug + PartialEq + Eq + Hash + Send + Sync + 'static {
+    type Of<T: Value>: Value;
+    /// The type's name in `Debug` output.
+    const NAME: &'static str;
+}
+
+/// Every knob has its value: a configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Exact;
+
+/// Every knob may be fixed (`Some`) or left to the search (`None`): pins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Pinned;
+
+impl Form for Exact {
+    type Of<T: Value> = T;
+    const NAME: &'static str = "ParallelConfig";
+}
+
+impl Form for Pinned {
+    type Of<T: Value> = Option<T>;
+    const NAME: &'static str = "Pins";
+}
+
+/// One parallel configuration (`F = Exact`) or pins on one (`F = Pinned`): degrees,
+/// micro-batch, ZeRO, sequence parallel, recompute and schedule.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(bound = "")]
+pub struct Parallel<F: Form> {
+    pub dp: F::Of<u64>,
+    pub tp: F::Of<u64>,
+    pub pp: F::Of<u64>,
+    /// Virtual pipeline chunks per pipeline rank (interleaved schedule); 1 otherwise.
+    pub vp: F::Of<u64>,
+    pub cp: F::Of<u64>,
+    /// Expert parallel degree (MoE), carved out of the data-parallel ranks.
+    pub ep: F::Of<u64>,
+    /// Micro-batch size in sequences.
+    pub mbs: F::Of<u64>,
+    /// ZeRO stage 0–3 over the data-parallel group.
+    pub zero: F::Of<u8>,
+    /// Megatron sequence parallelism inside the tensor-parallel group.
+    pub sp: F::Of<bool>,
+    /// For pins, `None`: per-stage recompute chosen by the planner (`auto`).
+    pub recompute: F::Of<Recompute>,
+    pub schedule: F::Of<Schedule>,
+}
+
+/// Pins on a configuration: the knobs the user fixed; `None` means "search it".
+pub type ParallelPins = Parallel<Pinned>;
+
+impl Default for Parallel<Exact> {
+    fn default() -> Self {
+        Self {
+            dp: 1,
+            tp: 1,
+            pp: 1,
+            vp: 1,
+            cp: 1,
+            ep: 1,
+            mbs: 1,
+            zero: 0,
+            sp: false,
+            recompute: Recompute::None,
+            schedule: Schedule::OneFOneB,
+        }
+    }
+}
+
+impl Default for Parallel<Pinned> {
+    fn default() -> Self {
+        Self {
+            dp: None,
+            tp: None,
+            pp: None,
+            vp: None,
+            cp: None,
+            ep: None,
+            mbs: None,
+            zero: None,
+            sp: None,
+            recompute: None,
+            schedule: None,
+        }
+    }
+}
+
+impl<F: Form> fmt::Debug for Parallel<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct(F::NAME)
+            .field("dp", &self.dp)
+            .field("tp", &self.tp)
+            .field("pp", &self.pp)
+            .field("vp", &self.vp)
+            .field("cp", &self.cp)
+            .field("ep", &self.ep)
+            .field("mbs", &self.mbs)
+            .field("zero", &self.zero)
+            .field("sp", &self.sp)
+            .field("recompute", &self.recompute)
+            .field("schedule", &self.schedule)
+            .finish()
+    }
+}
+
+impl<F: Form> Parallel<F> {
+    /// The degree `d`.
+    pub fn degree(&self, d: Degree) -> F::Of<u64> {
+        *self.degree_ref(d)
+    }
+
+    fn degree_ref(&self, d: Degree) -> &F::Of<u64> {
+        match d {
+            Degree::Dp => &self.dp,
+            Degree::Tp => &self.tp,
+            Degree::Pp => &self.pp,
+            Degree::Vp => &self.vp,
+            Degree::Cp => &self.cp,
+            Degree::Ep => &self.ep,
+        }
+    }
+
+    /// The degree `d`, to set.
+    pub fn degree_mut(&mut self, d: Degree) -> &mut F::Of<u64> {
+        match d {
+            Degree::Dp => &mut self.dp,
+            Degree::Tp => &mut self.tp,
+            Degree::Pp => &mut self.pp,
+            Degree::Vp => &mut self.vp,
+            Degree::Cp => &mut self.cp,
+            Degree::Ep => &mut self.ep,
+        }
+    }
+}
+
+/// A degree of a configuration: the four mesh dimensions, the chunks per pipeline rank and
+/// the expert-parallel degree (carved out of dp × cp).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Degree {
+    Dp,
+    Tp,
+    Pp,
+    Vp,
+    Cp,
+    Ep,
+}
+
+impl Degree {
+    /// In the order a configuration is written (`dp32 tp8 pp4 vp2 cp2 ep8`).
+    pub const ALL: [Degree; 6] = [
+        Degree::Dp,
+        Degree::Tp,
+        Degree::Pp,
+        Degree::Vp,
+        Degree::Cp,
+        Degree::Ep,
+    ];
+
+    /// The name: the configuration item's prefix, the flag without `--`, the error's field.
+    pub fn name(self) -> &'static str {
+        match self {
+            Degree::Dp => "dp",
+            Degree::Tp => "tp",
+            Degree::Pp => "pp",
+            Degree::Vp => "vp",
+            Degree::Cp => "cp",
+            Degree::Ep => "ep",
+        }
+    }
+
+    /// The degree called `name`.
+    pub fn named(name: &str) -> Option<Degree> {
+        Degree::ALL.into_iter().find(|d| d.name() == name)
+    }
+
+    /// Whether a configuration's display writes this degree when it is 1.
+    pub fn shown_at_one(self) -> bool {
+        matches!(self, Degree::Dp | Degree::Tp | Degree::Pp)
+    }
+
+    /// The mesh dimension this degree is, if it is one (vp and ep are not: chunks live on
+    /// a pipeline rank, expert groups inside the dp × cp block).
+    pub fn mesh_dim(self) -> Option<Dim> {
+        match self {
+            Degree::Dp => Some(Dim::Dp),
+            Degree::Tp => Some(Dim::Tp),
+            Degree::Pp => Some(Dim::Pp),
+            Degree::Cp => Some(Dim::Cp),
+            Degree::Vp | Degree::Ep => None,
+        }
+    }
+}
+
+impl fmt::Display for Degree {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ParallelConfig;
+
+    #[test]
+    fn degrees_name_their_fields() {
+        let mut c = ParallelConfig::default();
+        let mut p = ParallelPins::default();
+        for (i, d) in Degree::ALL.into_iter().enumerate() {
+            assert_eq!(Degree::named(d.name()), Some(d));
+            *c.degree_mut(d) = i as u64 + 2;
+            *p.degree_mut(d) = Some(i as u64 + 2);
+        }
+        assert_eq!((c.dp, c.tp, c.pp, c.vp, c.cp, c.ep), (2, 3, 4, 5, 6, 7));
+        assert_eq!(p.ep, Some(7));
+        assert!(format!("{p:?}").starts_with("Pins { dp: Some(2)"));
+        assert!(format!("{c:?}").starts_with("ParallelConfig { dp: 2"));
+        // Every mesh dimension is a degree.
+        for dim in Dim::ORDER {
+            assert!(Degree::ALL.iter().any(|d| d.mesh_dim() == Some(dim)));
+        }
+    }
+}
