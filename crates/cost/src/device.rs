@@ -189,7 +189,7 @@ impl DeviceModel {
         let sixteen_bit = gpu.peak_bf16_flops_per_s;
         Some(DeviceModel {
             peak_flops_per_s: peak,
-            gemm_flops_per_s: peak * gpu.matmul_efficiency,
+            gemm_flops_per_s: peak * gpu.matmul_efficiency_for(dtype),
             sustained: gpu.sustained_clock_ratio,
             sms: gpu.sms as f64,
             memory_bytes_per_s: gpu.memory_bandwidth_bytes_per_s * HBM_EFFICIENCY,

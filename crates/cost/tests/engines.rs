@@ -47,9 +47,10 @@ fn published_tables_within_their_bounds() {
     let r = results();
     check(&r, "SC'21", 0.03, 0.02);
     check(&r, "llm-foundry", 0.065, 0.05);
-    // NeMo's Mixtral rows on Blackwell are the worst: three of four predicted 22–28 % too fast
-    // once the expert groups sit where Megatron puts them (the MoE compute is the suspect).
-    check(&r, "NeMo", 0.10, 0.05);
+    // NeMo: the fine-tuning rows cost attention over the whole packed sequence (the table
+    // gives no sample lengths), an upper bound, +6 … +41 %; three of the four Mixtral rows on
+    // Blackwell are predicted 17–25 % too fast.
+    check(&r, "NeMo", 0.11, 0.05);
 }
 
 #[test]

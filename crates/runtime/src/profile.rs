@@ -208,6 +208,7 @@ impl CpuProfile {
                 peak_fp4_flops_per_s: None,
                 // The peak is the measured best rate: efficiency and clock are in it.
                 matmul_efficiency: 1.0,
+                fp8_matmul_efficiency: None,
                 sustained_clock_ratio: 1.0,
                 memory_bytes: self.cpu.memory_bytes / workers.max(1) as f64,
                 memory_bandwidth_bytes_per_s: shared.profile.memory_bandwidth_bytes_per_s,

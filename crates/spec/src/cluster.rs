@@ -28,6 +28,11 @@ pub struct GpuSpec {
     /// Largest measured fraction of the peak that a well-shaped GEMM reaches (the
     /// "maximum achievable matmul FLOP/s", MAMF, over the peak).
     pub matmul_efficiency: f64,
+    /// The same fraction for GEMMs with 8-bit (and narrower) inputs, where it was measured
+    /// apart: fp8 GEMMs reach less of their (twice as high) peak than 16-bit ones. `None`:
+    /// no separate measurement, the 16-bit fraction holds.
+    #[serde(default)]
+    pub fp8_matmul_efficiency: Option<f64>,
     /// Tensor-core clock held under sustained full load (power cap) over the boost clock
     /// that peaks and short GEMM benchmarks run at. Training steps run seconds of
     /// back-to-back GEMMs, so they see the sustained clock.
@@ -49,6 +54,16 @@ impl GpuSpec {
             Dtype::Fp8 => self.peak_fp8_flops_per_s,
             Dtype::Mxfp8 => self.peak_fp4_flops_per_s.and(self.peak_fp8_flops_per_s),
             Dtype::Nvfp4 => self.peak_fp4_flops_per_s,
+        }
+    }
+
+    /// The MAMF fraction of the peak for GEMMs in `dtype`: the fp8 measurement for 8-bit and
+    /// narrower formats where there is one (no FP4 measurement exists: fp8's stands in).
+    pub fn matmul_efficiency_for(&self, dtype: Dtype) -> f64 {
+        if dtype.gemm_element_bytes() < 2.0 {
+            self.fp8_matmul_efficiency.unwrap_or(self.matmul_efficiency)
+        } else {
+            self.matmul_efficiency
         }
     }
 }
@@ -170,6 +185,7 @@ pub fn a100_80g() -> GpuSpec {
         peak_fp8_flops_per_s: None,
         peak_fp4_flops_per_s: None,
         matmul_efficiency: 0.859,
+        fp8_matmul_efficiency: None,
         // NVIDIA rates A100 HPL runs at 1,305 MHz, the clock sustainable at the power limit,
         // against the 1,410 MHz boost of the 312 TFLOP/s peak (G. Lockwood, "Peak FLOPS").
         sustained_clock_ratio: 1305.0 / 1410.0,
@@ -189,6 +205,9 @@ pub fn h100() -> GpuSpec {
         peak_fp8_flops_per_s: Some(1978.9 * TERA),
         peak_fp4_flops_per_s: None,
         matmul_efficiency: 0.801,
+        // FP8 (e4m3) MAMF 1,402.6 TFLOP/s = 70.9 % against bf16's 80.3 % in the same run (Bekman,
+        // ml-engineering, MAMF table v2, torch 2.7.0+cu126): fp8 GEMMs reach less of their peak.
+        fp8_matmul_efficiency: Some(1402.6 / 1978.9),
         sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
         memory_bytes: 80.0 * GIB,
         memory_bandwidth_bytes_per_s: 3350.0 * GB,
@@ -226,6 +245,8 @@ pub fn b200() -> GpuSpec {
         // DGX B200 datasheet: FP4 tensor core 144 PFLOP/s for 8 GPUs with sparsity.
         peak_fp4_flops_per_s: Some(9000.0 * TERA),
         matmul_efficiency: 0.801,
+        // No public fp8 MAMF: assumes H100's measured 70.9 %.
+        fp8_matmul_efficiency: Some(1402.6 / 1978.9),
         // No public measurement: assumes Hopper's.
         sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
         memory_bytes: 180.0 * GB,
@@ -268,6 +289,8 @@ pub fn b300() -> GpuSpec {
         // sparsity).
         peak_fp4_flops_per_s: Some(13500.0 * TERA),
         matmul_efficiency: 0.801,
+        // No public fp8 MAMF: assumes H100's measured 70.9 %.
+        fp8_matmul_efficiency: Some(1402.6 / 1978.9),
         sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
         memory_bytes: 288.0 * GB,
         memory_bandwidth_bytes_per_s: 8000.0 * GB,
@@ -303,6 +326,7 @@ pub fn l40s() -> GpuSpec {
         peak_fp8_flops_per_s: Some(733.0 * TERA),
         peak_fp4_flops_per_s: None,
         matmul_efficiency: 0.801,
+        fp8_matmul_efficiency: None,
         sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
         memory_bytes: 48.0 * GIB,
         memory_bandwidth_bytes_per_s: 864.0 * GB,
@@ -324,6 +348,7 @@ pub fn mi300x() -> GpuSpec {
         // MI300X has no FP4 tensor cores (CDNA 3); MX formats came with CDNA 4.
         peak_fp4_flops_per_s: None,
         matmul_efficiency: 781.9 / 1307.4,
+        fp8_matmul_efficiency: None,
         sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
         memory_bytes: 192.0 * GIB,
         memory_bandwidth_bytes_per_s: 5300.0 * GB,
@@ -342,6 +367,7 @@ pub fn v100_32g() -> GpuSpec {
         peak_fp8_flops_per_s: None,
         peak_fp4_flops_per_s: None,
         matmul_efficiency: 0.801,
+        fp8_matmul_efficiency: None,
         // No public measurement: assumes Hopper's.
         sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
         memory_bytes: 32.0 * GIB,
@@ -513,6 +539,7 @@ struct GpuToml {
     peak_fp8_tflops: Option<f64>,
     peak_fp4_tflops: Option<f64>,
     matmul_efficiency: Option<f64>,
+    fp8_matmul_efficiency: Option<f64>,
     sustained_clock_ratio: Option<f64>,
     memory_gib: Option<f64>,
     memory_gb: Option<f64>,
@@ -523,7 +550,7 @@ struct GpuToml {
 const CLUSTER_TOML_KEYS: &str = "name, base, gpus_per_node, nvlink_bidirectional_gb_per_s, \
 nvlink_latency_us, nics_per_node, nic_gbit_per_s, inter_node_latency_us, memory_reserve_gib, \
 [gpu] name, peak_bf16_tflops, peak_fp16_tflops, peak_fp8_tflops, peak_fp4_tflops, matmul_efficiency, \
-sustained_clock_ratio, memory_gib, memory_gb, memory_bandwidth_gb_per_s, sms";
+fp8_matmul_efficiency, sustained_clock_ratio, memory_gib, memory_gb, memory_bandwidth_gb_per_s, sms";
 
 /// The largest value of each positive cluster TOML number, in the key's own unit: far
 /// beyond any machine (NVLink 5 is 1.8 TB/s per GPU, a 2025 NIC 800 Gb/s, B300 15 PFLOP/s
@@ -685,6 +712,7 @@ pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
                     peak_fp4_flops_per_s: None,
                     // H100's measured MAMF fraction (see `h100`) unless given.
                     matmul_efficiency: 0.801,
+                    fp8_matmul_efficiency: None,
                     sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
                     memory_bytes: mem,
                     memory_bandwidth_bytes_per_s: positive_f(
@@ -769,6 +797,15 @@ pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
                 0.01,
                 "a large GEMM reaches at least 1 % of the tensor peak",
             )?;
+        }
+        if let Some(v) = g.fp8_matmul_efficiency {
+            c.gpu.fp8_matmul_efficiency = Some(ratio_f(
+                source,
+                "gpu.fp8_matmul_efficiency",
+                v,
+                0.01,
+                "a large fp8 GEMM reaches at least 1 % of the fp8 tensor peak",
+            )?);
         }
         if let Some(v) = g.sustained_clock_ratio {
             c.gpu.sustained_clock_ratio = ratio_f(
@@ -892,5 +929,22 @@ mod tests {
         let err = cluster_from_toml("base = \"dgx-h100\"\n[gpu]\nmemory_gib = -3\n", "x.toml")
             .unwrap_err();
         assert_eq!(err.field, "gpu.memory_gib");
+    }
+
+    #[test]
+    fn toml_sets_the_fp8_matmul_fraction() {
+        let c = cluster_from_toml(
+            "base = \"dgx-h100\"\n[gpu]\nfp8_matmul_efficiency = 0.75\n",
+            "f.toml",
+        )
+        .unwrap();
+        assert_eq!(c.gpu.matmul_efficiency_for(Dtype::Fp8), 0.75);
+        assert_eq!(c.gpu.matmul_efficiency_for(Dtype::Bf16), 0.801);
+        let err = cluster_from_toml(
+            "base = \"dgx-h100\"\n[gpu]\nfp8_matmul_efficiency = 2\n",
+            "f.toml",
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "gpu.fp8_matmul_efficiency");
     }
 }
