@@ -9,8 +9,8 @@ use clap::Args;
 use plait_cost::{device_for, DeviceModel, Profile};
 use plait_spec::{
     cluster_from_toml, cluster_preset, model_from_hf_config, model_preset, AttentionImpl,
-    ClusterSpec, Dtype, Engine, Lora, ModelSpec, ParallelConfig, Recompute, Schedule, SpecError,
-    Task, TrainSpec,
+    ClusterSpec, Degree, Dtype, Engine, Lora, ModelSpec, ParallelConfig, ParallelPins, Recompute,
+    Schedule, SpecError, Task, TrainSpec,
 };
 
 /// Model, cluster and batch.
@@ -78,6 +78,65 @@ pub struct WorkloadArgs {
     pub pack_len: Option<i64>,
 }
 
+/// The degree, micro-batch and ZeRO flags, shared by the commands that take a configuration
+/// (`estimate`, `simulate`: a flag not given takes its default) and by `plan` (a flag given
+/// pins that knob; the search covers the rest).
+#[derive(Debug, Args)]
+pub struct KnobArgs {
+    /// Data-parallel degree (default: --gpus / (tp × pp × cp); plan: searched).
+    #[arg(long, allow_negative_numbers = true)]
+    pub dp: Option<i64>,
+    /// Tensor-parallel degree (default: 1; plan: searched).
+    #[arg(long, allow_negative_numbers = true)]
+    pub tp: Option<i64>,
+    /// Pipeline-parallel degree (default: 1; plan: searched).
+    #[arg(long, allow_negative_numbers = true)]
+    pub pp: Option<i64>,
+    /// Virtual pipeline chunks per rank, interleaved schedule (default: 1; plan: searched).
+    #[arg(long, allow_negative_numbers = true)]
+    pub vp: Option<i64>,
+    /// Context-parallel degree, ring attention over the sequence (default: 1; plan:
+    /// searched).
+    #[arg(long, allow_negative_numbers = true)]
+    pub cp: Option<i64>,
+    /// Expert-parallel degree (MoE models), carved out of dp × cp (default: 1; plan:
+    /// searched).
+    #[arg(long, allow_negative_numbers = true)]
+    pub ep: Option<i64>,
+    /// Micro-batch size in sequences (default: 1; plan: searched).
+    #[arg(long, allow_negative_numbers = true)]
+    pub mbs: Option<i64>,
+    /// ZeRO stage 0–3 (default: 0; plan: searched).
+    #[arg(long, allow_negative_numbers = true)]
+    pub zero: Option<i64>,
+}
+
+impl KnobArgs {
+    /// The flag of degree `d`, if given.
+    pub fn degree(&self, d: Degree) -> Option<i64> {
+        match d {
+            Degree::Dp => self.dp,
+            Degree::Tp => self.tp,
+            Degree::Pp => self.pp,
+            Degree::Vp => self.vp,
+            Degree::Cp => self.cp,
+            Degree::Ep => self.ep,
+        }
+    }
+
+    /// The degrees and micro-batch given, as pins (each at least 1; ZeRO is left to the
+    /// caller, whose error it words).
+    pub fn pins(&self) -> Result<ParallelPins, SpecError> {
+        let opt = |flag: &str, v: Option<i64>| v.map(|v| positive(flag, v)).transpose();
+        let mut p = ParallelPins::default();
+        for &d in Degree::ALL {
+            *p.degree_mut(d) = opt(d.name(), self.degree(d))?;
+        }
+        p.mbs = opt("mbs", self.mbs)?;
+        Ok(p)
+    }
+}
+
 /// One parallel configuration.
 #[derive(Debug, Args)]
 pub struct ConfigArgs {
@@ -86,30 +145,8 @@ pub struct ConfigArgs {
     /// --gpus).
     #[arg(long, conflicts_with_all = ["dp", "tp", "pp", "vp", "cp", "ep", "mbs", "zero", "sp", "recompute", "schedule"])]
     pub config: Option<String>,
-    /// Data-parallel degree (default: --gpus / (tp × pp × cp)).
-    #[arg(long, allow_negative_numbers = true)]
-    pub dp: Option<i64>,
-    /// Tensor-parallel degree.
-    #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
-    pub tp: i64,
-    /// Pipeline-parallel degree.
-    #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
-    pub pp: i64,
-    /// Virtual pipeline chunks per rank (interleaved schedule).
-    #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
-    pub vp: i64,
-    /// Context-parallel degree (ring attention over the sequence).
-    #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
-    pub cp: i64,
-    /// Expert-parallel degree (MoE models), carved out of dp × cp.
-    #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
-    pub ep: i64,
-    /// Micro-batch size in sequences.
-    #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
-    pub mbs: i64,
-    /// ZeRO stage 0–3.
-    #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
-    pub zero: i64,
+    #[command(flatten)]
+    pub knobs: KnobArgs,
     /// Megatron sequence parallelism.
     #[arg(long)]
     pub sp: bool,
@@ -325,45 +362,45 @@ impl ConfigArgs {
                 )
             })?;
             if let (None, Some(g)) = (dp, gpus) {
-                c.dp = replicas(g, c.tp * c.pp * c.cp)?;
+                c.dp = replicas(g, c.replica_gpus())?;
             }
             return Ok(c);
         }
-        let tp = positive("tp", self.tp)?;
-        let pp = positive("pp", self.pp)?;
-        let cp = positive("cp", self.cp)?;
-        let model_parallel = tp * pp * cp;
-        let dp = match (self.dp, gpus) {
+        let k = &self.knobs;
+        let given = |d: Degree| positive(d.name(), k.degree(d).unwrap_or(1));
+        let mut c = ParallelConfig {
+            sp: self.sp,
+            recompute: self.recompute,
+            ..ParallelConfig::default()
+        };
+        // The degrees that split a replica first: dp is the replicas the GPUs hold.
+        for &d in Degree::ALL.iter().filter(|d| d.splits_replica()) {
+            *c.degree_mut(d) = given(d)?;
+        }
+        c.dp = match (k.dp, gpus) {
             (Some(dp), _) => positive("dp", dp)?,
-            (None, Some(g)) => replicas(g, model_parallel)?,
+            (None, Some(g)) => replicas(g, c.replica_gpus())?,
             (None, None) => 1,
         };
-        if !(0..=3).contains(&self.zero) {
+        let zero = k.zero.unwrap_or(0);
+        if !(0..=3).contains(&zero) {
             return Err(SpecError::new(
                 "--zero",
                 "zero",
-                format!("ZeRO stage {} does not exist", self.zero),
+                format!("ZeRO stage {zero} does not exist"),
                 "0|1|2|3",
             ));
         }
-        let vp = positive("vp", self.vp)?;
-        let schedule = if vp > 1 && self.schedule == Schedule::OneFOneB {
-            Schedule::Interleaved
+        c.zero = zero as u8;
+        for &d in Degree::ALL.iter().filter(|d| d.mesh_dim().is_none()) {
+            *c.degree_mut(d) = given(d)?;
+        }
+        c.mbs = positive("mbs", k.mbs.unwrap_or(1))?;
+        if c.vp > 1 && self.schedule == Schedule::OneFOneB {
+            c.schedule = Schedule::Interleaved;
         } else {
-            self.schedule
-        };
-        Ok(ParallelConfig {
-            dp,
-            tp,
-            pp,
-            vp,
-            cp,
-            ep: positive("ep", self.ep)?,
-            mbs: positive("mbs", self.mbs)?,
-            zero: self.zero as u8,
-            sp: self.sp,
-            recompute: self.recompute,
-            schedule,
-        })
+            c.schedule = self.schedule;
+        }
+        Ok(c)
     }
 }

@@ -15,7 +15,7 @@ use plait_planner::export::{export, Engine};
 use plait_planner::{plan, simulate_mapped, Infeasible, Pins, Plan, Request, SearchStats};
 use plait_spec::{Recompute, Schedule};
 
-use crate::inputs::{parse_keyword, positive, WorkloadArgs};
+use crate::inputs::{parse_keyword, positive, KnobArgs, WorkloadArgs};
 use crate::outputs::{write_pictures, Pictures};
 use crate::simulate_cmd::placement;
 use plait_spec::GIB;
@@ -23,30 +23,8 @@ use plait_spec::GIB;
 /// Configuration flags given to `plan` pin that dimension; the search covers the rest.
 #[derive(Debug, Args)]
 pub struct PinArgs {
-    /// Data-parallel degree.
-    #[arg(long, allow_negative_numbers = true)]
-    pub dp: Option<i64>,
-    /// Tensor-parallel degree.
-    #[arg(long, allow_negative_numbers = true)]
-    pub tp: Option<i64>,
-    /// Pipeline-parallel degree.
-    #[arg(long, allow_negative_numbers = true)]
-    pub pp: Option<i64>,
-    /// Virtual pipeline chunks per rank.
-    #[arg(long, allow_negative_numbers = true)]
-    pub vp: Option<i64>,
-    /// Context-parallel degree.
-    #[arg(long, allow_negative_numbers = true)]
-    pub cp: Option<i64>,
-    /// Expert-parallel degree (MoE).
-    #[arg(long, allow_negative_numbers = true)]
-    pub ep: Option<i64>,
-    /// Micro-batch size.
-    #[arg(long, allow_negative_numbers = true)]
-    pub mbs: Option<i64>,
-    /// ZeRO stage 0–3.
-    #[arg(long, allow_negative_numbers = true)]
-    pub zero: Option<i64>,
+    #[command(flatten)]
+    pub knobs: KnobArgs,
     /// Require Megatron sequence parallelism.
     #[arg(long, conflicts_with = "no_sp")]
     pub sp: bool,
@@ -94,8 +72,7 @@ pub struct PlanArgs {
 
 impl PinArgs {
     fn resolve(&self) -> Result<Pins> {
-        let opt = |flag: &str, v: Option<i64>| v.map(|v| positive(flag, v)).transpose();
-        let zero = match self.zero {
+        let zero = match self.knobs.zero {
             Some(z) if !(0..=3).contains(&z) => {
                 bail!("--zero: ZeRO stage {z} does not exist (allowed: 0|1|2|3)")
             }
@@ -110,13 +87,6 @@ impl PinArgs {
             ),
         };
         Ok(Pins {
-            dp: opt("dp", self.dp)?,
-            tp: opt("tp", self.tp)?,
-            pp: opt("pp", self.pp)?,
-            vp: opt("vp", self.vp)?,
-            cp: opt("cp", self.cp)?,
-            ep: opt("ep", self.ep)?,
-            mbs: opt("mbs", self.mbs)?,
             zero,
             sp: if self.sp {
                 Some(true)
@@ -127,6 +97,7 @@ impl PinArgs {
             },
             recompute,
             schedule: self.schedule,
+            ..self.knobs.pins()?
         })
     }
 }
@@ -408,6 +379,7 @@ fn run_onnx(args: &PlanArgs) -> Result<String> {
     )?;
     let max_pp = args
         .pins
+        .knobs
         .pp
         .map(|p| positive("pp", p))
         .transpose()?

@@ -1,9 +1,13 @@
 //! Pins that no configuration can satisfy, whatever the search picks for the rest: the
 //! error names the flag, as `plait estimate` does for a whole configuration.
 
-use plait_spec::{check_pipeline_chunks, check_tp_split, Schedule, SpecError};
+use plait_spec::{check_pipeline_chunks, check_tp_split, Degree, Schedule, SpecError};
 
 use crate::search::Request;
+
+/// The mesh degrees in the order their pins are checked (which error a request with
+/// several bad pins gets).
+const MESH_PIN_ORDER: [Degree; 4] = [Degree::Tp, Degree::Pp, Degree::Cp, Degree::Dp];
 
 /// The first pin of `req` that no completion of the unpinned degrees makes well-formed,
 /// as the flag-naming error `ParallelConfig::validate` would give; Ok when every pin can
@@ -20,8 +24,10 @@ pub fn check_pins(req: &Request) -> Result<(), SpecError> {
     };
     // Each mesh degree divides the GPUs, and so does the product of those given.
     let mut product: u64 = 1;
-    for (field, v) in [("tp", p.tp), ("pp", p.pp), ("cp", p.cp), ("dp", p.dp)] {
-        let Some(v) = v else { continue };
+    for d in MESH_PIN_ORDER {
+        let (field, Some(v)) = (d.name(), p.degree(d)) else {
+            continue;
+        };
         if !n.is_multiple_of(v) {
             return err(
                 field,
@@ -130,4 +136,16 @@ pub fn check_pins(req: &Request) -> Result<(), SpecError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_mesh_degree_is_checked() {
+        for &d in Degree::ALL {
+            assert_eq!(d.mesh_dim().is_some(), MESH_PIN_ORDER.contains(&d), "{d}");
+        }
+    }
 }

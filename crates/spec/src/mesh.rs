@@ -52,10 +52,9 @@ impl Mesh {
     /// Ranks in the mesh.
     /// Saturates rather than wraps: a mesh beyond 2^64 ranks is refused by the checks.
     pub fn world(&self) -> u64 {
-        self.tp
-            .saturating_mul(self.cp)
-            .saturating_mul(self.dp)
-            .saturating_mul(self.pp)
+        Dim::ORDER
+            .iter()
+            .fold(1, |n: u64, &d| n.saturating_mul(self.degree(d)))
     }
 
     /// Distance in world ranks between neighbours along `d`: the product of the degrees of
@@ -81,10 +80,7 @@ impl Mesh {
 
     /// The world rank at `c`.
     pub fn rank(&self, c: MeshCoords) -> u64 {
-        c.tp * self.stride(Dim::Tp)
-            + c.cp * self.stride(Dim::Cp)
-            + c.dp * self.stride(Dim::Dp)
-            + c.pp * self.stride(Dim::Pp)
+        Dim::ORDER.iter().map(|&d| c.get(d) * self.stride(d)).sum()
     }
 
     /// World ranks of the group along `d` through `rank`, in group-rank order.

@@ -41,8 +41,6 @@ impl<T> Value for T where
 /// How each knob of a [`Parallel`] is held.
 pub trait Form: Copy + fmt::Debug + PartialEq + Eq + Hash + Send + Sync + 'static {
     type Of<T: Value>: Value;
-    /// The type's name in `Debug` output.
-    const NAME: &'static str;
 }
 
 /// Every knob has its value: a configuration.
@@ -55,17 +53,15 @@ pub struct Pinned;
 
 impl Form for Exact {
     type Of<T: Value> = T;
-    const NAME: &'static str = "ParallelConfig";
 }
 
 impl Form for Pinned {
     type Of<T: Value> = Option<T>;
-    const NAME: &'static str = "Pins";
 }
 
 /// One parallel configuration (`F = Exact`) or pins on one (`F = Pinned`): degrees,
 /// micro-batch, ZeRO, sequence parallel, recompute and schedule.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(bound = "")]
 pub struct Parallel<F: Form> {
     pub dp: F::Of<u64>,
@@ -126,92 +122,61 @@ impl Default for Parallel<Pinned> {
     }
 }
 
-impl<F: Form> fmt::Debug for Parallel<F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct(F::NAME)
-            .field("dp", &self.dp)
-            .field("tp", &self.tp)
-            .field("pp", &self.pp)
-            .field("vp", &self.vp)
-            .field("cp", &self.cp)
-            .field("ep", &self.ep)
-            .field("mbs", &self.mbs)
-            .field("zero", &self.zero)
-            .field("sp", &self.sp)
-            .field("recompute", &self.recompute)
-            .field("schedule", &self.schedule)
-            .finish()
-    }
+/// Declares [`Degree`] and its accessors on [`Parallel`] from one list, so a degree cannot
+/// be missing from [`Degree::ALL`] or from the accessors.
+macro_rules! degrees {
+    ($($(#[$m:meta])* $var:ident => $field:ident),+ $(,)?) => {
+        /// A degree of a configuration: the four mesh dimensions, the chunks per pipeline
+        /// rank and the expert-parallel degree (carved out of dp × cp).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        pub enum Degree {
+            $($(#[$m])* $var),+
+        }
+
+        impl Degree {
+            /// In the order a configuration is written (`dp32 tp8 pp4 vp2 cp2 ep8`).
+            pub const ALL: &'static [Degree] = &[$(Degree::$var),+];
+
+            /// The name: the configuration item's prefix, the flag without `--`, the
+            /// error's field, the field of [`Parallel`].
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Degree::$var => stringify!($field)),+
+                }
+            }
+        }
+
+        impl<F: Form> Parallel<F> {
+            /// The degree `d`.
+            pub fn degree(&self, d: Degree) -> F::Of<u64> {
+                match d {
+                    $(Degree::$var => self.$field),+
+                }
+            }
+
+            /// The degree `d`, to set.
+            pub fn degree_mut(&mut self, d: Degree) -> &mut F::Of<u64> {
+                match d {
+                    $(Degree::$var => &mut self.$field),+
+                }
+            }
+        }
+    };
 }
 
-impl<F: Form> Parallel<F> {
-    /// The degree `d`.
-    pub fn degree(&self, d: Degree) -> F::Of<u64> {
-        *self.degree_ref(d)
-    }
-
-    fn degree_ref(&self, d: Degree) -> &F::Of<u64> {
-        match d {
-            Degree::Dp => &self.dp,
-            Degree::Tp => &self.tp,
-            Degree::Pp => &self.pp,
-            Degree::Vp => &self.vp,
-            Degree::Cp => &self.cp,
-            Degree::Ep => &self.ep,
-        }
-    }
-
-    /// The degree `d`, to set.
-    pub fn degree_mut(&mut self, d: Degree) -> &mut F::Of<u64> {
-        match d {
-            Degree::Dp => &mut self.dp,
-            Degree::Tp => &mut self.tp,
-            Degree::Pp => &mut self.pp,
-            Degree::Vp => &mut self.vp,
-            Degree::Cp => &mut self.cp,
-            Degree::Ep => &mut self.ep,
-        }
-    }
-}
-
-/// A degree of a configuration: the four mesh dimensions, the chunks per pipeline rank and
-/// the expert-parallel degree (carved out of dp × cp).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Degree {
-    Dp,
-    Tp,
-    Pp,
-    Vp,
-    Cp,
-    Ep,
+degrees! {
+    Dp => dp,
+    Tp => tp,
+    Pp => pp,
+    Vp => vp,
+    Cp => cp,
+    Ep => ep,
 }
 
 impl Degree {
-    /// In the order a configuration is written (`dp32 tp8 pp4 vp2 cp2 ep8`).
-    pub const ALL: [Degree; 6] = [
-        Degree::Dp,
-        Degree::Tp,
-        Degree::Pp,
-        Degree::Vp,
-        Degree::Cp,
-        Degree::Ep,
-    ];
-
-    /// The name: the configuration item's prefix, the flag without `--`, the error's field.
-    pub fn name(self) -> &'static str {
-        match self {
-            Degree::Dp => "dp",
-            Degree::Tp => "tp",
-            Degree::Pp => "pp",
-            Degree::Vp => "vp",
-            Degree::Cp => "cp",
-            Degree::Ep => "ep",
-        }
-    }
-
     /// The degree called `name`.
     pub fn named(name: &str) -> Option<Degree> {
-        Degree::ALL.into_iter().find(|d| d.name() == name)
+        Degree::ALL.iter().copied().find(|d| d.name() == name)
     }
 
     /// Whether a configuration's display writes this degree when it is 1.
@@ -230,6 +195,24 @@ impl Degree {
             Degree::Vp | Degree::Ep => None,
         }
     }
+
+    /// Whether the degree splits one model replica over the mesh (tp, pp, cp: the GPUs of
+    /// one replica are their product, and dp counts the replicas).
+    pub fn splits_replica(self) -> bool {
+        self.mesh_dim().is_some() && self != Degree::Dp
+    }
+}
+
+impl Parallel<Exact> {
+    /// GPUs per model replica: the product of the degrees that split one
+    /// ([`Degree::splits_replica`]), in [`Degree::ALL`]'s order.
+    pub fn replica_gpus(&self) -> u64 {
+        Degree::ALL
+            .iter()
+            .filter(|d| d.splits_replica())
+            .map(|&d| self.degree(d))
+            .product()
+    }
 }
 
 impl fmt::Display for Degree {
@@ -247,15 +230,14 @@ mod tests {
     fn degrees_name_their_fields() {
         let mut c = ParallelConfig::default();
         let mut p = ParallelPins::default();
-        for (i, d) in Degree::ALL.into_iter().enumerate() {
+        for (i, &d) in Degree::ALL.iter().enumerate() {
             assert_eq!(Degree::named(d.name()), Some(d));
             *c.degree_mut(d) = i as u64 + 2;
             *p.degree_mut(d) = Some(i as u64 + 2);
         }
         assert_eq!((c.dp, c.tp, c.pp, c.vp, c.cp, c.ep), (2, 3, 4, 5, 6, 7));
         assert_eq!(p.ep, Some(7));
-        assert!(format!("{p:?}").starts_with("Pins { dp: Some(2)"));
-        assert!(format!("{c:?}").starts_with("ParallelConfig { dp: 2"));
+        assert_eq!(c.replica_gpus(), 3 * 4 * 6);
         // Every mesh dimension is a degree.
         for dim in Dim::ORDER {
             assert!(Degree::ALL.iter().any(|d| d.mesh_dim() == Some(dim)));

@@ -346,7 +346,7 @@ impl ParallelConfig {
                 allowed,
             ))
         };
-        let degrees = Degree::ALL.map(|d| (d.name(), self.degree(d)));
+        let degrees = Degree::ALL.iter().map(|&d| (d.name(), self.degree(d)));
         for (field, v) in
             degrees
                 .into_iter()
@@ -574,7 +574,7 @@ impl FromStr for ParallelConfig {
 impl fmt::Display for ParallelConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut sep = "";
-        for d in Degree::ALL {
+        for &d in Degree::ALL {
             let v = self.degree(d);
             if v > 1 || d.shown_at_one() {
                 write!(f, "{sep}{d}{v}")?;
