@@ -13,6 +13,10 @@
 //! * `lattice` — the ideal lattice, capped at [`MAX_IDEALS`].
 //! * `exact` — the dynamic program over ideals with bound pruning (optimal).
 //! * `linear` — the heuristic for large lattices and the lower bound reported with it.
+//! * `coarse` — graphs above [`COARSEN_ABOVE`] units: merged into about
+//!   [`TARGET_SUPER_UNITS`] super-units, split, then refined on the units (the answer's
+//!   [`Coarsening`] says what is known of it).
+//! * [`synthetic`] — generated chains and random DAGs of any size (tests, benches, examples).
 //! * [`solve`] — [`partition`]: picks the method, evaluates stages, reports infeasibility.
 //!
 //! Pure and deterministic: no I/O (files arrive as text or bytes), no clock, no randomness;
