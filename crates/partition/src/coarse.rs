@@ -73,15 +73,28 @@ const CHAIN_PASS_BUDGET: f64 = 1.5e8;
 /// Refinement rounds at most.
 pub const REFINE_ROUNDS: usize = 4;
 
-/// (start, end) pairs times device layers a coarse heuristic pass may cost: about 2 s.
-const PAIR_LAYER_BUDGET: f64 = 2e9;
+/// (start, end) pairs times device layers a heuristic pass over the super-units may cost
+/// (measured: about 5 ns each, so about 1.5 s).
+const PAIR_LAYER_BUDGET: f64 = 3e8;
 
-/// Super-units for a split with `layers` = (devices + 1) × (CPUs + 1) table rows: at most
-/// [`TARGET_SUPER_UNITS`], fewer when many devices make each heuristic pass over the
-/// super-units (pairs × layers) too long, never fewer than 64.
-pub fn coarse_size(layers: usize) -> usize {
-    let by_work = (PAIR_LAYER_BUDGET / layers.max(1) as f64).sqrt() as usize;
-    by_work.clamp(64, TARGET_SUPER_UNITS)
+/// (start, cut position) pairs times device layers one refinement round may cost.
+const REFINE_BUDGET: f64 = 3e8;
+
+/// Table rows (devices + 1) × (CPUs + 1) when no more than `n` of either can be used.
+pub fn layers_within(devices: usize, cpus: usize, n: usize) -> usize {
+    (devices.min(n) + 1) * (cpus.min(n) + 1)
+}
+
+/// Super-units for a split over `devices` accelerators and `cpus` CPUs: at most
+/// [`TARGET_SUPER_UNITS`], fewer when many devices make a heuristic pass over them
+/// (pairs × layers, the devices counted up to the super-units) too long; never fewer than
+/// 64.
+pub fn coarse_size(devices: usize, cpus: usize) -> usize {
+    let mut c = TARGET_SUPER_UNITS;
+    while c > 64 && (c * c) as f64 * layers_within(devices, cpus, c) as f64 > PAIR_LAYER_BUDGET {
+        c = (c * 9 / 10).max(64);
+    }
+    c
 }
 
 /// A coarsened graph: the super-units (whose `members` are the nodes of their units), and
@@ -230,20 +243,42 @@ impl Coarse {
     }
 }
 
-/// How far (in units) a cut may move in one refinement round: twice the longest
-/// super-unit, fewer when the table of (devices + 1) × (CPUs + 1) × cut positions would
-/// exceed `max_cells`.
-pub fn refine_window(longest: usize, layers: usize, cuts: usize, max_cells: usize) -> usize {
-    // cuts × (2w + 1) + 2 positions, times the layers, must fit the table.
-    let positions = (max_cells / layers.max(1)).saturating_sub(2);
-    let by_cells = (positions / cuts.max(1)).saturating_sub(1) / 2;
-    longest.min(by_cells)
+/// How far (in units) a cut may move in one refinement round: the longest super-unit (so
+/// a cut can reach any position of the super-units on either side), less when the round's
+/// work — `cuts × (2w + 1)` start positions, each reaching about as many cut positions, times
+/// the layers — would exceed [`REFINE_BUDGET`] or its table `max_cells`; 0 (no refinement)
+/// when even a window of one does.
+pub fn refine_window(
+    longest: usize,
+    devices: usize,
+    cpus: usize,
+    cuts: usize,
+    max_cells: usize,
+) -> usize {
+    let fits = |w: usize| {
+        let positions = cuts * (2 * w + 1) + 2;
+        let layers = layers_within(devices, cpus, positions);
+        let work = (cuts * (2 * w + 1) * (2 * w + 1)) as f64 * layers as f64;
+        work <= REFINE_BUDGET && layers.saturating_mul(positions) <= max_cells
+    };
+    let mut w = longest;
+    while w > 0 && !fits(w) {
+        w = if w > 8 { w * 3 / 4 } else { w - 1 };
+    }
+    w
 }
 
 /// `split` (of the units, feasible) with its cuts moved to the best positions within
 /// `window` units, round after round while the load falls; never worse than `split`.
 /// Returns the split and the rounds that lowered the load.
 pub(crate) fn refine(units: &Units, split: Split, b: Budget, window: usize) -> (Split, usize) {
+    // No split has more segments than cut positions: more devices change nothing.
+    let positions = split.segments.len() * (2 * window + 1) + 2;
+    let b = Budget {
+        devices: b.devices.min(positions),
+        cpus: b.cpus.min(positions),
+        ..b
+    };
     let mut best = split;
     let mut improved = 0;
     if window == 0 {
@@ -278,4 +313,49 @@ pub(crate) fn refine(units: &Units, split: Split, b: Budget, window: usize) -> (
         }
     }
     (best, improved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_shrink_with_the_devices_and_stay_within_their_budgets() {
+        assert_eq!(coarse_size(8, 0), TARGET_SUPER_UNITS);
+        let mut last = TARGET_SUPER_UNITS;
+        for devices in [64, 512, 4096, 1 << 20, usize::MAX] {
+            let c = coarse_size(devices, 0);
+            assert!((64..=last).contains(&c), "{devices}: {c}");
+            let work = (c * c) as f64 * layers_within(devices, 0, c) as f64;
+            assert!(c == 64 || work <= PAIR_LAYER_BUDGET, "{devices}: {c}");
+            last = c;
+        }
+        // Huge device and CPU counts: both counted up to the super-units.
+        let c = coarse_size(usize::MAX, usize::MAX);
+        assert!((64..last).contains(&c), "{c}");
+        assert!(
+            (c * c) as f64 * layers_within(usize::MAX, usize::MAX, c) as f64 <= PAIR_LAYER_BUDGET
+        );
+    }
+
+    #[test]
+    fn refine_windows_fit_their_work_and_table() {
+        let cells = 1 << 24;
+        assert_eq!(refine_window(100, 8, 0, 8, cells), 100);
+        for (devices, cpus, cuts) in [
+            (200, 0, 200),
+            (100_000, 0, 700),
+            (8, 8, 16),
+            (usize::MAX, 1, 64),
+        ] {
+            let w = refine_window(400, devices, cpus, cuts, cells);
+            assert!(w <= 400);
+            if w > 0 {
+                let positions = cuts * (2 * w + 1) + 2;
+                let layers = layers_within(devices, cpus, positions);
+                assert!(layers * positions <= cells, "{devices} {cpus} {cuts}: {w}");
+                assert!((cuts * (2 * w + 1) * (2 * w + 1)) as f64 * layers as f64 <= REFINE_BUDGET);
+            }
+        }
+    }
 }

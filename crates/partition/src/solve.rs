@@ -210,9 +210,13 @@ pub fn partition(g: &Graph, limits: &Limits) -> Result<Partition> {
     let layers = (budget.devices + 1) * (budget.cpus + 1);
     // Above COARSEN_ABOVE units the tables are sized by the super-units.
     let coarse = (units.number() > COARSEN_ABOVE)
-        .then(|| coarse::coarsen(&units, &budget, coarse_size(layers)));
+        .then(|| coarse::coarsen(&units, &budget, coarse_size(budget.devices, budget.cpus)));
     let table_units = coarse.as_ref().map_or(units.number(), |c| c.units.number());
-    let cells = layers.checked_mul(table_units + 1);
+    // Devices and CPUs beyond the super-units are never used by their split either.
+    let table_layers = coarse.as_ref().map_or(layers, |c| {
+        coarse::layers_within(budget.devices, budget.cpus, c.units.number())
+    });
+    let cells = table_layers.checked_mul(table_units + 1);
     if cells.is_none_or(|c| c > MAX_TABLE_CELLS) {
         return Err(PartitionError::new(
             "limits",
@@ -284,7 +288,7 @@ pub fn partition(g: &Graph, limits: &Limits) -> Result<Partition> {
         }
     }
     if let Some(c) = coarse {
-        return Ok(coarsened(g, &ix, &units, budget, layers, limits, c));
+        return Ok(coarsened(g, &ix, &units, budget, limits, c));
     }
     let lower = linear::lower_bound(&units, budget);
     let heuristic = linear::heuristic(&units, budget);
@@ -353,11 +357,18 @@ fn coarsened(
     ix: &Indexed,
     units: &Units,
     budget: Budget,
-    layers: usize,
     limits: &Limits,
     c: coarse::Coarse,
 ) -> Partition {
     let lower = linear::lower_bound(units, budget);
+    // The split of the super-units uses no more devices or CPUs than there are of them.
+    let fine_budget = budget;
+    let budget = Budget {
+        devices: budget.devices.min(c.units.number()),
+        cpus: budget.cpus.min(c.units.number()),
+        ..budget
+    };
+    let layers = (budget.devices + 1) * (budget.cpus + 1);
     let cap = limits
         .max_ideals
         .min(COARSE_MAX_IDEALS)
@@ -421,7 +432,15 @@ fn coarsened(
         };
     };
     let coarse_max_load = split.max_load;
-    let window = coarse::refine_window(c.longest(), layers, split.segments.len(), MAX_TABLE_CELLS);
+    let budget = fine_budget;
+    let layers = (budget.devices + 1) * (budget.cpus + 1);
+    let window = coarse::refine_window(
+        c.longest(),
+        budget.devices,
+        budget.cpus,
+        split.segments.len(),
+        MAX_TABLE_CELLS,
+    );
     let (mut refined, rounds) = coarse::refine(units, c.expand(&split), budget, window);
     // A chain has one topological order, whose best split is the optimum: when that
     // dynamic program is affordable (bounded by the load found), it proves or improves it.
