@@ -164,6 +164,39 @@ pub(crate) fn parse_keyword<T: std::str::FromStr<Err = String>>(
     s.parse()
 }
 
+/// Longest sequence a workload may have: 2^27 = 134,217,728 tokens, 13× the longest context
+/// any published model trains or serves (Llama 4 Scout's 10M). Beyond it no answer changes
+/// but the searches that scale with it (activation memory, the smallest GPU count) run on.
+pub(crate) const MAX_SEQ: u64 = 1 << 27;
+
+/// `--seq`: at least 1 and at most [`MAX_SEQ`].
+pub(crate) fn sequence(v: i64) -> Result<u64, SpecError> {
+    let seq = positive("seq", v)?;
+    if seq > MAX_SEQ {
+        return Err(SpecError::new(
+            "--seq",
+            "seq",
+            format!("{seq} tokens is longer than any model trains on"),
+            format!("integers from 1 to {MAX_SEQ}"),
+        ));
+    }
+    Ok(seq)
+}
+
+/// `--flag`: at least 1 and at most `max` (a count whose work grows with it).
+pub(crate) fn bounded(flag: &str, v: i64, max: u64, why: &str) -> Result<u64, SpecError> {
+    let n = positive(flag, v)?;
+    if n > max {
+        return Err(SpecError::new(
+            format!("--{flag}"),
+            flag,
+            format!("{n} is more than {why}"),
+            format!("integers from 1 to {max}"),
+        ));
+    }
+    Ok(n)
+}
+
 pub(crate) fn positive(flag: &str, v: i64) -> Result<u64, SpecError> {
     if v <= 0 {
         Err(SpecError::new(
@@ -275,7 +308,7 @@ impl WorkloadArgs {
                 ),
                 Some(p) => {
                     let p = positive("pack-len", p)?;
-                    if p > positive("seq", self.seq)? as u64 {
+                    if p > sequence(self.seq)? {
                         bail!(
                             "--pack-len: {p} is longer than the sequence (allowed: 1 to --seq = {})",
                             self.seq
@@ -284,7 +317,7 @@ impl WorkloadArgs {
                     Some(p)
                 }
             },
-            ..TrainSpec::new(positive("gbs", self.gbs)?, positive("seq", self.seq)?)
+            ..TrainSpec::new(positive("gbs", self.gbs)?, sequence(self.seq)?)
         };
         if train.task == Task::Lora && train.lora.rank > model.hidden {
             bail!(

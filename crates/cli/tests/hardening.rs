@@ -357,8 +357,12 @@ fn absurd_cluster_and_profile_numbers_are_refused() {
         (format!("{h100}[gpu]\nmemory_gib = 1\n"), "`gpu.memory_gib`: a reserve of 2 GiB"),
         (format!("{h100}[gpu]\nsustained_clock_ratio = 5e-324\n"), "`gpu.sustained_clock_ratio`: must be in [0.1, 1]"),
         (format!("{h100}[gpu]\nmatmul_efficiency = 5e-324\n"), "`gpu.matmul_efficiency`: must be in [0.01, 1]"),
-        (format!("{h100}[gpu]\npeak_bf16_tflops = 1e308\n"), "`gpu.peak_bf16_tflops`: must be a positive number at most 1e5, got 1e308"),
-        (format!("{h100}[gpu]\nmemory_gib = 1e308\n"), "`gpu.memory_gib`: must be a positive number at most 1e5"),
+        (format!("{h100}[gpu]\npeak_bf16_tflops = 1e308\n"), "`gpu.peak_bf16_tflops`: must be a number from 1e-3 to 1e5, got 1e308"),
+        (format!("{h100}[gpu]\npeak_bf16_tflops = 5e-324\n"), "`gpu.peak_bf16_tflops`: must be a number from 1e-3 to 1e5, got 5e-324"),
+        (format!("{h100}[gpu]\nmemory_gib = 1e308\n"), "`gpu.memory_gib`: must be a number from 1e-3 to 1e5"),
+        (format!("{h100}[gpu]\nmemory_bandwidth_gb_per_s = 5e-324\n"), "`gpu.memory_bandwidth_gb_per_s`: must be a number from 1e-3 to 1e6"),
+        (format!("{h100}nvlink_bidirectional_gb_per_s = 5e-324\n"), "`nvlink_bidirectional_gb_per_s`: must be a number from 1e-3"),
+        (format!("{h100}nic_gbit_per_s = 5e-324\n"), "`nic_gbit_per_s`: must be a number from 1e-3"),
         (format!("{h100}nic_gbit_per_s = 1e308\n"), "`nic_gbit_per_s`"),
     ]
     .into_iter()
@@ -374,6 +378,7 @@ fn absurd_cluster_and_profile_numbers_are_refused() {
         (profile(gemm(1e-300)), "`gemm[0].time_s`: 1e-300 s for 4096×12288×4096 is unboundedly many TFLOP/s, faster than the GPU's bf16 peak"),
         (profile(gemm(1e-4)), "`gemm[0].time_s`: 1e-4 s for 4096×12288×4096 is 4.123e3 TFLOP/s"),
         (profile(|v| v["memory_bandwidth_bytes_per_s"] = 9e12.into()), "`memory_bandwidth_bytes_per_s`: 9.000e12 B/s is more than this GPU's"),
+        (profile(|v| v["memory_bandwidth_bytes_per_s"] = 1e-300.into()), "`memory_bandwidth_bytes_per_s`: must be from 1e9 (1 GB/s) to 1e15 (1 PB/s), got 1e-300"),
         (profile(|v| v["layers"][0]["forward_s"] = 1e308.into()), "`layers[0].forward_s`: 1e308 s"),
     ];
     for (i, (p, expected)) in cases.iter().enumerate() {
@@ -512,4 +517,51 @@ fn runtime_limits_are_checked_before_running() {
     );
     assert!(!out.exists());
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Counts whose work grows with them are bounded, the limit named (fuzz findings in
+/// crates/fuzz/corpus: `plan --simulate 2^32` and `--threads 429496` ran on, `--seq 2^63−1`
+/// searched for 13 s, `simulate --config "pp2^32 …"` aborted allocating its stage map).
+#[test]
+fn counts_that_size_work_are_bounded() {
+    check(
+        &["plan", "--gpus", "8", "--simulate", "4294967296"],
+        "--simulate: `simulate`: 4294967296 is more than the simulator re-ranks",
+    );
+    check(
+        &["plan", "--gpus", "8", "--top", "257"],
+        "(allowed: integers from 1 to 256)",
+    );
+    check(
+        &["plan", "--gpus", "16", "--threads", "429496"],
+        "--threads: `threads`: 429496 is more than the search can use",
+    );
+    check(
+        &["plan", "--gpus", "16", "--seq", "9223372036854775807"],
+        "(allowed: integers from 1 to 134217728)",
+    );
+    check(
+        &[
+            "simulate",
+            "--config",
+            "pp4294967296 mbs1 1f1b",
+            "--model",
+            "gpt-1.7b",
+            "--gbs",
+            "64",
+        ],
+        "`pp`: 4294967296 is larger than any machine runs",
+    );
+    check(
+        &[
+            "simulate",
+            "--config",
+            "tp1 pp2 vp9223372036854775807 mbs1 interleaved",
+            "--model",
+            "gpt-1.7b",
+            "--gbs",
+            "64",
+        ],
+        "`vp`: 9223372036854775807 is larger than any machine runs",
+    );
 }

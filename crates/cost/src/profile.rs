@@ -79,6 +79,9 @@ pub struct Profile {
 pub const MAX_MEASURED_S: f64 = 3600.0;
 /// Highest memory bandwidth a profile may give: 1 PB/s (HBM3e is 8 TB/s).
 pub const MAX_BANDWIDTH_BYTES_PER_S: f64 = 1e15;
+/// Lowest: 1 GB/s (a single DDR3 channel moves ~10 GB/s; the CPU profiles of `plait
+/// profile` measure tens), so that no streaming time derived from it overflows.
+pub const MIN_BANDWIDTH_BYTES_PER_S: f64 = 1e9;
 
 /// `v` as a person would write it: plain between 1e-4 and 1e15, else with an exponent.
 fn shown(v: f64) -> String {
@@ -130,13 +133,13 @@ impl Profile {
             ));
         }
         if !(self.memory_bandwidth_bytes_per_s.is_finite()
-            && self.memory_bandwidth_bytes_per_s > 0.0
+            && self.memory_bandwidth_bytes_per_s >= MIN_BANDWIDTH_BYTES_PER_S
             && self.memory_bandwidth_bytes_per_s <= MAX_BANDWIDTH_BYTES_PER_S)
         {
             return Err(bad(
                 "memory_bandwidth_bytes_per_s",
                 format!(
-                    "must be a positive number at most {MAX_BANDWIDTH_BYTES_PER_S:e} (1 PB/s), got {}",
+                    "must be from {MIN_BANDWIDTH_BYTES_PER_S:e} (1 GB/s) to {MAX_BANDWIDTH_BYTES_PER_S:e} (1 PB/s), got {}",
                     shown(self.memory_bandwidth_bytes_per_s)
                 ),
             ));

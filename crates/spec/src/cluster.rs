@@ -570,25 +570,52 @@ fn max_of(field: &str) -> f64 {
     }
 }
 
-/// `v` of `field`, which must be positive and at most [`max_of`] the field, checked in the
-/// key's unit before any conversion.
+/// The smallest value of each positive cluster TOML number, in the key's own unit: far
+/// below any machine (a 2010 PCIe 2 x1 lane moves 0.5 GB/s, a Jetson Nano's GPU does 0.5
+/// TFLOP/s, DRAM answers within microseconds), so that no time derived from them overflows
+/// to infinity.
+fn min_of(field: &str) -> f64 {
+    match field {
+        // Microseconds: one nanosecond.
+        "nvlink_latency_us" | "inter_node_latency_us" => 1e-3,
+        // GB/s, Gb/s: one MB/s (Mb/s).
+        "nvlink_bidirectional_gb_per_s" | "gpu.memory_bandwidth_gb_per_s" | "nic_gbit_per_s" => {
+            1e-3
+        }
+        // TFLOP/s: one GFLOP/s.
+        f if f.starts_with("gpu.peak_") => 1e-3,
+        // GiB / GB: one MiB (MB).
+        "gpu.memory_gib" | "gpu.memory_gb" => 1e-3,
+        _ => f64::MIN_POSITIVE,
+    }
+}
+
+/// `v` of `field`, which must lie between [`min_of`] and [`max_of`] the field, checked in
+/// the key's unit before any conversion.
 fn positive_f(source: &str, field: &str, v: f64) -> Result<f64> {
-    let max = max_of(field);
-    if v.is_finite() && v > 0.0 && v <= max {
+    let (min, max) = (min_of(field), max_of(field));
+    if v.is_finite() && v >= min && v <= max {
         Ok(v)
     } else {
-        let allowed = if max < f64::MAX {
-            format!("numbers > 0 and ≤ {max:e}")
-        } else {
-            "numbers > 0".into()
+        let (problem, allowed) = match (min > f64::MIN_POSITIVE, max < f64::MAX) {
+            (true, true) => (
+                format!("must be a number from {min:e} to {max:e}"),
+                format!("numbers ≥ {min:e} and ≤ {max:e}"),
+            ),
+            (false, true) => (
+                format!("must be a positive number at most {max:e}"),
+                format!("numbers > 0 and ≤ {max:e}"),
+            ),
+            (true, false) => (
+                format!("must be a number of at least {min:e}"),
+                format!("numbers ≥ {min:e}"),
+            ),
+            (false, false) => ("must be a positive number".into(), "numbers > 0".into()),
         };
         Err(SpecError::new(
             source,
             field,
-            format!(
-                "must be a positive number at most {max:e}, got {}",
-                shown(v)
-            ),
+            format!("{problem}, got {}", shown(v)),
             allowed,
         ))
     }
