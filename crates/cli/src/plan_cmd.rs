@@ -43,6 +43,7 @@ pub struct PinArgs {
 /// default). gpt-1.7b, 65,536 sequences on 8 GPUs, two cores: 256 took 1.4 s, 1,024 took
 /// 51 s.
 const MAX_SIMULATED: u64 = 256;
+const SIMULATED_WHY: &str = "the simulator re-ranks (each plan is a full event simulation)";
 /// Most search threads: far beyond any machine's cores (rayon gives each a stack).
 const MAX_THREADS: u64 = 1024;
 
@@ -75,6 +76,13 @@ pub struct PlanArgs {
     /// Timeline of the best plan.
     #[command(flatten)]
     pub pictures: Pictures,
+}
+
+impl PlanArgs {
+    /// `--top`, bounded as `--simulate` is: every plan shown was simulated.
+    fn top(&self) -> Result<usize, plait_spec::SpecError> {
+        Ok(bounded("top", self.top, MAX_SIMULATED, SIMULATED_WHY)? as usize)
+    }
 }
 
 impl PinArgs {
@@ -160,18 +168,8 @@ pub fn run(args: &PlanArgs) -> Result<String> {
     let pins = args.pins.resolve()?;
     // Plans shown and simulated: each simulated candidate costs a full event simulation, so
     // the count is bounded (the default simulates 16).
-    let top = bounded(
-        "top",
-        args.top,
-        MAX_SIMULATED,
-        "the simulator re-ranks (each plan is a full event simulation)",
-    )? as usize;
-    let simulate = bounded(
-        "simulate",
-        args.simulate,
-        MAX_SIMULATED,
-        "the simulator re-ranks (each plan is a full event simulation)",
-    )? as usize;
+    let top = args.top()?;
+    let simulate = bounded("simulate", args.simulate, MAX_SIMULATED, SIMULATED_WHY)? as usize;
     let threads = match args.threads {
         Some(n) => bounded(
             "threads",
@@ -386,12 +384,7 @@ fn run_onnx(args: &PlanArgs) -> Result<String> {
         bail!("--gpus: plan needs the number of GPUs to split the work over (integers ≥ 1)");
     };
     let batches = positive("gbs", w.gbs)?;
-    let top = bounded(
-        "top",
-        args.top,
-        MAX_SIMULATED,
-        "the simulator re-ranks (each plan is a full event simulation)",
-    )? as usize;
+    let top = args.top()?;
     if args.export.is_some() {
         bail!("--export: engines take transformer specs; an ONNX model has no engine export");
     }
