@@ -129,15 +129,17 @@ pub fn mutation() -> impl Strategy<Value = Mutation> {
     ]
 }
 
-/// Byte ranges of the numbers in `input` (an optional sign, digits, `.`, an exponent).
+/// Byte ranges of the numbers in `input` (an optional sign, digits, `.`, an exponent),
+/// also where digits follow letters.
 pub fn numbers(input: &[u8]) -> Vec<(usize, usize)> {
     let mut out = vec![];
     let mut i = 0;
     while i < input.len() {
         let starts = input[i].is_ascii_digit()
             || (input[i] == b'-' && input.get(i + 1).is_some_and(u8::is_ascii_digit));
-        let inside_word = i > 0 && (input[i - 1].is_ascii_alphanumeric() || input[i - 1] == b'_');
-        if starts && !inside_word {
+        // Digits glued to a name count too (`pp4`, `mbs16`, `fp8`): plan strings are made of
+        // them, and a changed name is as good a mutation as any.
+        if starts {
             let mut j = i + 1;
             while j < input.len()
                 && (input[j].is_ascii_digit()
@@ -401,9 +403,17 @@ mod tests {
     fn numbers_are_found_and_replaced() {
         let s = b"tp8 --gbs 1536 x=-2.5e-3 a1 [3,4]";
         let spans: Vec<&[u8]> = numbers(s).into_iter().map(|(a, b)| &s[a..b]).collect();
-        assert_eq!(spans, [&b"1536"[..], b"-2.5e-3", b"3", b"4"]);
-        let out = apply(s, &[Mutation::Number { which: 1, value: 9 }]);
+        assert_eq!(spans, [&b"8"[..], b"1536", b"-2.5e-3", b"1", b"3", b"4"]);
+        let out = apply(s, &[Mutation::Number { which: 2, value: 9 }]);
         assert_eq!(out, b"tp8 --gbs 1536 x=NaN a1 [3,4]");
+        let out = apply(
+            b"pp4 mbs1 1f1b",
+            &[Mutation::Number {
+                which: 0,
+                value: 19,
+            }],
+        );
+        assert_eq!(out, b"pp4294967296 mbs1 1f1b");
     }
 
     #[test]

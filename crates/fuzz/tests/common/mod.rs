@@ -100,13 +100,7 @@ fn check_flags(input: &[u8]) -> Result<(), String> {
         || args
             .iter()
             .any(|a| SKIPPED_ARGS.iter().any(|s| a.starts_with(s)));
-    // Known and reported (corpus-open/flags/plan-threads-429496): `--threads` has no upper
-    // bound, so a huge count spends minutes starting threads. Left out so that the fuzzing
-    // reaches past it; the corpus keeps the input.
-    let many_threads = args
-        .windows(2)
-        .any(|w| w[0] == "--threads" && w[1].trim().parse::<u64>().is_ok_and(|n| n > 256));
-    if skipped || many_threads {
+    if skipped {
         return Ok(());
     }
     cli(&args)
