@@ -15,7 +15,16 @@ use plait_cost::layer::LayerCost;
 use plait_cost::Estimate;
 use plait_spec::{ParallelConfig, Recompute, StageMap};
 
-use crate::search::Request;
+/// What the layout search needs of a plan request: the model on its cluster, the training
+/// spec, the device model and the layouts the engine can express (`Request::layout_inputs`).
+#[derive(Clone, Copy)]
+pub struct LayoutInputs<'a> {
+    pub model: &'a plait_spec::ModelSpec,
+    pub cluster: &'a plait_spec::ClusterSpec,
+    pub train: &'a plait_spec::TrainSpec,
+    pub device: &'a plait_cost::DeviceModel,
+    pub shape: MapShape,
+}
 
 /// Layouts an engine can express.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -166,7 +175,7 @@ impl StageModel {
 /// Per stage, the fewest fully recomputed blocks that make `map`'s stages fit, given the
 /// estimate `e` of `c` under `map`; None when some stage cannot fit even recomputing all.
 pub fn fit_recompute(
-    req: &Request,
+    req: &LayoutInputs,
     c: &ParallelConfig,
     map: &StageMap,
     e: &Estimate,
@@ -207,7 +216,7 @@ fn uniform_recompute(c: &ParallelConfig, map: &mut StageMap) {
 /// micro-batch with every stage fitting memory; None when it is not better than `map` or
 /// the configuration has several chunks per rank (kept even, as Megatron-LM requires).
 pub fn partition_blocks(
-    req: &Request,
+    req: &LayoutInputs,
     (policy, full): &(LayerCosts, LayerCosts),
     c: &ParallelConfig,
     map: &StageMap,

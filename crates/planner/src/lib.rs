@@ -10,6 +10,7 @@ pub mod layout;
 pub mod mixed;
 pub mod pins;
 pub mod plan;
+pub mod request;
 pub mod search;
 pub mod simulate;
 

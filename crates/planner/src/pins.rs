@@ -3,7 +3,7 @@
 
 use plait_spec::{check_pipeline_chunks, check_tp_split, Degree, Schedule, SpecError};
 
-use crate::search::Request;
+use crate::request::Request;
 
 /// The mesh degrees in the order their pins are checked (which error a request with
 /// several bad pins gets).

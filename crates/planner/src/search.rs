@@ -14,15 +14,11 @@ use rayon::prelude::*;
 
 use plait_cost::estimate::{estimate_from_costs, layer_costs, policy_recompute, LayerCosts};
 use plait_cost::layer::Workload;
-use plait_cost::{comm::Groups, DeviceModel, Estimate};
-use plait_spec::{
-    ClusterSpec, ModelSpec, ParallelConfig, Recompute, Schedule, StageMap, TrainSpec,
-};
+use plait_cost::{comm::Groups, Estimate};
+use plait_spec::{ModelSpec, ParallelConfig, Recompute, Schedule, StageMap, TrainSpec};
 
 use crate::export::Layout;
-use crate::layout::{
-    fit_recompute, partition_blocks, state_bytes, state_bytes_per_param, MapShape,
-};
+use crate::layout::{fit_recompute, partition_blocks, state_bytes, state_bytes_per_param};
 use crate::simulate::simulate_mapped;
 use crate::{Plan, PlanError};
 
@@ -35,56 +31,7 @@ use infeasible::{infeasible, no_candidates};
 use order::annotate;
 pub use order::{robust_order, TIE_SHARE};
 
-/// Dimensions the user fixed; `None` means "search it" (`recompute: None`: per-stage
-/// recompute chosen by the planner, `auto`). The knobs are `ParallelConfig`'s, declared
-/// once in `plait_spec::Parallel`.
-pub type Pins = plait_spec::ParallelPins;
-
-/// What to plan.
-#[derive(Clone)]
-pub struct Request<'a> {
-    pub model: &'a ModelSpec,
-    pub cluster: &'a ClusterSpec,
-    pub train: &'a TrainSpec,
-    pub device: &'a DeviceModel,
-    pub gpus: u64,
-    pub pins: Pins,
-    /// Plans to return.
-    pub top: usize,
-    /// Candidates re-ranked by the simulator (at least `top`).
-    pub simulate: usize,
-    /// Block layouts the plans may use (an engine may not express every layout).
-    pub shape: MapShape,
-    /// Extra filter on plans beyond what `train.engine` runs (which the search always
-    /// checks): applied to every configuration with its even layout, and again to the final
-    /// layouts.
-    pub allow: Option<&'a (dyn Fn(&Layout) -> bool + Sync)>,
-}
-
-impl<'a> Request<'a> {
-    pub fn new(
-        model: &'a ModelSpec,
-        cluster: &'a ClusterSpec,
-        train: &'a TrainSpec,
-        device: &'a DeviceModel,
-        gpus: u64,
-    ) -> Self {
-        Request {
-            model,
-            cluster,
-            train,
-            device,
-            gpus,
-            pins: Pins::default(),
-            top: 5,
-            simulate: 16,
-            // The block layouts the engine it plans under can express.
-            shape: crate::export::export_target(train.engine)
-                .map_or(MapShape::Any, crate::export::map_shape),
-            allow: None,
-        }
-    }
-}
+pub use crate::request::{Pins, Request};
 
 /// Counts of the search, for the report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -499,8 +446,13 @@ fn refine(
     s: &Screened,
 ) -> Result<Option<(usize, Plan)>, PlanError> {
     let own = s.map(req.model.layers);
-    let partitioned = partition_blocks(req, &cache_for(cache, &s.config), &s.config, &own)
-        .filter(|m| allowed(req, &s.config, Some(m)));
+    let partitioned = partition_blocks(
+        &req.layout_inputs(),
+        &cache_for(cache, &s.config),
+        &s.config,
+        &own,
+    )
+    .filter(|m| allowed(req, &s.config, Some(m)));
     for map in partitioned.into_iter().chain(std::iter::once(own)) {
         if !allowed(req, &s.config, Some(&map)) {
             continue;
@@ -584,7 +536,7 @@ fn screen(
         return (1, None);
     }
     // Does not fit: the fewest fully recomputed blocks per stage that would.
-    match fit_recompute(req, &c, &map, &e, &policy, &full) {
+    match fit_recompute(&req.layout_inputs(), &c, &map, &e, &policy, &full) {
         Some(fitted) => {
             let f = est(&fitted);
             let recomputes = fitted.recompute_blocks.iter().any(|&x| x > 0);
