@@ -32,6 +32,10 @@ pub const MAX_IDEALS_LIMIT: usize = 1 << 24;
 /// beyond the number of units are never used, so they are counted only up to it.
 pub const MAX_TABLE_CELLS: usize = 1 << 24;
 
+/// Least relative gain over the heuristic for which the coarse path runs the exact search
+/// over the super-units.
+const COARSE_EXACT_GAIN: f64 = 1e-6;
+
 /// Relative slack on the heuristic's load when it bounds the exact search, so that the
 /// optimum is not cut off by rounding differences between summation orders.
 const BOUND_SLACK: f64 = 1e-9;
@@ -377,6 +381,9 @@ fn coarsened(
     let coarse_lower = linear::lower_bound(&c.units, budget);
     let (split, coarse_optimal) = match heuristic {
         Some(h) if h.max_load <= coarse_lower * (1.0 + 1e-12) => (Some(h), true),
+        // Within a millionth of the lower bound: the exact search could gain no more, and
+        // its pruning is weakest exactly then (one unit dominating every load).
+        Some(h) if h.max_load <= coarse_lower * (1.0 + COARSE_EXACT_GAIN) => (Some(h), false),
         h => {
             let (w, ratio) = exact::weights(&c.units, &budget);
             match Lattice::build(

@@ -337,7 +337,19 @@ fn check_placement(input: &[u8]) -> Result<(), String> {
 }
 
 fn placement_seeds() -> Vec<Vec<u8>> {
-    vec![
+    use plait_partition::synthetic::{chain, placement_json, random_dag};
+    // Above the coarsening threshold (2,048 units): the size-aware path, in release builds
+    // only (a debug build takes seconds a case on them; `cargo test` stays quick).
+    let large = if cfg!(debug_assertions) {
+        vec![]
+    } else {
+        vec![
+            placement_json(&chain(2_500, 9)).into_bytes(),
+            placement_json(&random_dag(2_300, 200, 9)).into_bytes(),
+        ]
+    };
+    let mut seeds = large;
+    seeds.extend([
         read("crates/partition/tests/data/layer_bert24_training.json"),
         read("crates/partition/tests/data/layer_resnet50_training.json"),
         br#"{"maxSizePerFPGA": 100.0, "maxFPGAs": 2, "maxCPUs": 1, "nodes": [
@@ -348,7 +360,8 @@ fn placement_seeds() -> Vec<Vec<u8>> {
 "edges": [{"sourceId": 1, "destId": 2, "cost": 0.5}, {"sourceId": 2, "destId": 3, "cost": 0.25},
 {"sourceId": 1, "destId": 4, "cost": 0.5}]}"#
             .to_vec(),
-    ]
+    ]);
+    seeds
 }
 
 fn onnx_costs() -> &'static (plait_cost::DeviceModel, plait_spec::ClusterSpec) {
