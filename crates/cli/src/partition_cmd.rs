@@ -260,10 +260,14 @@ fn render(g: &Graph, limits: &Limits, p: &Partition, elapsed_s: f64) -> String {
         )
     };
     out += &format!(
-        "max load: {} ({quality}) in {:.3} s\n\n",
+        "max load: {} ({quality}) in {:.3} s\n",
         load_text(g, p.max_load),
         elapsed_s
     );
+    if let Some(c) = &p.coarsening {
+        out += &format!("{}\n", c.note);
+    }
+    out += "\n";
     let mut t = Table::new();
     t.load_preset(UTF8_BORDERS_ONLY).set_header([
         "stage", "device", "nodes", "compute", "comm", "load", "memory", "node ids",
