@@ -32,7 +32,7 @@ use std::collections::BTreeMap;
 
 use crate::exact::{Budget, Split};
 use crate::linear;
-use crate::units::{CommGroup, Units};
+use crate::units::{comm_groups, Units};
 
 /// Units above which a graph is coarsened. Below it every graph is solved as before
 /// (exactly when its lattice has at most `max_ideals` ideals): the placement graphs of
@@ -175,23 +175,7 @@ pub(crate) fn coarsen(fine: &Units, budget: &Budget, target: usize) -> Coarse {
             *groups.entry((owner, targets)).or_insert(0.0) += g.cost;
         }
     }
-    let mut owned_by = vec![vec![]; m];
-    let mut targeted_by = vec![vec![]; m];
-    let comm: Vec<CommGroup> = groups
-        .into_iter()
-        .enumerate()
-        .map(|(k, ((owner, targets), cost))| {
-            owned_by[owner as usize].push(k as u32);
-            for &t in &targets {
-                targeted_by[t as usize].push(k as u32);
-            }
-            CommGroup {
-                owner,
-                targets,
-                cost,
-            }
-        })
-        .collect();
+    let (comm, owned_by, targeted_by) = comm_groups(groups, m);
     let units = Units {
         members: blocks
             .iter()

@@ -209,23 +209,7 @@ impl Units {
                 *groups.entry((owner, targets)).or_insert(0.0) += cost;
             }
         }
-        let mut owned_by = vec![vec![]; m];
-        let mut targeted_by = vec![vec![]; m];
-        let comm: Vec<CommGroup> = groups
-            .into_iter()
-            .enumerate()
-            .map(|(k, ((owner, targets), cost))| {
-                owned_by[owner as usize].push(k as u32);
-                for &t in &targets {
-                    targeted_by[t as usize].push(k as u32);
-                }
-                CommGroup {
-                    owner,
-                    targets,
-                    cost,
-                }
-            })
-            .collect();
+        let (comm, owned_by, targeted_by) = comm_groups(groups, m);
         Units {
             members,
             preds,
@@ -297,6 +281,32 @@ fn strongly_connected(succ: &[Vec<usize>]) -> Vec<Vec<usize>> {
         }
     }
     out
+}
+
+/// The communication groups of `m` units, from each (owner, sorted targets) pair's summed
+/// cost: the groups in key order, and per unit the groups it owns and those it receives.
+pub(crate) fn comm_groups(
+    groups: BTreeMap<(u32, Vec<u32>), f64>,
+    m: usize,
+) -> (Vec<CommGroup>, Vec<Vec<u32>>, Vec<Vec<u32>>) {
+    let mut owned_by = vec![vec![]; m];
+    let mut targeted_by = vec![vec![]; m];
+    let comm = groups
+        .into_iter()
+        .enumerate()
+        .map(|(k, ((owner, targets), cost))| {
+            owned_by[owner as usize].push(k as u32);
+            for &t in &targets {
+                targeted_by[t as usize].push(k as u32);
+            }
+            CommGroup {
+                owner,
+                targets,
+                cost,
+            }
+        })
+        .collect();
+    (comm, owned_by, targeted_by)
 }
 
 #[cfg(test)]
