@@ -194,10 +194,7 @@ pub fn simulate_config(
     c: &ParallelConfig,
     d: &DeviceModel,
 ) -> Result<Simulated, PlanError> {
-    // The configuration's bounds are checked before its stage map is allocated (a pp or vp
-    // beyond any machine would otherwise allocate per stage first).
-    c.validate(m, t, c.gpus())?;
-    simulate_mapped(m, cluster, t, c, d, &StageMap::uniform(m.layers, c))
+    simulate_mapped(m, cluster, t, c, d, &StageMap::uniform_checked(m, t, c)?)
 }
 
 /// As [`simulate_config`], with the blocks laid out by `map`.

@@ -67,6 +67,17 @@ pub struct StageMap {
 }
 
 impl StageMap {
+    /// [`StageMap::uniform`] for `m`, after `c` is checked against the model and training
+    /// spec on its own GPUs: the degrees are bounded before the map is sized by them.
+    pub fn uniform_checked(
+        m: &crate::ModelSpec,
+        t: &TrainSpec,
+        c: &ParallelConfig,
+    ) -> Result<StageMap> {
+        c.validate(m, t, c.gpus())?;
+        Ok(StageMap::uniform(m.layers, c))
+    }
+
     /// Megatron-LM's layout for `c`: an even split; full recompute on every block of every
     /// rank, except scp's last rank, whose backward follows its forward at once and keeps
     /// its activations (Merak).

@@ -247,17 +247,9 @@ pub fn estimate(
     c: &ParallelConfig,
     d: &DeviceModel,
 ) -> Result<Estimate, SpecError> {
-    // Checked before the map is sized by the degrees; the uniform map is valid by
-    // construction.
-    c.validate(m, t, c.gpus())?;
-    Ok(estimate_checked(
-        m,
-        cluster,
-        t,
-        c,
-        d,
-        &StageMap::uniform(m.layers, c),
-    ))
+    // The uniform map is valid by construction once `c` is.
+    let map = StageMap::uniform_checked(m, t, c)?;
+    Ok(estimate_checked(m, cluster, t, c, d, &map))
 }
 
 /// Estimates one configuration with its blocks laid out by `map`.
