@@ -1,12 +1,14 @@
 """`plait plan --export` files parsed by the engines' own code, so that an export an engine
 rejects fails here: DeepSpeed's `DeepSpeedConfig` (which runs `_batch_assertion`),
 torchtitan's `ConfigManager` (tyro and every `__post_init__` check) with its `ParallelDims`,
-and Megatron-LM's `megatron.training.arguments` parser where it is importable.
+and Megatron-LM's `parse_args` + `validate_args` (megatron/training/arguments.py) where it
+is importable.
 
 Each engine's tests skip when the engine is not installed; CI installs DeepSpeed and
 torchtitan from python/requirements-engines.txt (.ci/run). Megatron-LM's argument parser
 is not on PyPI (`megatron-core` ships `megatron/core` only), so its test runs only where a
-Megatron-LM checkout is on PYTHONPATH.
+Megatron-LM checkout is on PYTHONPATH, e.g. `git archive d98e8a6 megatron | tar -x -C DIR`
+and `PYTHONPATH=DIR`; torch is all it needs besides.
 """
 
 import importlib
@@ -16,6 +18,7 @@ import re
 import shlex
 import subprocess
 import sys
+import typing
 
 import pytest
 
@@ -208,6 +211,8 @@ MEGATRON_PLANS = [
     pytest.param(dict(gpus=8, tp=2, pp=1, zero=1), id="tp2"),
     pytest.param(dict(gpus=16, tp=2, pp=4, zero=1, vp=2, schedule="interleaved"), id="pp4-vp2"),
     pytest.param(dict(gpus=8, tp=1, pp=1, zero=3), id="fsdp"),
+    pytest.param(dict(gpus=16, tp=2, pp=1, cp=2, zero=1, recompute="selective"), id="cp2"),
+    pytest.param(dict(gpus=16, tp=2, pp=1, ep=8, zero=1, model="mixtral-8x7b"), id="moe-ep8"),
 ]
 
 
@@ -219,6 +224,11 @@ def megatron_args(path):
 
 @pytest.mark.parametrize("pins", MEGATRON_PLANS)
 def test_megatron_parses_the_export(plait_bin, tmp_path, monkeypatch, pins):
+    if not hasattr(typing, "override"):
+        # Megatron-LM (d98e8a6, megatron/training/models/hybrid.py) imports typing.override,
+        # new in Python 3.12; typing_extensions (a torch dependency) has the same decorator.
+        typing_extensions = pytest.importorskip("typing_extensions")
+        monkeypatch.setattr(typing, "override", typing_extensions.override, raising=False)
     try:
         arguments = importlib.import_module("megatron.training.arguments")
     except ImportError as e:
@@ -227,12 +237,30 @@ def test_megatron_parses_the_export(plait_bin, tmp_path, monkeypatch, pins):
             f"megatron-core ships megatron/core only; put a Megatron-LM checkout on PYTHONPATH): {e}"
         )
     best, out = export(plait_bin, tmp_path, "megatron", **pins)
-    argv = megatron_args(out / "megatron_args.sh")
+    script = out / "megatron_args.sh"
+    argv = megatron_args(script)
+    # The environment the script exports (CUDA_DEVICE_MAX_CONNECTIONS=1 for TP/CP overlap,
+    # which validate_args checks), as `source megatron_args.sh` would set it.
+    for name, value in re.findall(r"^export (\w+)=(\S+)$", script.read_text(), re.M):
+        monkeypatch.setenv(name, value)
     monkeypatch.setattr(sys, "argv", ["pretrain_gpt.py"] + argv)
+    # torchrun's environment for rank 0 of the plan's world: validate_args checks the degrees
+    # against it (divisibility, schedule and ZeRO constraints) as pretrain_gpt.py does.
+    monkeypatch.setenv("WORLD_SIZE", str(pins["gpus"]))
+    monkeypatch.setenv("RANK", "0")
+    # validate_args asks the GPU's architecture (Megatron-LM d98e8a6 arguments.py:1454, 1379):
+    # answer for the plan's cluster, dgx-a100-80g (Ampere, compute capability 8.0).
+    monkeypatch.setattr(arguments, "get_device_arch_version", lambda: 8)
+    monkeypatch.setattr(arguments.torch.cuda, "get_device_capability", lambda *a: (8, 0))
     args = arguments.parse_args(ignore_unknown_args=False)
+    arguments.validate_args(args)
     c = best["config"]
     assert args.tensor_model_parallel_size == c["tp"]
     assert args.pipeline_model_parallel_size == c["pp"]
+    assert args.context_parallel_size == c["cp"]
+    assert args.expert_model_parallel_size == c["ep"]
+    assert args.data_parallel_size == c["dp"]
+    assert args.sequence_parallel == c["sp"]
     assert args.micro_batch_size == c["mbs"]
     assert args.global_batch_size == 64
 
