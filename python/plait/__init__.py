@@ -262,6 +262,8 @@ class PlanResult(Record):
         inf = self._data.get("infeasible")
         if inf:
             more = f"; the model state alone needs ≥ {inf['min_gpus_lower_bound']} GPUs"
+            if inf.get("max_gpus_below") is not None:
+                more += f"; a smaller GPU count with a plan is {inf['max_gpus_below']}"
             if inf.get("min_gpus") is not None:
                 more += f"; the smallest GPU count with a plan is {inf['min_gpus']}"
             raise InfeasibleError(f"no plan fits: {inf['reason']}{more}", flag="gpus")

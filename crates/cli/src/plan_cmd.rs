@@ -312,16 +312,7 @@ pub fn run(args: &PlanArgs) -> Result<String> {
     );
     if let Some(inf) = &outcome.infeasible {
         out += &format!("NO PLAN FITS: {}\n", inf.reason);
-        out += &format!(
-            "needs at least {:.1} GiB per GPU with {gpus} GPU{}; the model state alone needs ≥ {} GPUs",
-            inf.min_memory_bytes / GIB,
-            if gpus == 1 { "" } else { "s" },
-            inf.min_gpus_lower_bound
-        );
-        match inf.min_gpus {
-            Some(g) => out += &format!("; the smallest GPU count with a plan is {g}\n"),
-            None => out += "; no GPU count up to 2^20 has a plan\n",
-        }
+        out += &infeasible_bounds(inf, gpus);
         return Ok(out);
     }
     let mut table = Table::new();
@@ -472,4 +463,32 @@ fn run_onnx(args: &PlanArgs) -> Result<String> {
         }
     }
     Ok(text)
+}
+
+/// The second line of a "NO PLAN FITS" answer: what memory it needs, and the nearest GPU
+/// counts that do have a plan.
+fn infeasible_bounds(inf: &plait_planner::Infeasible, gpus: u64) -> String {
+    let state = format!(
+        "the model state alone needs ≥ {} GPUs",
+        inf.min_gpus_lower_bound
+    );
+    let mut out = match inf.cause {
+        plait_planner::Cause::OutOfMemory => format!(
+            "needs at least {:.1} GiB per GPU with {gpus} GPU{}; {state}",
+            inf.min_memory_bytes / GIB,
+            if gpus == 1 { "" } else { "s" },
+        ),
+        _ => state,
+    };
+    out += &match (inf.max_gpus_below, inf.min_gpus) {
+        (Some(b), Some(a)) => format!("; the nearest GPU counts with a plan are {b} and {a}\n"),
+        // The probe stops at 2^20 GPUs, so above it "smaller" is as far as it looked.
+        (Some(b), None) if gpus > 1 << 20 => {
+            format!("; the largest GPU count up to 2^20 with a plan is {b}\n")
+        }
+        (Some(b), None) => format!("; the largest smaller GPU count with a plan is {b}\n"),
+        (None, Some(a)) => format!("; the smallest GPU count with a plan is {a}\n"),
+        (None, None) => "; no GPU count up to 2^20 has a plan\n".to_string(),
+    };
+    out
 }

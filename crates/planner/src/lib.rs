@@ -19,7 +19,7 @@ use thiserror::Error;
 pub use layout::MapShape;
 pub use pins::check_pins;
 pub use plan::Plan;
-pub use search::{plan, Infeasible, Outcome, Pins, Request, SearchStats};
+pub use search::{plan, Cause, Infeasible, Outcome, Pins, Request, SearchStats};
 pub use simulate::{simulate_config, simulate_mapped, Simulated};
 
 /// Why a plan or simulation could not be produced (bad input, not infeasibility: a plan
@@ -28,14 +28,35 @@ pub use simulate::{simulate_config, simulate_mapped, Simulated};
 pub enum PlanError {
     #[error(transparent)]
     Spec(#[from] plait_spec::SpecError),
+    // The schedule errors are written into the message and not made `source`s, so that a
+    // report of the whole cause chain (anyhow's alternate form) states each once.
     #[error("schedule: {0}")]
-    Generate(#[from] plait_schedule::GenerateError),
+    Generate(plait_schedule::GenerateError),
     #[error("schedule is invalid: {0}")]
-    Invalid(#[from] plait_schedule::ValidationError),
+    Invalid(plait_schedule::ValidationError),
     #[error("simulation: {0}")]
-    Simulate(#[from] plait_schedule::SimError),
+    Simulate(plait_schedule::SimError),
     #[error("graph: {0}")]
     Graph(String),
     #[error("{0} is too large to schedule (at most 2^32 − 1)")]
     TooLarge(String),
 }
+
+impl From<plait_schedule::GenerateError> for PlanError {
+    fn from(e: plait_schedule::GenerateError) -> Self {
+        PlanError::Generate(e)
+    }
+}
+
+impl From<plait_schedule::ValidationError> for PlanError {
+    fn from(e: plait_schedule::ValidationError) -> Self {
+        PlanError::Invalid(e)
+    }
+}
+
+impl From<plait_schedule::SimError> for PlanError {
+    fn from(e: plait_schedule::SimError) -> Self {
+        PlanError::Simulate(e)
+    }
+}
+

@@ -50,7 +50,9 @@ pub struct SearchStats {
 
 /// Why nothing fits, and what would.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[non_exhaustive]
 pub struct Infeasible {
+    pub cause: Cause,
     pub reason: String,
     /// The least per-GPU memory any configuration of these GPUs needs.
     pub min_memory_bytes: f64,
@@ -58,9 +60,24 @@ pub struct Infeasible {
     /// pins) that fits by the analytic estimate, if one up to 2^20 GPUs exists: every count
     /// that some well-formed configuration occupies is tried, in increasing order.
     pub min_gpus: Option<u64>,
+    /// When no configuration of the GPUs asked for is well formed: the largest smaller GPU
+    /// count (up to 2^20) with a configuration that fits, found the same way.
+    pub max_gpus_below: Option<u64>,
     /// Lower bound on GPUs from the model state alone (16 bytes per parameter, fully
     /// sharded).
     pub min_gpus_lower_bound: u64,
+}
+
+/// Why a search has no plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Cause {
+    /// No configuration of the GPUs asked for is well formed under the pins (degrees must
+    /// divide the GPUs, the heads and the batch).
+    NoWellFormedConfiguration,
+    /// Configurations exist, but none fits in memory.
+    OutOfMemory,
 }
 
 /// The answer of a search.

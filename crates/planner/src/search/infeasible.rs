@@ -13,7 +13,7 @@ use plait_spec::{StageMap, GIB};
 
 use super::divisors::divisors;
 use super::{
-    enumerate, model_state_lower_bound, Infeasible, Pins, Request, Screened, ShapeKey,
+    enumerate, model_state_lower_bound, Cause, Infeasible, Pins, Request, Screened, ShapeKey,
     MIN_CP_TOKENS,
 };
 
@@ -21,6 +21,7 @@ use super::{
 pub(super) fn no_candidates(req: &Request) -> Infeasible {
     let (state_bytes, lower) = state_lower_bound(req);
     Infeasible {
+        cause: Cause::NoWellFormedConfiguration,
         reason: format!(
             "no well-formed configuration of {} matches the given flags (degrees must \
              divide the GPUs, the heads and the batch; see `plait estimate` for the reason a \
@@ -29,6 +30,7 @@ pub(super) fn no_candidates(req: &Request) -> Infeasible {
         ),
         min_memory_bytes: state_bytes / req.gpus as f64,
         min_gpus: min_gpus(req, lower),
+        max_gpus_below: max_gpus_below(req, lower),
         min_gpus_lower_bound: lower,
     }
 }
@@ -87,9 +89,11 @@ pub(super) fn infeasible(req: &Request, rest: &[Screened]) -> Infeasible {
         ),
     };
     Infeasible {
+        cause: Cause::OutOfMemory,
         reason,
         min_memory_bytes,
         min_gpus: min_gpus(req, lower),
+        max_gpus_below: None,
         min_gpus_lower_bound: lower,
     }
 }
@@ -106,13 +110,13 @@ fn gpus(n: u64) -> String {
 /// Largest GPU count [`min_gpus`] tries.
 const MAX_PROBE_GPUS: u64 = 1 << 20;
 
-/// Every GPU count in (`above`, 2^20] that some well-formed configuration of `req`'s model
+/// Every GPU count in (`above`, `at_most`] (at most 2^20) that some well-formed configuration of `req`'s model
 /// and batch occupies (dp divides the batch, tp the heads, pp ≤ layers, cp the sequence;
 /// pinned degrees as pinned), in increasing order: a superset of the counts `enumerate`
 /// finds anything for.
-fn occupied_counts(req: &Request, above: u64) -> Vec<u64> {
+fn occupied_counts(req: &Request, above: u64, at_most: u64) -> Vec<u64> {
     let (m, t, p) = (req.model, req.train, &req.pins);
-    let cap = MAX_PROBE_GPUS;
+    let cap = at_most.min(MAX_PROBE_GPUS);
     let upto = |n: u64| divisors(n.min(cap)).into_iter().filter(move |d| *d <= cap);
     let dps: Vec<u64> = match p.dp {
         Some(d) => vec![d],
@@ -165,47 +169,86 @@ fn occupied_counts(req: &Request, above: u64) -> Vec<u64> {
 /// pins that fits by the analytic estimate with its even layout; every occupied count up to
 /// 2^20 is tried in increasing order, so the answer is exact, not a power of two.
 fn min_gpus(req: &Request, from: u64) -> Option<u64> {
-    let from = if req.train.lora_adapters().is_some() {
+    let from = state_floor(req, from);
+    let fits = FitProbe::new(req);
+    occupied_counts(req, req.gpus.max(from.saturating_sub(1)), MAX_PROBE_GPUS)
+        .into_iter()
+        .find(|&g| fits.at(g))
+}
+
+/// The largest GPU count below `req.gpus` (and at least `from`, as in [`min_gpus`]) with a
+/// configuration that fits: the nearest smaller answer when the count asked for has no
+/// well-formed configuration at all (a prime count, or more GPUs than the batch, heads and
+/// layers can occupy).
+fn max_gpus_below(req: &Request, from: u64) -> Option<u64> {
+    let from = state_floor(req, from);
+    let fits = FitProbe::new(req);
+    let below = req.gpus.saturating_sub(1);
+    occupied_counts(req, from.saturating_sub(1), below)
+        .into_iter()
+        .rev()
+        .find(|&g| fits.at(g))
+}
+
+/// `from`, or 1 when the task freezes the base weights (LoRA: the state bound counts
+/// gradients and optimizer states the base does not have).
+fn state_floor(req: &Request, from: u64) -> u64 {
+    if req.train.lora_adapters().is_some() {
         1
     } else {
         from
-    };
-    let capacity = req.cluster.gpu.memory_bytes - req.cluster.memory_reserve_bytes;
-    let cache: std::sync::Mutex<HashMap<ShapeKey, LayerCosts>> = Default::default();
-    occupied_counts(req, req.gpus.max(from.saturating_sub(1)))
-        .into_iter()
-        .find(|&g| {
-            let r = Request {
-                gpus: g,
-                pins: Pins {
-                    dp: None,
-                    ..req.pins
-                },
-                top: 1,
-                simulate: 0,
-                ..req.clone()
-            };
-            let configs = enumerate(&r);
-            configs.par_iter().any(|c| {
-                if model_state_lower_bound(r.model, r.train, c) > capacity {
-                    return false;
+    }
+}
+
+/// Whether some configuration of a GPU count fits by the analytic estimate with its even
+/// layout, under `req`'s pins but any dp; layer costs are shared across the counts tried.
+struct FitProbe<'a> {
+    req: &'a Request<'a>,
+    capacity: f64,
+    cache: std::sync::Mutex<HashMap<ShapeKey, LayerCosts>>,
+}
+
+impl<'a> FitProbe<'a> {
+    fn new(req: &'a Request<'a>) -> Self {
+        FitProbe {
+            req,
+            capacity: req.cluster.gpu.memory_bytes - req.cluster.memory_reserve_bytes,
+            cache: Default::default(),
+        }
+    }
+
+    fn at(&self, g: u64) -> bool {
+        let r = Request {
+            gpus: g,
+            pins: Pins {
+                dp: None,
+                ..self.req.pins
+            },
+            top: 1,
+            simulate: 0,
+            ..self.req.clone()
+        };
+        let configs = enumerate(&r);
+        configs.par_iter().any(|c| {
+            if model_state_lower_bound(r.model, r.train, c) > self.capacity {
+                return false;
+            }
+            let key = ShapeKey::of(c, c.recompute);
+            let known = self.cache.lock().map(|m| m.get(&key).copied()).ok().flatten();
+            let policy = known.unwrap_or_else(|| {
+                let g = Groups::new(r.cluster, c);
+                let w = Workload::new(c, r.train);
+                let costs = layer_costs(r.model, r.device, &g, &w);
+                if let Ok(mut m) = self.cache.lock() {
+                    m.insert(key, costs);
                 }
-                let key = ShapeKey::of(c, c.recompute);
-                let known = cache.lock().map(|m| m.get(&key).copied()).ok().flatten();
-                let policy = known.unwrap_or_else(|| {
-                    let g = Groups::new(r.cluster, c);
-                    let w = Workload::new(c, r.train);
-                    let costs = layer_costs(r.model, r.device, &g, &w);
-                    if let Ok(mut m) = cache.lock() {
-                        m.insert(key, costs);
-                    }
-                    costs
-                });
-                let map = StageMap::uniform(r.model.layers, c);
-                estimate_from_costs(
-                    r.model, r.cluster, r.train, c, r.device, &policy, &policy, &map,
-                )
-                .fits
-            })
+                costs
+            });
+            let map = StageMap::uniform(r.model.layers, c);
+            estimate_from_costs(
+                r.model, r.cluster, r.train, c, r.device, &policy, &policy, &map,
+            )
+            .fits
         })
+    }
 }
