@@ -16,21 +16,27 @@ use crate::train::TrainSpec;
 /// needs no instruction); data-parallel reductions overlap the backward when the run does.
 /// An error only for degrees beyond what a schedule can hold (2^32 − 1).
 pub fn schedule_spec(c: &ParallelConfig, t: &TrainSpec, map: &StageMap) -> Result<ScheduleSpec> {
-    let small = |what: &str, v: u64| {
+    let small = |what: &str, v: u64, why: &dyn Fn() -> String| {
         u32::try_from(v).map_err(|_| {
             SpecError::new(
                 "configuration",
                 what,
-                format!("{v} is too large to schedule"),
+                format!("{v}{} is too large to schedule", why()),
                 "at most 4294967295",
             )
         })
     };
+    let microbatches = || {
+        format!(
+            " (the global batch of {} sequences over dp {} × mbs {})",
+            t.gbs, c.dp, c.mbs
+        )
+    };
     let mut spec = ScheduleSpec::new(
         c.schedule,
-        small("pp", c.pp)?,
-        small("micro-batches", c.microbatches(t))?,
-        small("vp", c.vp)?,
+        small("pp", c.pp, &String::new)?,
+        small("micro-batches", c.microbatches(t), &microbatches)?,
+        small("vp", c.vp, &String::new)?,
     );
     spec.recompute = map.recompute_blocks.iter().map(|&x| x > 0).collect();
     spec.grad_reduce = if c.dp * c.cp > 1 && c.zero < 3 {
