@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use comfy_table::{presets::UTF8_BORDERS_ONLY, Cell, CellAlignment, Table};
 use indicatif::{ProgressBar, ProgressStyle};
+use plait_spec::DeviceMeshShape;
 use serde::Serialize;
 
 use plait_planner::export::{export, Engine};
@@ -137,6 +138,10 @@ struct PlanEntry<'a> {
     /// (the stage map's placement, as `plait.torch` executes it).
     virtual_stages: Vec<Vec<u64>>,
     chunk_recompute_blocks: Vec<Vec<u64>>,
+    /// The configuration as a plan string (`--config` and `plait train --plan` parse it
+    /// back) and its device mesh, outermost dimension first (torch's `init_device_mesh`).
+    config_text: String,
+    mesh: DeviceMeshShape,
 }
 
 #[derive(Serialize)]
@@ -279,6 +284,8 @@ pub fn run(args: &PlanArgs) -> Result<String> {
                         reason: p.estimate.reason(),
                         virtual_stages,
                         chunk_recompute_blocks,
+                        config_text: p.config.to_string(),
+                        mesh: p.config.mesh().device_mesh(),
                     }
                 })
                 .collect(),

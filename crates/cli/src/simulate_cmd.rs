@@ -74,6 +74,8 @@ struct SimulateJson<'a> {
     /// virtual stage, `recompute_blocks` per pipeline rank, and per rank and chunk its
     /// virtual stage and fully recomputed blocks.
     stage_map: StageMapJson,
+    /// The device mesh, outermost dimension first (torch's `init_device_mesh`).
+    mesh: plait_spec::DeviceMeshShape,
 }
 
 #[derive(Serialize)]
@@ -156,6 +158,7 @@ pub fn run(args: &SimulateArgs) -> Result<String> {
                 config.pp,
                 config.vp,
             ),
+            mesh: config.mesh().device_mesh(),
         };
         return Ok(serde_json::to_string_pretty(&doc)? + "\n");
     }

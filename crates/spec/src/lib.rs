@@ -20,7 +20,7 @@ pub use cluster::{
 };
 pub use error::{Result, SpecError};
 pub use hf::model_from_hf_config;
-pub use mesh::{Dim, Mesh, MeshCoords};
+pub use mesh::{DeviceMeshShape, Dim, Mesh, MeshCoords};
 pub use mixed::{mixed_from_inline, mixed_from_toml, MixedCluster, NodeGroup};
 pub use model::{
     Activation, BlockRun, Family, Gemm, Layer, LayerKind, MlaSpec, ModelSpec, MoeSpec, Norm,

@@ -19,6 +19,26 @@ pub enum Dim {
 impl Dim {
     /// Fastest-varying first.
     pub const ORDER: [Dim; 4] = [Dim::Tp, Dim::Cp, Dim::Dp, Dim::Pp];
+
+    /// The dimension's short name, as flags, plan strings and torch mesh names spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dim::Tp => "tp",
+            Dim::Cp => "cp",
+            Dim::Dp => "dp",
+            Dim::Pp => "pp",
+        }
+    }
+}
+
+/// The mesh as `torch.distributed.device_mesh.init_device_mesh` takes it: dimension names
+/// and sizes outermost first, so that (row-major) the last varies fastest and the ranks come
+/// out in [`Dim::ORDER`]. `plait.torch` builds its mesh from this, not from an order of its
+/// own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeviceMeshShape {
+    pub dims: Vec<&'static str>,
+    pub shape: Vec<u64>,
 }
 
 /// Degrees of the four mesh dimensions (expert parallelism is carved out of dp × cp).
@@ -65,6 +85,15 @@ impl Mesh {
             .take_while(|&&x| x != d)
             .map(|&x| self.degree(x))
             .product()
+    }
+
+    /// Names and sizes outermost first, for torch's `init_device_mesh`.
+    pub fn device_mesh(&self) -> DeviceMeshShape {
+        let outermost_first = Dim::ORDER.iter().rev();
+        DeviceMeshShape {
+            dims: outermost_first.clone().map(|d| d.name()).collect(),
+            shape: outermost_first.map(|&d| self.degree(d)).collect(),
+        }
     }
 
     /// The coordinates of world rank `rank`.
@@ -128,6 +157,12 @@ mod tests {
         for r in 0..m.world() {
             assert_eq!(m.rank(m.coords(r)), r);
         }
+        // torch's row-major mesh of this shape numbers ranks the same way.
+        let d = m.device_mesh();
+        assert_eq!(
+            (d.dims, d.shape),
+            (vec!["pp", "dp", "cp", "tp"], vec![2, 3, 2, 2])
+        );
         // Rank 13 = pp 1, dp 0, cp 0, tp 1.
         assert_eq!(
             m.coords(13),

@@ -9,6 +9,7 @@ built, through the ``plait`` binary (``$PLAIT_TORCH_BIN``, ``$PLAIT_BIN``, this 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -73,6 +74,7 @@ class Plan:
     config: dict  # dp, tp, pp, vp, cp, ep, mbs, zero, sp, recompute, schedule
     stage_map: dict  # chunk_blocks, recompute_blocks, virtual_stages, chunk_recompute_blocks
     ir: dict  # the schedule IR (`plait simulate --ir`)
+    mesh: dict  # dims and shape, outermost first, as plait orders ranks (for init_device_mesh)
     microbatches: int
     predicted_step_time_s: float
     predicted: dict = field(repr=False)  # the whole `plait simulate --json` answer
@@ -84,24 +86,7 @@ class Plan:
 
     @property
     def world(self) -> int:
-        c = self.config
-        return c["dp"] * c["tp"] * c["pp"] * c["cp"]
-
-
-def _config_text(c: dict) -> str:
-    items = [f"dp{c['dp']}", f"tp{c['tp']}", f"pp{c['pp']}"]
-    if c.get("vp", 1) > 1:
-        items.append(f"vp{c['vp']}")
-    if c.get("cp", 1) > 1:
-        items.append(f"cp{c['cp']}")
-    items.append(f"mbs{c['mbs']}")
-    if c.get("zero", 0):
-        items.append(f"zero{c['zero']}")
-    if c.get("sp"):
-        items.append("sp")
-    items.append(f"recompute={c['recompute']}")
-    items.append(f"schedule={c['schedule']}")
-    return ",".join(items)
+        return math.prod(self.mesh["shape"])
 
 
 def simulate(model: str, plan: str, world: int, gbs: int, seq: int, schedule: str | None = None,
@@ -131,6 +116,7 @@ def simulate(model: str, plan: str, world: int, gbs: int, seq: int, schedule: st
         config=doc["config"],
         stage_map=doc["stage_map"],
         ir=ir,
+        mesh=doc["mesh"],
         microbatches=doc["microbatches"],
         predicted_step_time_s=doc["iteration_time_s"],
         predicted=doc,
@@ -164,10 +150,11 @@ def plan_auto(model: str, world: int, gbs: int, seq: int, cluster: str | None = 
     stage_map = dict(p["stage_map"], virtual_stages=p["virtual_stages"],
                      chunk_recompute_blocks=p["chunk_recompute_blocks"])
     return Plan(
-        text=_config_text(p["config"]),
+        text=p["config_text"],
         config=p["config"],
         stage_map=stage_map,
         ir=ir,
+        mesh=p["mesh"],
         microbatches=ir["microbatches"],
         predicted_step_time_s=p["estimate"]["iteration_time_s"],
         predicted=p,

@@ -138,11 +138,14 @@ def _has(m, path):
         return False
 
 
-def make_mesh(config: dict, device_type: str):
+def make_mesh(mesh: dict, device_type: str):
+    """torch's DeviceMesh of plait's mesh (``Plan.mesh``: names and sizes outermost first,
+    as plait's Rust side orders ranks)."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    shape = (config["pp"], config["dp"], config["cp"], config["tp"])
-    return init_device_mesh(device_type, shape, mesh_dim_names=("pp", "dp", "cp", "tp"))
+    return init_device_mesh(
+        device_type, tuple(mesh["shape"]), mesh_dim_names=tuple(mesh["dims"])
+    )
 
 
 def _tp(stage: models.Stage, tp_mesh, sp: bool) -> None:
@@ -232,7 +235,7 @@ def parallelize(model: nn.Module, plan, mesh=None, *, gbs: int | None = None, se
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     if mesh is None:
-        mesh = make_mesh(c, device.type)
+        mesh = make_mesh(plan.mesh, device.type)
     rank = dist.get_rank()
     pp_rank = mesh["pp"].get_local_rank()
     sm = plan.stage_map
