@@ -32,8 +32,8 @@ pub struct ScheduleArgs {
     /// One micro-batch's full backward time on one rank (input and weight gradients).
     #[arg(long, allow_negative_numbers = true, default_value_t = 2.0)]
     pub backward: f64,
-    /// The weight-gradient part of --backward (zero-bubble schedules defer it).
-    /// Default: half the backward for zb-h1, else 0.
+    /// The weight-gradient part of --backward (zero-bubble schedules defer it). Default:
+    /// the schedule's own share (half under zb-h1, none otherwise).
     #[arg(long, allow_negative_numbers = true)]
     pub weight: Option<f64>,
     /// Recompute time per micro-batch before each backward (0: no recomputation).
@@ -114,7 +114,7 @@ pub fn run(args: &ScheduleArgs) -> Result<String> {
     };
     let f = time("forward", args.forward)?;
     let b = time("backward", args.backward)?;
-    let default_w = if kind == Schedule::ZbH1 { b / 2.0 } else { 0.0 };
+    let default_w = b * kind.default_weight_share();
     let w = time("weight", args.weight.unwrap_or(default_w))?;
     if w > b {
         bail!("--weight: the weight part ({w}) cannot exceed the whole backward (--backward {b})");

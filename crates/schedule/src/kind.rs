@@ -80,6 +80,20 @@ impl ScheduleKind {
         self == ScheduleKind::Scp
     }
 
+    /// The share of the backward that is deferred as a separate weight-gradient pass when
+    /// only the backward's total is known: half under ZB-H1, none otherwise. A linear
+    /// layer's backward is two GEMMs of its forward's size, the input gradient and the
+    /// weight gradient (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", §2.1, which
+    /// takes T_B = T_W), so a transformer's weight pass is half its backward. The cost model
+    /// times the two passes from the GEMMs instead.
+    pub fn default_weight_share(self) -> f64 {
+        if self == ScheduleKind::ZbH1 {
+            0.5
+        } else {
+            0.0
+        }
+    }
+
     /// Whether the schedule rebuilds a rank's recomputed chunk before its backward as one
     /// instruction with its own memory (scp), rather than layer by layer inside it.
     pub fn rebuilds_before_backward(self) -> bool {
