@@ -83,8 +83,9 @@ impl ScheduleKind {
     /// The share of the backward that is deferred as a separate weight-gradient pass when
     /// only the backward's total is known: half under ZB-H1, none otherwise. A linear
     /// layer's backward is two GEMMs of its forward's size, the input gradient and the
-    /// weight gradient (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", §2.1, which
-    /// takes T_B = T_W), so a transformer's weight pass is half its backward. The cost model
+    /// weight gradient (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", whose handcrafted
+    /// schedules take T_F = T_B = T_W), so a transformer's weight pass is half its backward.
+    /// The cost model
     /// times the two passes from the GEMMs instead.
     pub fn default_weight_share(self) -> f64 {
         if self == ScheduleKind::ZbH1 {
