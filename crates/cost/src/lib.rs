@@ -21,6 +21,7 @@ pub mod estimate;
 pub mod layer;
 pub mod pipeline;
 pub mod profile;
+pub mod scenario;
 
 pub use device::DeviceModel;
 pub use estimate::{
@@ -28,3 +29,4 @@ pub use estimate::{
     Breakdown, Estimate, LayerReport, MemoryBreakdown, StageEstimate,
 };
 pub use profile::{Profile, ProfileError};
+pub use scenario::{Scenario, ShapeKey};

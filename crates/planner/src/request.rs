@@ -61,6 +61,12 @@ impl<'a> Request<'a> {
     }
 
     /// What the layout search reads of this request.
+    /// The cost model's scenario of this request (its layer-cost memo starts empty): one per
+    /// search, shared by the screening, the layouts and the simulations.
+    pub fn scenario(&self) -> plait_cost::Scenario<'a> {
+        plait_cost::Scenario::new(self.model, self.cluster, self.train, self.device)
+    }
+
     pub fn layout_inputs(&self) -> LayoutInputs<'a> {
         LayoutInputs {
             model: self.model,

@@ -8,18 +8,15 @@
 //! that order, and ties are broken by the enumeration index, so the plan does not depend
 //! on the thread count.
 
-use std::collections::HashMap;
-
 use rayon::prelude::*;
 
-use plait_cost::estimate::{estimate_from_costs, layer_costs, policy_recompute, LayerCosts};
-use plait_cost::layer::Workload;
-use plait_cost::{comm::Groups, Estimate};
+use plait_cost::estimate::{estimate_from_costs, policy_recompute};
+use plait_cost::{Estimate, Scenario, ShapeKey};
 use plait_spec::{ModelSpec, ParallelConfig, Recompute, Schedule, StageMap, TrainSpec};
 
 use crate::export::Layout;
 use crate::layout::{fit_recompute, partition_blocks, state_bytes, state_bytes_per_param};
-use crate::simulate::simulate_mapped;
+use crate::simulate::simulate_in;
 use crate::{Plan, PlanError};
 
 mod divisors;
@@ -86,28 +83,6 @@ pub struct Outcome {
     pub plans: Vec<Plan>,
     pub search: SearchStats,
     pub infeasible: Option<Infeasible>,
-}
-
-/// Key of the layer-cost cache: the configuration with the knobs a layer's cost does not
-/// depend on (dp, pp, vp, ZeRO, schedule) reset and the recompute policy costed; every
-/// other knob (tp, cp, ep, mbs, sp — and any knob added to `plait_spec::Parallel`) tells
-/// shapes apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) struct ShapeKey(ParallelConfig);
-
-impl ShapeKey {
-    pub(super) fn of(c: &ParallelConfig, recompute: Recompute) -> Self {
-        let d = ParallelConfig::default();
-        ShapeKey(ParallelConfig {
-            dp: d.dp,
-            pp: d.pp,
-            vp: d.vp,
-            zero: d.zero,
-            schedule: d.schedule,
-            recompute,
-            ..*c
-        })
-    }
 }
 
 /// The configurations of `c` with knob `set` at each value of `all` that `pin` allows, in
@@ -364,24 +339,20 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
     stats.pruned = configs.len() - hopeful.len();
 
     // Layer costs per shape (they depend on tp, cp, ep, mbs, sp and the recompute policy
-    // only), computed once, in parallel, and shared.
-    let mut shapes: Vec<(ShapeKey, ParallelConfig)> = hopeful
+    // only), computed once, in parallel, into the scenario's memo that the screening, the
+    // layouts and the simulations below all read.
+    let scenario = req.scenario();
+    let mut shapes: Vec<(ShapeKey, ParallelConfig, Recompute)> = hopeful
         .iter()
         .flat_map(|(_, c)| {
-            [policy_recompute(c.recompute), Recompute::Full]
-                .map(|r| (ShapeKey::of(c, r), ParallelConfig { recompute: r, ..*c }))
+            [policy_recompute(c.recompute), Recompute::Full].map(|r| (ShapeKey::of(c, r), *c, r))
         })
         .collect();
     let mut seen = std::collections::HashSet::new();
-    shapes.retain(|(k, _)| seen.insert(*k));
-    let cache: HashMap<ShapeKey, LayerCosts> = shapes
-        .par_iter()
-        .map(|(k, cfg)| {
-            let g = Groups::new(req.cluster, cfg);
-            let w = Workload::new(cfg, req.train);
-            (*k, layer_costs(req.model, req.device, &g, &w))
-        })
-        .collect();
+    shapes.retain(|(k, _, _)| seen.insert(*k));
+    shapes.par_iter().for_each(|(_, c, r)| {
+        scenario.layer_costs(c, *r);
+    });
 
     let done = std::sync::atomic::AtomicUsize::new(0);
     let total = hopeful.len();
@@ -392,7 +363,7 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
             if n.is_multiple_of(4096) {
                 progress(n, total);
             }
-            screen(req, &cache, index, c)
+            screen(req, &scenario, index, c)
         })
         .collect();
     progress(total, total);
@@ -418,8 +389,10 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
     let batch = req.simulate.max(req.top);
     let mut plans: Vec<(usize, Plan)> = Vec::new();
     for group in fits.chunks(batch) {
-        let refined: Vec<Result<Option<(usize, Plan)>, PlanError>> =
-            group.par_iter().map(|s| refine(req, &cache, s)).collect();
+        let refined: Vec<Result<Option<(usize, Plan)>, PlanError>> = group
+            .par_iter()
+            .map(|s| refine(req, &scenario, s))
+            .collect();
         stats.simulated += refined.len();
         for r in refined {
             if let Some(p) = r? {
@@ -459,13 +432,13 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
 /// filter refuses it.
 fn refine(
     req: &Request,
-    cache: &HashMap<ShapeKey, LayerCosts>,
+    scenario: &Scenario,
     s: &Screened,
 ) -> Result<Option<(usize, Plan)>, PlanError> {
     let own = s.map(req.model.layers);
     let partitioned = partition_blocks(
         &req.layout_inputs(),
-        &cache_for(cache, &s.config),
+        &scenario.policy_and_full(&s.config),
         &s.config,
         &own,
     )
@@ -474,14 +447,7 @@ fn refine(
         if !allowed(req, &s.config, Some(&map)) {
             continue;
         }
-        let sim = simulate_mapped(
-            req.model,
-            req.cluster,
-            req.train,
-            &s.config,
-            req.device,
-            &map,
-        )?;
+        let sim = simulate_in(scenario, &s.config, &map)?;
         if sim.estimate.fits {
             return Ok(Some((
                 s.index,
@@ -500,27 +466,16 @@ fn refine(
     Ok(None)
 }
 
-/// The (policy, full) layer costs of `c` from the cache.
-fn cache_for(
-    cache: &HashMap<ShapeKey, LayerCosts>,
-    c: &ParallelConfig,
-) -> (LayerCosts, LayerCosts) {
-    (
-        cache[&ShapeKey::of(c, policy_recompute(c.recompute))],
-        cache[&ShapeKey::of(c, Recompute::Full)],
-    )
-}
-
 /// Estimates `c` with the even layout; when some stage does not fit under a none or
 /// selective policy, also with the fewest fully recomputed blocks per stage that fit.
 /// Returns the number of estimates made and the candidates worth keeping.
 fn screen(
     req: &Request,
-    cache: &HashMap<ShapeKey, LayerCosts>,
+    scenario: &Scenario,
     index: usize,
     c: ParallelConfig,
 ) -> (usize, Option<Screened>) {
-    let (policy, full) = cache_for(cache, &c);
+    let (policy, full) = scenario.policy_and_full(&c);
     let map = StageMap::uniform(req.model.layers, &c);
     let est = |map: &StageMap| {
         estimate_from_costs(

@@ -5,10 +5,10 @@
 //! This is the bridge between `plait-cost` (which knows layers, not schedules) and
 //! `plait-schedule` (which knows schedules, not layers).
 
-use plait_cost::estimate::{grad_bucket_params, layer_costs, policy_recompute, LayerCosts};
-use plait_cost::layer::{LayerCost, Workload};
+use plait_cost::estimate::{grad_bucket_params, LayerCosts};
+use plait_cost::layer::LayerCost;
 use plait_cost::pipeline::WEIGHT_GRAD_INPUT_SHARE;
-use plait_cost::{comm::Groups, DeviceModel, Estimate};
+use plait_cost::{DeviceModel, Estimate, Scenario};
 use plait_schedule::{
     generate, simulate, validate, ChunkCosts, Costs, Op, RankCosts, Schedule, Simulation, Stream,
 };
@@ -31,24 +31,15 @@ pub struct Simulated {
 /// Per-instruction costs of `c` on every rank and chunk, from the cost model. `estimate` is
 /// the analytic estimate of the same configuration and map (its per-stage memory,
 /// reductions and optimizer times).
-#[allow(clippy::too_many_arguments)]
 pub fn costs(
-    m: &ModelSpec,
-    cluster: &ClusterSpec,
-    t: &TrainSpec,
+    scenario: &Scenario,
     c: &ParallelConfig,
-    d: &DeviceModel,
     estimate: &Estimate,
     map: &StageMap,
 ) -> Costs {
-    let g = Groups::new(cluster, c);
-    let with = |recompute: Recompute| {
-        let w = Workload::new(&ParallelConfig { recompute, ..*c }, t);
-        layer_costs(m, d, &g, &w)
-    };
-    let policy = with(policy_recompute(c.recompute));
-    let full = with(Recompute::Full);
-    let kept = with(Recompute::None);
+    let (m, t) = (scenario.model, scenario.train);
+    let (policy, full) = scenario.policy_and_full(c);
+    let kept = scenario.layer_costs(c, Recompute::None);
     let (p, v) = (c.pp, c.vp);
     let ranks = (0..p)
         .map(|r| {
@@ -206,11 +197,21 @@ pub fn simulate_mapped(
     d: &DeviceModel,
     map: &StageMap,
 ) -> Result<Simulated, PlanError> {
-    let closed_form = plait_cost::estimate_mapped(m, cluster, t, c, d, map)?;
+    simulate_in(&Scenario::new(m, cluster, t, d), c, map)
+}
+
+/// As [`simulate_mapped`], with the layer costs of `scenario`'s memo (the search's).
+pub fn simulate_in(
+    scenario: &Scenario,
+    c: &ParallelConfig,
+    map: &StageMap,
+) -> Result<Simulated, PlanError> {
+    let t = scenario.train;
+    let closed_form = scenario.estimate(c, map)?;
     let spec = plait_spec::schedule_spec(c, t, map)?;
     let schedule = generate(&spec)?;
     validate(&schedule)?;
-    let costs = costs(m, cluster, t, c, d, &closed_form, map);
+    let costs = costs(scenario, c, &closed_form, map);
     let simulation = simulate(&schedule, &costs)?;
     let estimate = refine(&closed_form, &simulation, t);
     Ok(Simulated {

@@ -276,14 +276,29 @@ fn estimate_checked(
     map: &StageMap,
 ) -> Estimate {
     let g = Groups::new(cluster, c);
+    let costs = |recompute: Recompute, level: usize| {
+        let w = Workload::new(&ParallelConfig { recompute, ..*c }, t).at_level(level);
+        layer_costs(m, d, &g, &w)
+    };
+    estimate_banded(m, cluster, t, c, d, map, &costs)
+}
+
+/// The estimate with its band of a validated configuration and map, its layer costs asked
+/// of `costs(recompute, level)` (computed here, or memoised by [`crate::Scenario`]).
+pub(crate) fn estimate_banded(
+    m: &ModelSpec,
+    cluster: &ClusterSpec,
+    t: &TrainSpec,
+    c: &ParallelConfig,
+    d: &DeviceModel,
+    map: &StageMap,
+    costs: &dyn Fn(Recompute, usize) -> LayerCosts,
+) -> Estimate {
+    let g = Groups::new(cluster, c);
     let at_level = |level: usize| {
-        let costs = |recompute: Recompute| {
-            let w = Workload::new(&ParallelConfig { recompute, ..*c }, t).at_level(level);
-            layer_costs(m, d, &g, &w)
-        };
-        let policy = costs(policy_recompute(c.recompute));
+        let policy = costs(policy_recompute(c.recompute), level);
         let full = if map.recompute_blocks.iter().any(|&x| x > 0) {
-            costs(Recompute::Full)
+            costs(Recompute::Full, level)
         } else {
             policy
         };

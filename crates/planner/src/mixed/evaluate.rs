@@ -271,7 +271,10 @@ pub fn simulate_mixed(
     let per_group: Vec<Costs> = ctxs
         .iter()
         .zip(&ests)
-        .map(|(x, e)| crate::simulate::costs(req.model, x.cluster, req.train, c, x.device, e, map))
+        .map(|(x, e)| {
+            let scenario = plait_cost::Scenario::new(req.model, x.cluster, req.train, x.device);
+            crate::simulate::costs(&scenario, c, e, map)
+        })
         .collect();
     let cross = crossings(&groups);
     let ranks = groups

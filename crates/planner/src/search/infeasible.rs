@@ -2,19 +2,15 @@
 //! needs, and the smallest GPU count with a plan (every count some well-formed configuration
 //! occupies up to 2^20, in increasing order).
 
-use std::collections::HashMap;
-
 use rayon::prelude::*;
 
-use plait_cost::comm::Groups;
-use plait_cost::estimate::{estimate_from_costs, layer_costs, LayerCosts};
-use plait_cost::layer::Workload;
+use plait_cost::estimate::estimate_from_costs;
+use plait_cost::Scenario;
 use plait_spec::{StageMap, GIB};
 
 use super::divisors::divisors;
 use super::{
-    enumerate, model_state_lower_bound, Cause, Infeasible, Pins, Request, Screened, ShapeKey,
-    MIN_CP_TOKENS,
+    enumerate, model_state_lower_bound, Cause, Infeasible, Pins, Request, Screened, MIN_CP_TOKENS,
 };
 
 /// The answer when the pins leave no well-formed configuration at all.
@@ -201,11 +197,12 @@ fn state_floor(req: &Request, from: u64) -> u64 {
 }
 
 /// Whether some configuration of a GPU count fits by the analytic estimate with its even
-/// layout, under `req`'s pins but any dp; layer costs are shared across the counts tried.
+/// layout, under `req`'s pins but any dp; layer costs come from one scenario's memo shared
+/// across the counts tried.
 struct FitProbe<'a> {
     req: &'a Request<'a>,
     capacity: f64,
-    cache: std::sync::Mutex<HashMap<ShapeKey, LayerCosts>>,
+    scenario: Scenario<'a>,
 }
 
 impl<'a> FitProbe<'a> {
@@ -213,7 +210,7 @@ impl<'a> FitProbe<'a> {
         FitProbe {
             req,
             capacity: req.cluster.gpu.memory_bytes - req.cluster.memory_reserve_bytes,
-            cache: Default::default(),
+            scenario: req.scenario(),
         }
     }
 
@@ -233,25 +230,12 @@ impl<'a> FitProbe<'a> {
             if model_state_lower_bound(r.model, r.train, c) > self.capacity {
                 return false;
             }
-            let key = ShapeKey::of(c, c.recompute);
-            let known = self
-                .cache
-                .lock()
-                .map(|m| m.get(&key).copied())
-                .ok()
-                .flatten();
-            let policy = known.unwrap_or_else(|| {
-                let g = Groups::new(r.cluster, c);
-                let w = Workload::new(c, r.train);
-                let costs = layer_costs(r.model, r.device, &g, &w);
-                if let Ok(mut m) = self.cache.lock() {
-                    m.insert(key, costs);
-                }
-                costs
-            });
+            // The configuration's own policy for every block, as the even layout of a
+            // fully recomputed configuration lists every block anyway.
+            let costs = self.scenario.layer_costs(c, c.recompute);
             let map = StageMap::uniform(r.model.layers, c);
             estimate_from_costs(
-                r.model, r.cluster, r.train, c, r.device, &policy, &policy, &map,
+                r.model, r.cluster, r.train, c, r.device, &costs, &costs, &map,
             )
             .fits
         })

@@ -1,0 +1,144 @@
+//! One training scenario (model, cluster, train spec, device model) costed for many
+//! configurations: the cost model's entry point for callers that ask about more than one,
+//! the planner's search and its simulation bridge. Layer costs are memoised by the knobs
+//! they depend on ([`ShapeKey`]) and the assumption level, so each shape is costed once
+//! however many configurations, layouts or callers ask for it.
+//!
+//! Knows what a layer's cost depends on; knows nothing of search order or schedules.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use plait_spec::{
+    ClusterSpec, ModelSpec, ParallelConfig, Recompute, SpecError, StageMap, TrainSpec,
+};
+
+use crate::comm::Groups;
+use crate::estimate::{
+    estimate_banded, estimate_from_costs, layer_costs, policy_recompute, LayerCosts,
+};
+use crate::layer::Workload;
+use crate::{DeviceModel, Estimate};
+
+/// The central assumption level of [`Workload::at_level`] (0 optimistic, 2 pessimistic).
+const CENTRAL: usize = 1;
+
+/// Key of the layer-cost memo: the configuration with the knobs a layer's cost does not
+/// depend on (dp, pp, vp, ZeRO, schedule) reset and the recompute policy costed; every
+/// other knob (tp, cp, ep, mbs, sp — and any knob added to `plait_spec::Parallel`) tells
+/// shapes apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ShapeKey(ParallelConfig);
+
+impl ShapeKey {
+    pub fn of(c: &ParallelConfig, recompute: Recompute) -> Self {
+        let d = ParallelConfig::default();
+        ShapeKey(ParallelConfig {
+            dp: d.dp,
+            pp: d.pp,
+            vp: d.vp,
+            zero: d.zero,
+            schedule: d.schedule,
+            recompute,
+            ..*c
+        })
+    }
+}
+
+/// A model trained on a cluster under a train spec, with the device model of its dtype.
+pub struct Scenario<'a> {
+    pub model: &'a ModelSpec,
+    pub cluster: &'a ClusterSpec,
+    pub train: &'a TrainSpec,
+    pub device: &'a DeviceModel,
+    memo: RwLock<HashMap<(ShapeKey, usize), LayerCosts>>,
+}
+
+impl<'a> Scenario<'a> {
+    pub fn new(
+        model: &'a ModelSpec,
+        cluster: &'a ClusterSpec,
+        train: &'a TrainSpec,
+        device: &'a DeviceModel,
+    ) -> Self {
+        Scenario {
+            model,
+            cluster,
+            train,
+            device,
+            memo: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// Layer costs of `c` with `recompute`, at assumption `level`; memoised.
+    pub fn layer_costs_at(
+        &self,
+        c: &ParallelConfig,
+        recompute: Recompute,
+        level: usize,
+    ) -> LayerCosts {
+        let key = (ShapeKey::of(c, recompute), level);
+        if let Some(known) = self.memo.read().ok().and_then(|m| m.get(&key).copied()) {
+            return known;
+        }
+        let cfg = ParallelConfig { recompute, ..*c };
+        let g = Groups::new(self.cluster, &cfg);
+        let w = Workload::new(&cfg, self.train).at_level(level);
+        let costs = layer_costs(self.model, self.device, &g, &w);
+        if let Ok(mut m) = self.memo.write() {
+            m.insert(key, costs);
+        }
+        costs
+    }
+
+    /// Layer costs of `c` with `recompute` at the central assumptions; memoised.
+    pub fn layer_costs(&self, c: &ParallelConfig, recompute: Recompute) -> LayerCosts {
+        self.layer_costs_at(c, recompute, CENTRAL)
+    }
+
+    /// `c`'s layer costs under its recompute policy ([`policy_recompute`]) and under full
+    /// recompute, at the central assumptions.
+    pub fn policy_and_full(&self, c: &ParallelConfig) -> (LayerCosts, LayerCosts) {
+        (
+            self.layer_costs(c, policy_recompute(c.recompute)),
+            self.layer_costs(c, Recompute::Full),
+        )
+    }
+
+    /// The central estimate of `c` laid out by `map`, without its band: what a search
+    /// screens with. The caller has validated `c` and `map`.
+    pub fn screen(&self, c: &ParallelConfig, map: &StageMap) -> Estimate {
+        let (policy, full) = self.policy_and_full(c);
+        estimate_from_costs(
+            self.model,
+            self.cluster,
+            self.train,
+            c,
+            self.device,
+            &policy,
+            &full,
+            map,
+        )
+    }
+
+    /// The estimate of `c` laid out by `map`, with its band (as
+    /// [`crate::estimate_mapped`]); an error for a malformed configuration or map.
+    pub fn estimate(&self, c: &ParallelConfig, map: &StageMap) -> Result<Estimate, SpecError> {
+        c.validate(self.model, self.train, c.gpus())?;
+        map.validate(self.model.layers, c)?;
+        Ok(estimate_banded(
+            self.model,
+            self.cluster,
+            self.train,
+            c,
+            self.device,
+            map,
+            &|recompute, level| self.layer_costs_at(c, recompute, level),
+        ))
+    }
+
+    /// Shapes costed so far (all levels).
+    pub fn memoised(&self) -> usize {
+        self.memo.read().map_or(0, |m| m.len())
+    }
+}
