@@ -304,27 +304,49 @@ fn smallest_gpu_count_is_exact() {
 /// nearest counts that have a plan, and no per-GPU memory figure rounded to nothing.
 #[test]
 fn an_unoccupiable_gpu_count_gets_the_nearest_counts_with_a_plan() {
-    let args = ["plan", "--model", "llama2-7b", "--gpus", "9223372036854775807"];
+    let args = [
+        "plan",
+        "--model",
+        "llama2-7b",
+        "--gpus",
+        "9223372036854775807",
+    ];
     let (code, out, err) = plait(&args);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("no well-formed configuration"), "{out}");
     assert!(!out.contains("0.0 GiB"), "{out}");
-    assert!(out.contains("the largest GPU count up to 2^20 with a plan is "), "{out}");
+    assert!(
+        out.contains("the largest GPU count up to 2^20 with a plan is "),
+        "{out}"
+    );
     let v = common::json(&[&args[..], &["--json"]].concat());
     let inf = &v["infeasible"];
     assert_eq!(inf["cause"], "no_well_formed_configuration", "{inf}");
-    let below = inf["max_gpus_below"].as_u64().expect("a smaller count has a plan");
+    let below = inf["max_gpus_below"]
+        .as_u64()
+        .expect("a smaller count has a plan");
     // …and there the planner has one.
     let below = below.to_string();
     let at = ["plan", "--json", "--model", "llama2-7b", "--gpus", &below];
-    assert!(!common::json(&at)["plans"].as_array().unwrap().is_empty(), "{at:?}");
+    assert!(
+        !common::json(&at)["plans"].as_array().unwrap().is_empty(),
+        "{at:?}"
+    );
 }
 
 /// An error from the schedule generator is stated once, not once per link of the chain.
 #[test]
 fn schedule_errors_are_stated_once() {
     let (code, _, err) = plait(&[
-        "plan", "--model", "llama2-7b", "--gbs", "4294967296", "--gpus", "16", "--seq", "4096",
+        "plan",
+        "--model",
+        "llama2-7b",
+        "--gbs",
+        "4294967296",
+        "--gpus",
+        "16",
+        "--seq",
+        "4096",
     ]);
     assert_eq!(code, 2, "{err}");
     assert_eq!(err.matches("a schedule supports").count(), 1, "{err}");

@@ -59,4 +59,3 @@ impl From<plait_schedule::SimError> for PlanError {
         PlanError::Simulate(e)
     }
 }
-

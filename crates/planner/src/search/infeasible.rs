@@ -234,7 +234,12 @@ impl<'a> FitProbe<'a> {
                 return false;
             }
             let key = ShapeKey::of(c, c.recompute);
-            let known = self.cache.lock().map(|m| m.get(&key).copied()).ok().flatten();
+            let known = self
+                .cache
+                .lock()
+                .map(|m| m.get(&key).copied())
+                .ok()
+                .flatten();
             let policy = known.unwrap_or_else(|| {
                 let g = Groups::new(r.cluster, c);
                 let w = Workload::new(c, r.train);
