@@ -339,6 +339,21 @@ mod tests {
     }
 
     #[test]
+    fn hybrid_fields_stay_out_of_the_serialised_form_of_other_models() {
+        for name in model_preset_names() {
+            let m = model_preset(name).unwrap();
+            let text = serde_json::to_string(&m).unwrap();
+            let back: ModelSpec = serde_json::from_str(&text).unwrap();
+            assert_eq!(back, m, "{name}");
+            if m.is_hybrid() {
+                assert!(text.contains("\"kind\":\"mamba\""), "{text}");
+            } else {
+                assert!(!text.contains("\"block\"") && !text.contains("mamba"), "{text}");
+            }
+        }
+    }
+
+    #[test]
     fn sc21_sizes_round_to_the_published_figure() {
         let published = [1.7, 3.6, 7.5, 18.4, 39.1, 76.1, 145.6, 310.1, 529.6, 1008.0];
         for ((name, ..), want) in SC21_GPT.iter().zip(published) {
