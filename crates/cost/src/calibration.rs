@@ -370,6 +370,8 @@ pub fn llmfoundry_fsdp(text: &str) -> Result<Table, SpecError> {
             block_runs: Vec::new(),
             mla: None,
             mtp_layers: 0,
+            block: plait_spec::BlockKind::Transformer,
+            mamba: None,
         };
         let sharding = row.str("sharding")?;
         let zero = match sharding {
@@ -541,6 +543,8 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
             block_runs: Vec::new(),
             mla: None,
             mtp_layers: 0,
+            block: plait_spec::BlockKind::Transformer,
+            mamba: None,
             moe: (experts > 0).then(|| MoeSpec {
                 experts,
                 top_k: row.int("top_k").unwrap_or(2),

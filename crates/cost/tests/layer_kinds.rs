@@ -28,11 +28,13 @@ fn runs_of_default_blocks_cost_what_a_uniform_model_costs() {
     let uniform = model_preset("llama3-8b").unwrap();
     let runs = llama_with(vec![
         BlockRun {
+            kind: plait_spec::BlockKind::Transformer,
             count: 10,
             window: None,
             dense_ffn: None,
         },
         BlockRun {
+            kind: plait_spec::BlockKind::Transformer,
             count: 22,
             window: None,
             dense_ffn: None,
@@ -57,11 +59,13 @@ fn each_stage_costs_the_blocks_it_holds() {
     // The first 16 blocks attend over a 512-token window, the last 16 over all 8192.
     let m = llama_with(vec![
         BlockRun {
+            kind: plait_spec::BlockKind::Transformer,
             count: 16,
             window: Some(512),
             dense_ffn: None,
         },
         BlockRun {
+            kind: plait_spec::BlockKind::Transformer,
             count: 16,
             window: None,
             dense_ffn: None,
@@ -78,6 +82,7 @@ fn each_stage_costs_the_blocks_it_holds() {
     );
     // The model's total lies between the all-windowed and the all-full models.
     let all_local = llama_with(vec![BlockRun {
+        kind: plait_spec::BlockKind::Transformer,
         count: 32,
         window: Some(512),
         dense_ffn: None,
@@ -121,11 +126,13 @@ fn dense_blocks_among_moe_ones_hold_their_own_parameters() {
     let mixed = plait_spec::ModelSpec {
         block_runs: vec![
             BlockRun {
+                kind: plait_spec::BlockKind::Transformer,
                 count: 8,
                 window: None,
                 dense_ffn: Some(14336),
             },
             BlockRun {
+                kind: plait_spec::BlockKind::Transformer,
                 count: 24,
                 window: None,
                 dense_ffn: None,

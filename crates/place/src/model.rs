@@ -275,6 +275,20 @@ pub fn problem(
     phase: Phase,
 ) -> Result<(Problem, Vec<LayerFigures>), SpecError> {
     w.check(phase)?;
+    // Each layer here is a transformer block with its KV cache; a hybrid's Mamba-2,
+    // attention-only and MLP-only layers would be priced as such blocks.
+    if model.is_hybrid() {
+        return Err(SpecError::new(
+            "--model",
+            "model",
+            format!(
+                "{} has Mamba-2, attention-only or MLP-only layers, which placement does not \
+                 model (its layers are transformer blocks with a KV cache)",
+                model.name
+            ),
+            "a model of transformer blocks",
+        ));
+    }
     let costs = Costs { m: model, w: *w };
     // Distinct parts → kinds.
     let mut parts: Vec<&Part> = Vec::new();

@@ -7,6 +7,10 @@
 //! * [`partition_blocks`] — a dynamic program over (stage, blocks placed) that minimises
 //!   the bottleneck stage time, each stage under its own memory limit (its in-flight
 //!   micro-batches, its embedding or head), choosing its recompute count on the way.
+//!
+//! Blocks are balanced by the mean block, except in hybrids (Nemotron-H's Mamba-2,
+//! attention-only and MLP-only layers, whose costs differ severalfold): there a stage is
+//! costed by the kinds of the very blocks it would hold.
 
 use plait_cost::estimate::{
     estimate_from_costs, zero3_gather_buffer_bytes, zero_state_bytes_per_param, LayerCosts,
@@ -67,6 +71,9 @@ struct StageModel {
     extra_s: f64,
     /// scp's last stage keeps all activations.
     may_recompute: bool,
+    /// Hybrids: model-state bytes of the anchor's own blocks (its kinds), replaced by those
+    /// of the blocks a layout gives the stage. `None`: blocks are counted as mean blocks.
+    anchor_state_bytes: Option<f64>,
 }
 
 /// What a block costs under the configuration's policy and under full recompute.
@@ -82,12 +89,31 @@ fn pass_s(l: &LayerCost) -> f64 {
 
 impl BlockModel {
     fn new(c: &ParallelConfig, policy: &LayerCosts, full: &LayerCosts) -> Self {
+        Self::of(c, policy.block, full.block)
+    }
+
+    /// The mean of blocks `first..first + count` of `model`, kind by kind.
+    fn of_range(
+        c: &ParallelConfig,
+        (policy, full): (&LayerCosts, &LayerCosts),
+        model: &plait_spec::ModelSpec,
+        first: u64,
+        count: u64,
+    ) -> Self {
+        Self::of(
+            c,
+            LayerCost::weighted_mean(&policy.blocks(model, first, count)),
+            LayerCost::weighted_mean(&full.blocks(model, first, count)),
+        )
+    }
+
+    fn of(c: &ParallelConfig, policy: LayerCost, full: LayerCost) -> Self {
         let dense_shards = (c.dp * c.cp) as f64;
         let expert_shards = dense_shards / c.ep as f64;
-        let b = &policy.block;
+        let b = &policy;
         BlockModel {
-            policy: policy.block,
-            full: full.block,
+            policy,
+            full,
             state_bytes: state_bytes(c.zero, b.params, b.trainable_params, dense_shards)
                 + state_bytes(
                     c.zero,
@@ -129,7 +155,15 @@ impl StageModel {
             inflight: m.inflight_microbatches,
             extra_s: ends(&pass_s) + s.p2p_s,
             may_recompute: !c.schedule.spares_rank(k as u64, p as u64),
+            anchor_state_bytes: None,
         }
+    }
+
+    /// The stage of a hybrid: its anchor's model state counted by the kinds of the
+    /// anchor's own blocks.
+    fn by_kind(mut self, anchor: &BlockModel) -> Self {
+        self.anchor_state_bytes = Some(self.anchor_blocks * anchor.state_bytes);
+        self
     }
 
     /// Peak bytes with `b` blocks of which `x` are fully recomputed.
@@ -142,10 +176,11 @@ impl StageModel {
         } else {
             self.extra_transient_bytes
         };
-        self.anchor_fixed_bytes
-            + (b - self.anchor_blocks) * blk.state_bytes
-            + self.inflight * act
-            + transient
+        let state = match self.anchor_state_bytes {
+            Some(anchor) => b * blk.state_bytes - anchor,
+            None => (b - self.anchor_blocks) * blk.state_bytes,
+        };
+        self.anchor_fixed_bytes + state + self.inflight * act + transient
     }
 
     /// Fewest fully recomputed blocks among `b` that fit `capacity`, or None.
@@ -185,10 +220,19 @@ pub fn fit_recompute(
     let blk = BlockModel::new(c, policy, full);
     let capacity = req.cluster.gpu.memory_bytes;
     let mut out = map.clone();
+    let hybrid = req.model.is_hybrid();
     for k in 0..c.pp as usize {
         let stage = StageModel::new(c, e, map, k, policy);
         let b = map.rank_blocks(k as u64, c.pp);
-        out.recompute_blocks[k] = stage.min_recompute(&blk, b, capacity)?;
+        out.recompute_blocks[k] = if hybrid && c.vp == 1 {
+            // The stage's own blocks, kind by kind (one chunk per rank: blocks are
+            // contiguous from the stages before it).
+            let first: u64 = (0..k as u64).map(|j| map.rank_blocks(j, c.pp)).sum();
+            let own = BlockModel::of_range(c, (policy, full), req.model, first, b);
+            stage.by_kind(&own).min_recompute(&own, b, capacity)?
+        } else {
+            stage.min_recompute(&blk, b, capacity)?
+        };
     }
     if req.shape != MapShape::Any {
         uniform_recompute(c, &mut out);
@@ -238,37 +282,64 @@ pub fn partition_blocks(
     let blk = BlockModel::new(c, policy, full);
     let p = c.pp as usize;
     let layers = req.model.layers as usize;
+    let hybrid = req.model.is_hybrid();
     let stages: Vec<StageModel> = (0..p)
-        .map(|k| StageModel::new(c, &e, map, k, policy))
+        .map(|k| {
+            let s = StageModel::new(c, &e, map, k, policy);
+            if hybrid {
+                let first: u64 = (0..k as u64).map(|j| map.rank_blocks(j, c.pp)).sum();
+                let b = map.rank_blocks(k as u64, c.pp);
+                s.by_kind(&BlockModel::of_range(
+                    c,
+                    (policy, full),
+                    req.model,
+                    first,
+                    b,
+                ))
+            } else {
+                s
+            }
+        })
         .collect();
-    // cost[k][b]: (time, recompute count) of stage k holding b blocks, None if it cannot fit.
+    // (time, recompute count) of stage k holding b blocks, None if it cannot fit.
     let all_full = c.recompute == Recompute::Full;
+    let stage_cost = |s: &StageModel, blk: &BlockModel, b: u64| {
+        let x = if all_full && s.may_recompute {
+            (s.bytes(blk, b as f64, b as f64) <= capacity).then_some(b)?
+        } else {
+            s.min_recompute(blk, b, capacity)?
+        };
+        Some((s.time_s(blk, b, x), x))
+    };
+    // cost[k][b]: by the mean block, the same wherever the stage's blocks start.
     let cost: Vec<Vec<Option<(f64, u64)>>> = stages
         .iter()
         .map(|s| {
             (0..=layers)
-                .map(|b| {
-                    if b == 0 {
-                        return None;
-                    }
-                    let b = b as u64;
-                    let x = if all_full && s.may_recompute {
-                        (s.bytes(&blk, b as f64, b as f64) <= capacity).then_some(b)?
-                    } else {
-                        s.min_recompute(&blk, b, capacity)?
-                    };
-                    Some((s.time_s(&blk, b, x), x))
-                })
+                .map(|b| (b > 0 && !hybrid).then(|| stage_cost(s, &blk, b as u64))?)
                 .collect()
         })
         .collect();
-    let blocks = bottleneck_dp(&cost, layers)?;
+    // A hybrid's stage k holding blocks start..start + b is costed by their kinds.
+    let cost_at = |k: usize, start: usize, b: usize| -> Option<(f64, u64)> {
+        if !hybrid {
+            return cost[k][b];
+        }
+        if b == 0 {
+            return None;
+        }
+        let own = BlockModel::of_range(c, (policy, full), req.model, start as u64, b as u64);
+        stage_cost(&stages[k], &own, b as u64)
+    };
+    let blocks = bottleneck_dp(&cost_at, p, layers)?;
+    let mut start = 0;
+    let mut recompute_blocks = Vec::with_capacity(p);
+    for (k, &b) in blocks.iter().enumerate() {
+        recompute_blocks.push(cost_at(k, start, b).map_or(0, |(_, x)| x));
+        start += b;
+    }
     let mut candidate = StageMap {
-        recompute_blocks: blocks
-            .iter()
-            .enumerate()
-            .map(|(k, &b)| cost[k][b].map_or(0, |(_, x)| x))
-            .collect(),
+        recompute_blocks,
         chunk_blocks: blocks.iter().map(|&b| b as u64).collect(),
     };
     if req.shape != MapShape::Any {
@@ -292,14 +363,18 @@ pub fn partition_blocks(
     (mine.fits && (!e.fits || mine.iteration_time_s < e.iteration_time_s)).then_some(candidate)
 }
 
-/// best[k][s]: the least bottleneck of stages 0..=k holding s blocks. O(p · L²).
-fn bottleneck_dp(cost: &[Vec<Option<(f64, u64)>>], layers: usize) -> Option<Vec<usize>> {
-    let p = cost.len();
+/// best[k][s]: the least bottleneck of stages 0..=k holding s blocks, `cost(k, start, b)`
+/// the (time, recompute count) of stage k holding blocks start..start + b. O(p · L²).
+fn bottleneck_dp(
+    cost: &dyn Fn(usize, usize, usize) -> Option<(f64, u64)>,
+    p: usize,
+    layers: usize,
+) -> Option<Vec<usize>> {
     let inf = f64::INFINITY;
     let mut best = vec![vec![inf; layers + 1]; p];
     let mut choice = vec![vec![0usize; layers + 1]; p];
     for s in 1..=layers {
-        if let Some((t, _)) = cost[0][s] {
+        if let Some((t, _)) = cost(0, 0, s) {
             best[0][s] = t;
             choice[0][s] = s;
         }
@@ -308,7 +383,9 @@ fn bottleneck_dp(cost: &[Vec<Option<(f64, u64)>>], layers: usize) -> Option<Vec<
         // Each later stage needs at least one block.
         for s in (k + 1)..=layers {
             for b in 1..=(s - k) {
-                let Some((t, _)) = cost[k][b] else { continue };
+                let Some((t, _)) = cost(k, s - b, b) else {
+                    continue;
+                };
                 let v = best[k - 1][s - b].max(t);
                 if v < best[k][s] {
                     best[k][s] = v;

@@ -147,11 +147,13 @@ fn models_with_windowed_or_mixed_blocks_are_refused_with_the_reason() {
     let mut k = llama2_7b();
     k.model.block_runs = vec![
         plait_spec::BlockRun {
+            kind: plait_spec::BlockKind::Transformer,
             count: 16,
             window: Some(4096),
             dense_ffn: None,
         },
         plait_spec::BlockRun {
+            kind: plait_spec::BlockKind::Transformer,
             count: 16,
             window: None,
             dense_ffn: None,

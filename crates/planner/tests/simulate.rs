@@ -159,11 +159,13 @@ fn blocks_of_different_kinds_are_simulated_stage_by_stage() {
     let m = plait_spec::ModelSpec {
         block_runs: vec![
             plait_spec::BlockRun {
+                kind: plait_spec::BlockKind::Transformer,
                 count: 16,
                 window: Some(512),
                 dense_ffn: None,
             },
             plait_spec::BlockRun {
+                kind: plait_spec::BlockKind::Transformer,
                 count: 16,
                 window: None,
                 dense_ffn: None,

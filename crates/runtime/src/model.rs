@@ -157,11 +157,13 @@ pub fn check_model(spec: &ModelSpec, tp: usize, seq: usize) -> Result<()> {
     if spec.mla.is_some()
         || spec.attention_window.is_some()
         || !spec.block_runs.is_empty()
+        || spec.is_hybrid()
+        || spec.activation == Activation::Relu2
         || spec.mtp_layers > 0
     {
         return bad(format!(
-            "{}: latent or sliding-window attention, blocks of different kinds and \
-             multi-token prediction are not supported by the runtime (it builds full-attention \
+            "{}: latent or sliding-window attention, blocks of different kinds (Mamba-2 \
+             hybrids), squared-ReLU MLPs and multi-token prediction are not supported by the runtime (it builds full-attention \
              GPT and LLaMA blocks)",
             spec.name
         ));
@@ -618,6 +620,8 @@ impl StageModel {
         let act = match self.spec.activation {
             // GPT-2's "gelu_new": the tanh approximation (Hendrycks and Gimpel 2016).
             Activation::Gelu => up.gelu()?,
+            // Squared ReLU (refused before a model is built, kept for completeness).
+            Activation::Relu2 => up.relu()?.sqr()?,
             Activation::SwiGlu => {
                 let gate = self.linear(&h2, &format!("{p}.mlp.gate.weight"), None)?;
                 (gate.silu()? * up)?

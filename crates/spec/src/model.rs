@@ -32,6 +32,9 @@ pub enum Norm {
 pub enum Activation {
     Gelu,
     SwiGlu,
+    /// Squared ReLU, not gated: two weight matrices (So et al. 2021, "Primer"; Nemotron-H's
+    /// `mlp_hidden_act = "relu2"`, Megatron-LM `--squared-relu`).
+    Relu2,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,13 +78,178 @@ impl MlaSpec {
     }
 }
 
+/// What one block (one layer of the layer list) holds, each part behind its own pre-norm.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockKind {
+    /// Self-attention and an MLP: a transformer block (every model but the hybrids).
+    #[default]
+    Transformer,
+    /// Self-attention alone (Nemotron-H's `*` layers: pre-norm + attention, no MLP).
+    Attention,
+    /// An MLP alone (Nemotron-H's `-` layers: pre-norm + MLP, no attention).
+    Mlp,
+    /// A Mamba-2 mixer alone (Nemotron-H's `M` layers), shaped by [`ModelSpec::mamba`].
+    Mamba,
+}
+
+impl BlockKind {
+    /// Whether this is the default (serialisation leaves it out, so that the models that
+    /// existed before hybrid blocks keep their serialised form).
+    pub fn is_transformer(&self) -> bool {
+        *self == BlockKind::Transformer
+    }
+    /// Whether the block has self-attention.
+    pub fn has_attention(self) -> bool {
+        matches!(self, BlockKind::Transformer | BlockKind::Attention)
+    }
+    /// Whether the block has an MLP (dense or MoE).
+    pub fn has_mlp(self) -> bool {
+        matches!(self, BlockKind::Transformer | BlockKind::Mlp)
+    }
+    /// Pre-norms of the block: one per part.
+    pub fn norms(self) -> u64 {
+        match self {
+            BlockKind::Transformer => 2,
+            _ => 1,
+        }
+    }
+}
+
+impl BlockKind {
+    /// The kind a symbol of Megatron-LM's `hybrid_override_pattern` names
+    /// (`megatron/core/ssm/mamba_hybrid_layer_allocation.py`: `M` Mamba, `*` attention,
+    /// `-` MLP); `None` for any other symbol (`E`, MoE layers, is not expressible here).
+    pub fn from_pattern_symbol(c: char) -> Option<BlockKind> {
+        match c {
+            'M' => Some(BlockKind::Mamba),
+            '*' => Some(BlockKind::Attention),
+            '-' => Some(BlockKind::Mlp),
+            _ => None,
+        }
+    }
+
+    /// The symbol of this kind in a `hybrid_override_pattern` (`T` for a transformer block,
+    /// which the pattern cannot name).
+    pub fn pattern_symbol(self) -> char {
+        match self {
+            BlockKind::Mamba => 'M',
+            BlockKind::Attention => '*',
+            BlockKind::Mlp => '-',
+            BlockKind::Transformer => 'T',
+        }
+    }
+}
+
+/// The block runs of a `hybrid_override_pattern` (one symbol per layer), run-length
+/// encoded; `Err((position, symbol))` at the first symbol that names no kind.
+pub fn runs_from_pattern(pattern: &str) -> std::result::Result<Vec<BlockRun>, (usize, char)> {
+    let mut runs: Vec<BlockRun> = Vec::new();
+    for (i, c) in pattern.chars().enumerate() {
+        let kind = BlockKind::from_pattern_symbol(c).ok_or((i, c))?;
+        match runs.last_mut() {
+            Some(r) if r.kind == kind => r.count += 1,
+            _ => runs.push(BlockRun {
+                count: 1,
+                kind,
+                window: None,
+                dense_ffn: None,
+            }),
+        }
+    }
+    Ok(runs)
+}
+
+/// Chunk length Q of the SSD scan when a config does not give one: Megatron-LM's
+/// `MambaMixer` default (`megatron/core/ssm/mamba_mixer.py`, `chunk_size=128`), which
+/// Nemotron-H trains with.
+pub const DEFAULT_MAMBA_CHUNK: u64 = 128;
+
+fn default_mamba_chunk() -> u64 {
+    DEFAULT_MAMBA_CHUNK
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// A Mamba-2 mixer (Dao & Gu 2024, "Transformers are SSMs", §7 the Mamba-2 block) as
+/// Megatron-LM's `MambaMixer` and transformers' `NemotronHMamba2Mixer` build it: one input
+/// projection to [z, x, B, C, dt], a causal depthwise conv1d over [x, B, C], the SSD scan
+/// with per-head A, D and dt bias, a gated RMSNorm over d_inner and the output projection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MambaSpec {
+    /// SSM heads (`mamba_num_heads`).
+    pub heads: u64,
+    /// Channels per head P (`mamba_head_dim`).
+    pub head_dim: u64,
+    /// State size N (`ssm_state_size`).
+    pub state: u64,
+    /// Groups sharing B and C (`n_groups`).
+    pub groups: u64,
+    /// Kernel width of the causal conv1d (`conv_kernel`).
+    pub conv_kernel: u64,
+    /// Chunk length Q of the SSD algorithm (`chunk_size`).
+    #[serde(default = "default_mamba_chunk")]
+    pub chunk: u64,
+    /// Bias on the conv1d (`use_conv_bias`, default true).
+    #[serde(default = "default_true")]
+    pub conv_bias: bool,
+    /// Bias on the in and out projections (`use_bias`, default false).
+    #[serde(default)]
+    pub proj_bias: bool,
+}
+
+impl MambaSpec {
+    /// d_inner = heads × head_dim (= expand × hidden for Nemotron-H).
+    pub fn d_inner(&self) -> u64 {
+        self.heads * self.head_dim
+    }
+    /// Width of the B and C projections together: 2 × groups × state.
+    pub fn bc_width(&self) -> u64 {
+        2 * self.groups * self.state
+    }
+    /// Output width of the input projection: z and x (d_inner each), B and C, dt (one per
+    /// head).
+    pub fn in_proj_width(&self) -> u64 {
+        2 * self.d_inner() + self.bc_width() + self.heads
+    }
+    /// Channels of the depthwise conv1d: x, B and C.
+    pub fn conv_channels(&self) -> u64 {
+        self.d_inner() + self.bc_width()
+    }
+    /// Parameters of one mixer (without the layer's pre-norm): in_proj, conv1d weight (and
+    /// bias), A_log, D and dt_bias (one per head each), the gated RMSNorm weight, out_proj.
+    pub fn params(&self, hidden: u64) -> u64 {
+        let d = self.d_inner();
+        let in_proj = hidden * self.in_proj_width()
+            + if self.proj_bias {
+                self.in_proj_width()
+            } else {
+                0
+            };
+        let conv = self.conv_channels() * self.conv_kernel
+            + if self.conv_bias {
+                self.conv_channels()
+            } else {
+                0
+            };
+        let out_proj = d * hidden + if self.proj_bias { hidden } else { 0 };
+        in_proj + conv + 3 * self.heads + d + out_proj
+    }
+}
+
 /// A run of consecutive blocks that differ from the model's default block in their
-/// attention span or their MLP: sliding-window layers between full-attention ones (Gemma 2
-/// and 3, GPT-OSS), dense layers among MoE ones (DeepSeek's `first_k_dense_replace`,
-/// Llama 4's interleaving).
+/// attention span, their MLP or what they hold: sliding-window layers between
+/// full-attention ones (Gemma 2 and 3, GPT-OSS), dense layers among MoE ones (DeepSeek's
+/// `first_k_dense_replace`, Llama 4's interleaving), Mamba-2, attention-only and MLP-only
+/// layers of a hybrid (Nemotron-H's `hybrid_override_pattern`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct BlockRun {
     pub count: u64,
+    /// What the blocks hold (default: attention and MLP).
+    #[serde(default, skip_serializing_if = "BlockKind::is_transformer")]
+    pub kind: BlockKind,
     /// Sliding-window attention over this many keys (`None`: the model's default span).
     #[serde(default)]
     pub window: Option<u64>,
@@ -90,11 +258,12 @@ pub struct BlockRun {
     pub dense_ffn: Option<u64>,
 }
 
-/// Most distinct block kinds a model may have (sliding/full × dense/MoE).
+/// Most distinct block kinds a model may have (sliding/full × dense/MoE; Nemotron-H's
+/// Mamba-2, attention and MLP layers).
 pub const MAX_BLOCK_KINDS: usize = 4;
 
-/// A block kind's identity: attention window, experts, MLP width.
-type RunKey = (Option<u64>, Option<MoeSpec>, u64);
+/// A block kind's identity: what it holds, attention window, experts, MLP width.
+type RunKey = (BlockKind, Option<u64>, Option<MoeSpec>, u64);
 
 /// A transformer model: everything the planner, cost model and runtime need about its shape.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -158,6 +327,13 @@ pub struct ModelSpec {
     /// the main model), but in memory and time.
     #[serde(default)]
     pub mtp_layers: u64,
+    /// What each block holds when the blocks are alike (with `block_runs`, each run says
+    /// its own). Left out of the serialised form when it is the transformer block.
+    #[serde(default, skip_serializing_if = "BlockKind::is_transformer")]
+    pub block: BlockKind,
+    /// The Mamba-2 mixer of the model's Mamba blocks (`None`: the model has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mamba: Option<MambaSpec>,
 }
 
 /// RoPE base of RoFormer (Su et al. 2021) and the default of transformers and Megatron-LM.
@@ -223,9 +399,16 @@ impl ModelSpec {
     /// What distinguishes a run's blocks: the attention span and the MLP (experts, width).
     fn run_key(&self, run: &BlockRun) -> RunKey {
         let window = run.window.or(self.attention_window);
-        match run.dense_ffn {
-            Some(f) => (window, None, f),
-            None => (window, self.moe, self.ffn_hidden),
+        let (moe, ffn) = match run.dense_ffn {
+            Some(f) => (None, f),
+            None => (self.moe, self.ffn_hidden),
+        };
+        // Only the parts a block holds tell its kind apart.
+        match run.kind {
+            BlockKind::Transformer => (run.kind, window, moe, ffn),
+            BlockKind::Attention => (run.kind, window, None, 0),
+            BlockKind::Mlp => (run.kind, None, moe, ffn),
+            BlockKind::Mamba => (run.kind, None, None, 0),
         }
     }
 
@@ -278,7 +461,45 @@ impl ModelSpec {
             v.moe = None;
             v.ffn_hidden = f;
         }
+        v.block = run.kind;
+        if !run.kind.has_mlp() {
+            v.moe = None;
+        }
         v
+    }
+
+    /// Whether any block is a Mamba-2 mixer.
+    pub fn has_mamba(&self) -> bool {
+        self.block == BlockKind::Mamba
+            || self
+                .block_runs
+                .iter()
+                .any(|r| r.kind == BlockKind::Mamba && r.count > 0)
+    }
+
+    /// The model's `hybrid_override_pattern` (one symbol per block), when it is a hybrid
+    /// whose blocks are all Mamba-2, attention-only or MLP-only.
+    pub fn hybrid_pattern(&self) -> Option<String> {
+        if !self.is_hybrid() {
+            return None;
+        }
+        let kinds: Vec<BlockKind> = if self.block_runs.is_empty() {
+            vec![self.block; self.layers as usize]
+        } else {
+            self.block_runs
+                .iter()
+                .flat_map(|r| std::iter::repeat_n(r.kind, r.count as usize))
+                .collect()
+        };
+        if kinds.iter().any(|k| k.is_transformer()) {
+            return None;
+        }
+        Some(kinds.iter().map(|k| k.pattern_symbol()).collect())
+    }
+
+    /// Whether some block is not a transformer block (a hybrid such as Nemotron-H).
+    pub fn is_hybrid(&self) -> bool {
+        !self.block.is_transformer() || self.block_runs.iter().any(|r| !r.kind.is_transformer())
     }
 
     /// Blocks of each kind (indexed as [`ModelSpec::block_kinds`]) among blocks
@@ -359,7 +580,7 @@ impl ModelSpec {
     /// Weight matrices of one expert's (or the dense) MLP, in units of h × ffn.
     fn mlp_matrices(&self) -> u64 {
         match self.activation {
-            Activation::Gelu => 2,
+            Activation::Gelu | Activation::Relu2 => 2,
             Activation::SwiGlu => 3,
         }
     }
@@ -377,6 +598,9 @@ impl ModelSpec {
     /// Attention parameters of one block (q, k, v, output projection and biases).
     pub fn attention_params(&self) -> u64 {
         let h = self.hidden;
+        if !self.block.has_attention() {
+            return 0;
+        }
         if let Some(mla) = self.mla {
             // q: down to the latent (with its RMSNorm) and up to the heads, or straight up;
             // kv: down to the latent plus the shared RoPE key (with the latent's RMSNorm),
@@ -404,6 +628,9 @@ impl ModelSpec {
 
     /// MLP parameters of one block: dense MLP, or all experts plus the router.
     pub fn mlp_params(&self) -> u64 {
+        if !self.block.has_mlp() {
+            return 0;
+        }
         match self.moe {
             None => self.one_mlp_params(),
             Some(moe) => {
@@ -415,6 +642,9 @@ impl ModelSpec {
 
     /// Parameters of the expert weights of one block (0 for dense models).
     pub fn expert_params(&self) -> u64 {
+        if !self.block.has_mlp() {
+            return 0;
+        }
         match self.moe {
             None => 0,
             Some(moe) => moe.experts * self.one_mlp_params(),
@@ -426,29 +656,57 @@ impl ModelSpec {
     /// biases the architecture has (linear biases, LayerNorm biases), plus the router and
     /// two weights per expert in place of the dense MLP's for MoE blocks.
     pub fn block_param_tensors(&self) -> u64 {
+        let norm_tensors = match self.norm {
+            Norm::LayerNorm => 2,
+            Norm::RmsNorm => 1,
+        };
+        match self.block {
+            BlockKind::Transformer => {}
+            // in_proj, conv1d weight (and bias), A_log, D, dt_bias, the gated norm's weight,
+            // out_proj (and the projections' biases), and the pre-norm.
+            BlockKind::Mamba => {
+                let (conv_bias, proj_bias) = self
+                    .mamba
+                    .map_or((false, false), |m| (m.conv_bias, m.proj_bias));
+                return 7 + u64::from(conv_bias) + 2 * u64::from(proj_bias) + norm_tensors;
+            }
+            // qkv and output (with their biases) and the pre-norm.
+            BlockKind::Attention => {
+                return 2 + u64::from(self.qkv_bias) + u64::from(self.linear_bias) + norm_tensors;
+            }
+            BlockKind::Mlp => {}
+        }
+        let attention = if self.block.has_attention() { 2 } else { 0 };
         let mlp_linears = match self.moe {
             None => 2,
             Some(moe) => 2 * moe.experts + 1,
         };
-        let linears = 2 + mlp_linears;
+        let linears = attention + mlp_linears;
         let mut biases = 0;
-        if self.qkv_bias {
+        if self.qkv_bias && self.block.has_attention() {
             biases += 1;
         }
         if self.linear_bias {
             // output projection and the MLP's (or each expert's) linears
-            biases += 1 + mlp_linears - u64::from(self.moe.is_some());
+            biases += attention / 2 + mlp_linears - u64::from(self.moe.is_some());
         }
-        let norms = match self.norm {
-            Norm::LayerNorm => 4,
-            Norm::RmsNorm => 2,
-        };
-        linears + biases + norms
+        linears + biases + self.block.norms() * norm_tensors
     }
 
-    /// Parameters of one transformer block.
+    /// Parameters of the Mamba-2 mixer of one block (0 for blocks without one).
+    pub fn mixer_params(&self) -> u64 {
+        match (self.block, self.mamba) {
+            (BlockKind::Mamba, Some(mamba)) => mamba.params(self.hidden),
+            _ => 0,
+        }
+    }
+
+    /// Parameters of one block: its attention, MLP or Mamba-2 mixer, and a pre-norm for each.
     pub fn block_params(&self) -> u64 {
-        self.attention_params() + self.mlp_params() + 2 * self.norm_params()
+        self.attention_params()
+            + self.mlp_params()
+            + self.mixer_params()
+            + self.block.norms() * self.norm_params()
     }
 
     /// Parameters of the embedding layer (token, position, token-type, BERT's embedding norm).
@@ -575,7 +833,7 @@ impl ModelSpec {
             }
         };
         let up_width = match self.activation {
-            Activation::Gelu => f,
+            Activation::Gelu | Activation::Relu2 => f,
             Activation::SwiGlu => 2 * f,
         };
         let mlp = [
@@ -598,7 +856,7 @@ impl ModelSpec {
         let shared = self.moe.filter(|m| m.shared_experts > 0).map(|moe| {
             let fs = moe.shared_experts * self.ffn_hidden / t;
             let up = match self.activation {
-                Activation::Gelu => fs,
+                Activation::Gelu | Activation::Relu2 => fs,
                 Activation::SwiGlu => 2 * fs,
             };
             [
@@ -613,6 +871,32 @@ impl ModelSpec {
             router,
             shared,
         }
+    }
+
+    /// Forward GEMMs of a Mamba-2 block's mixer on one GPU for `tokens` tokens: the input
+    /// projection to [z, x, B, C, dt] (column-parallel: heads and groups split over `tp`)
+    /// and the output projection from d_inner (row-parallel), as Megatron-LM's
+    /// `MambaMixer` splits them (`megatron/core/ssm/mamba_mixer.py`: `nheads % tp_size`,
+    /// `ngroups % tp_size`, `d_inner_local_tp = d_inner // tp_size`). `None` for blocks
+    /// without a mixer.
+    pub fn mamba_gemms(&self, tokens: u64, tp: u64) -> Option<[Gemm; 2]> {
+        let mamba = self.mamba.filter(|_| self.block == BlockKind::Mamba)?;
+        Some([
+            Gemm {
+                name: "in_proj",
+                m: tokens,
+                n: mamba.in_proj_width() / tp,
+                k: self.hidden,
+                count: 1,
+            },
+            Gemm {
+                name: "out_proj",
+                m: tokens,
+                n: self.hidden,
+                k: mamba.d_inner() / tp,
+                count: 1,
+            },
+        ])
     }
 
     /// Attention on one GPU: `(heads per GPU, kv heads per GPU, head_dim)`.

@@ -4,7 +4,8 @@
 
 use crate::error::{Result, SpecError};
 use crate::model::{
-    Activation, Family, ModelSpec, MoeSpec, Norm, Positions, DEFAULT_NORM_EPS, DEFAULT_ROPE_THETA,
+    Activation, BlockKind, BlockRun, Family, MambaSpec, ModelSpec, MoeSpec, Norm, Positions,
+    DEFAULT_NORM_EPS, DEFAULT_ROPE_THETA,
 };
 
 /// GPT-style decoder with learned positions, LayerNorm, GELU 4h MLP, biases, tied head.
@@ -43,6 +44,8 @@ pub(crate) fn gpt(
         block_runs: Vec::new(),
         mla: None,
         mtp_layers: 0,
+        block: BlockKind::Transformer,
+        mamba: None,
     }
 }
 
@@ -88,6 +91,8 @@ pub(crate) fn llama(
         block_runs: Vec::new(),
         mla: None,
         mtp_layers: 0,
+        block: BlockKind::Transformer,
+        mamba: None,
     }
 }
 
@@ -113,6 +118,43 @@ pub(crate) fn bert(
         ..gpt(name, hidden, layers, heads, vocab, seq)
     }
 }
+
+/// Nemotron-H hybrid (Megatron-LM's `MambaModel`; NVIDIA, "Nemotron-H", arXiv 2504.03624):
+/// the layers of `pattern` (`M` Mamba-2 mixer, `*` attention, `-` squared-ReLU MLP of
+/// `ffn`, each behind an RMSNorm), grouped-query attention without biases or positional
+/// parameters, an untied head. `None` if the pattern has a symbol other than `M`, `*`, `-`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn nemotron_h(
+    name: &str,
+    hidden: u64,
+    pattern: &str,
+    (heads, kv_heads, head_dim): (u64, u64, u64),
+    ffn: u64,
+    vocab: u64,
+    mamba: MambaSpec,
+) -> Option<ModelSpec> {
+    let runs: Vec<BlockRun> = crate::model::runs_from_pattern(pattern).ok()?;
+    let layers = runs.iter().map(|r| r.count).sum();
+    let (block, block_runs) = match runs.as_slice() {
+        [only] => (only.kind, Vec::new()),
+        _ => (BlockKind::Transformer, runs),
+    };
+    Some(ModelSpec {
+        head_dim,
+        activation: Activation::Relu2,
+        // Nemotron-H's `layer_norm_epsilon` (config.json).
+        norm_eps: 1e-5,
+        block,
+        block_runs,
+        mamba: Some(mamba),
+        ..llama(name, hidden, layers, heads, kv_heads, ffn, vocab, None)
+    })
+}
+
+/// The layer pattern of Nemotron-H-8B (`hybrid_override_pattern` of
+/// nvidia/Nemotron-H-8B-Base-8K's config.json and of Megatron-Bridge's Nemotron-H 8B
+/// provider): 24 Mamba-2, 24 MLP and 4 attention layers.
+pub const NEMOTRON_H_8B_PATTERN: &str = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-";
 
 /// Llama 3's RoPE base (Dubey et al. 2024, §3.2: θ = 500,000).
 fn llama3(m: ModelSpec) -> ModelSpec {
@@ -150,6 +192,7 @@ pub fn model_preset_names() -> Vec<&'static str> {
         "llama3-405b",
         "mixtral-8x7b",
         "bert-large",
+        "nemotron-h-8b",
         "tiny-gpt",
         "tiny-llama",
     ]);
@@ -202,6 +245,30 @@ pub fn model_preset(name: &str) -> Result<ModelSpec> {
                 }),
             )
         },
+        // nvidia/Nemotron-H-8B-Base-8K config.json (and Megatron-Bridge's
+        // `NemotronHModelProvider8B`): hidden 4096, 52 layers of the pattern above, 32 query
+        // and 8 kv heads of 128, MLP 21504 squared ReLU, Mamba-2 with 128 heads of 64
+        // (d_inner 8192 = 2 × 4096), state 128, 8 groups, conv kernel 4, chunk 128,
+        // vocabulary 131072, untied.
+        "nemotron-h-8b" => nemotron_h(
+            "nemotron-h-8b",
+            4096,
+            NEMOTRON_H_8B_PATTERN,
+            (32, 8, 128),
+            21504,
+            131072,
+            MambaSpec {
+                heads: 128,
+                head_dim: 64,
+                state: 128,
+                groups: 8,
+                conv_kernel: 4,
+                chunk: crate::model::DEFAULT_MAMBA_CHUNK,
+                conv_bias: true,
+                proj_bias: false,
+            },
+        )
+        .expect("the Nemotron-H-8B pattern names only M, * and -"),
         // Devlin et al. 2019: BERT-large, 24 layers, h 1024, 16 heads, WordPiece 30,522.
         "bert-large" => bert("bert-large", 1024, 24, 16, 30522, 512),
         // Small models for the CPU runtime (`plait train`): GPT-2's and LLaMA's block
@@ -254,6 +321,36 @@ mod tests {
         check("mixtral-8x7b", 46_702_792_704.0); // "47B total, 13B active"
                                                  // BertModel (with pooler) as released; the paper's "340M" is a rounded figure.
         check("bert-large", 335_141_888.0);
+        // NVIDIA publishes Nemotron-H-8B as "8B" (model card), a rounded figure; by hand
+        // from its config.json: 24 Mamba-2 layers of 4096·18560 (in_proj: 2·8192 + 2·8·128
+        // + 128) + 10240·4 + 10240 (conv1d over 8192 + 2·8·128 channels, bias) + 3·128
+        // (A_log, D, dt_bias) + 8192 (gated norm) + 8192·4096 (out_proj) + 4096 (pre-norm)
+        // = 109,640,064 each; 24 MLP layers of 2·4096·21504 + 4096 = 176,164,864; 4
+        // attention layers of 4096·(4096 + 2·1024) + 4096·4096 + 4096 = 41,947,136;
+        // embedding and untied head 2·131072·4096 and the final norm 4096: in all
+        // 8,100,852,736 — the 8.1 B the Hugging Face page of nvidia/Nemotron-H-8B-Base-8K
+        // shows from the checkpoint (not re-read here).
+        check("nemotron-h-8b", 8_100_852_736.0);
+        assert_eq!(
+            model_preset("nemotron-h-8b").unwrap().parameter_count(),
+            8_100_852_736
+        );
+        check("nemotron-h-8b", 8.1e9);
+    }
+
+    #[test]
+    fn hybrid_fields_stay_out_of_the_serialised_form_of_other_models() {
+        for name in model_preset_names() {
+            let m = model_preset(name).unwrap();
+            let text = serde_json::to_string(&m).unwrap();
+            let back: ModelSpec = serde_json::from_str(&text).unwrap();
+            assert_eq!(back, m, "{name}");
+            if m.is_hybrid() {
+                assert!(text.contains("\"kind\":\"mamba\""), "{text}");
+            } else {
+                assert!(!text.contains("\"block\"") && !text.contains("mamba"), "{text}");
+            }
+        }
     }
 
     #[test]

@@ -286,6 +286,20 @@ pub fn check_tp_split(model: &ModelSpec, tp: u64) -> Result<()> {
             format!("divisors of {}", model.ffn_hidden),
         );
     }
+    // Megatron-LM's `MambaMixer` splits heads and B/C groups over tp
+    // (`megatron/core/ssm/mamba_mixer.py`: `nheads % tp_size`, `ngroups % tp_size`).
+    if let Some(mamba) = model.mamba.filter(|_| model.has_mamba()) {
+        let split = mamba.heads.is_multiple_of(tp) && mamba.groups.is_multiple_of(tp);
+        if !split {
+            return err(
+                format!(
+                    "Mamba-2 layers of {} ({} heads, {} groups) do not split over tp = {tp}",
+                    model.name, mamba.heads, mamba.groups
+                ),
+                format!("common divisors of {} and {}", mamba.heads, mamba.groups),
+            );
+        }
+    }
     Ok(())
 }
 
@@ -413,6 +427,16 @@ impl ParallelConfig {
                 "schedule",
                 "interleaved needs pp ≥ 2".into(),
                 Schedule::allowed(),
+            );
+        }
+        if self.cp > 1 && model.has_mamba() {
+            return err(
+                "cp",
+                format!(
+                    "context parallelism of Mamba-2 layers ({}) is not modelled",
+                    model.name
+                ),
+                "cp = 1 for models with Mamba-2 layers".into(),
             );
         }
         if !train.seq.is_multiple_of(self.cp) {

@@ -1,7 +1,7 @@
 //! `model_from_hf_config` on released `config.json` files (parameter counts against the
 //! published totals) and on broken ones (one-line errors naming the key).
 
-use plait_spec::{model_from_hf_config, Family, ModelSpec, Positions, SpecError};
+use plait_spec::{model_from_hf_config, BlockKind, Family, ModelSpec, Positions, SpecError};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
@@ -653,11 +653,129 @@ fn rope_theta_and_norm_eps_are_read() {
     error(&with(LLAMA2_7B, "rope_theta", json!("big")), "rope_theta");
 }
 
+/// nvidia/Nemotron-H-8B-Base-8K's config.json (the keys plait reads, as released; the
+/// same shape as Megatron-Bridge's Nemotron-H 8B test fixture).
+fn nemotron_h_8b() -> Value {
+    json!({
+        "architectures": ["NemotronHForCausalLM"],
+        "model_type": "nemotron_h",
+        "hidden_size": 4096,
+        "num_hidden_layers": 52,
+        "hybrid_override_pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
+        "intermediate_size": 21504,
+        "mlp_hidden_act": "relu2",
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "attention_head_dim": 128,
+        "attention_bias": false,
+        "mlp_bias": false,
+        "mamba_num_heads": 128,
+        "mamba_head_dim": 64,
+        "ssm_state_size": 128,
+        "n_groups": 8,
+        "conv_kernel": 4,
+        "expand": 2,
+        "chunk_size": 128,
+        "use_conv_bias": true,
+        "use_bias": false,
+        "layer_norm_epsilon": 1e-05,
+        "vocab_size": 131072,
+        "tie_word_embeddings": false
+    })
+}
+
 #[test]
-fn models_plait_cannot_express_are_refused_naming_the_key() {
-    let nemo = json!({"model_type": "nemotron_h", "hybrid_override_pattern": "M-M-M*-"});
-    let e = error(&nemo.to_string(), "hybrid_override_pattern");
-    assert!(e.problem.contains("Mamba-2"), "{e}");
+fn nemotron_h_hybrid_layers_and_parameter_count() {
+    let m = parse(&nemotron_h_8b().to_string(), "nemotron-h-8b/config.json");
+    assert_eq!(m.name, "nemotron-h-8b");
+    // 24 Mamba-2, 24 MLP and 4 attention layers, in the pattern's order.
+    let kinds = m.block_kinds();
+    assert_eq!(
+        kinds.iter().map(|k| k.block).collect::<Vec<_>>(),
+        [BlockKind::Mamba, BlockKind::Mlp, BlockKind::Attention]
+    );
+    assert_eq!(&m.kind_counts(0, 52)[..3], &[24, 24, 4]);
+    assert_eq!(m.kind_counts(6, 2)[..3], [1, 0, 1]); // layers 6 (`M`) and 7 (`*`)
+    assert_eq!(
+        m.hybrid_pattern().as_deref(),
+        Some("M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-")
+    );
+    assert_eq!(m.activation, plait_spec::Activation::Relu2);
+    let mamba = m.mamba.unwrap();
+    assert_eq!((mamba.d_inner(), mamba.in_proj_width()), (8192, 18560));
+    // By hand: a Mamba-2 layer is in_proj 4096·(2·8192 + 2·8·128 + 128) = 76,021,760,
+    // conv1d (8192 + 2·8·128)·4 + 10240 (bias) = 51,200, A_log, D and dt_bias 3·128, the
+    // gated RMSNorm 8192, out_proj 8192·4096 = 33,554,432 and its pre-norm 4096:
+    // 109,640,064; an MLP layer 2·4096·21504 + 4096 = 176,164,864; an attention layer
+    // 4096·(32 + 2·8)·128 + 32·128·4096 + 4096 = 41,947,136; embedding and untied head
+    // 2·131072·4096 = 1,073,741,824 and the final norm 4096. 24·109,640,064 +
+    // 24·176,164,864 + 4·41,947,136 + 1,073,745,920 = 8,100,852,736.
+    assert_eq!(kinds[0].block_params(), 109_640_064);
+    assert_eq!(kinds[1].block_params(), 176_164_864);
+    assert_eq!(kinds[2].block_params(), 41_947_136);
+    assert_eq!(m.parameter_count(), 8_100_852_736);
+    // NVIDIA publishes the model as 8B (model card), which the Hugging Face page of
+    // nvidia/Nemotron-H-8B-Base-8K gives as 8.1 B from the checkpoint: within 1 % of that.
+    let p = m.parameter_count() as f64 / 1e9;
+    assert!((p / 8.1 - 1.0).abs() < 0.01, "{p}");
+    // The preset is the same model.
+    let preset = plait_spec::model_preset("nemotron-h-8b").unwrap();
+    assert_eq!(
+        ModelSpec {
+            name: preset.name.clone(),
+            ..m.clone()
+        },
+        preset
+    );
+}
+
+#[test]
+fn nemotron_h_spellings_defaults_and_errors() {
+    // NVIDIA's remote code spells some Mamba keys with a `mamba_` prefix; without
+    // `mamba_num_heads` the heads follow from expand × hidden / head dim.
+    let mut alt = nemotron_h_8b();
+    let map = alt.as_object_mut().unwrap();
+    for (old, new) in [
+        ("n_groups", "mamba_n_groups"),
+        ("conv_kernel", "mamba_d_conv"),
+        ("chunk_size", "mamba_chunk_size"),
+    ] {
+        let v = map.remove(old).unwrap();
+        map.insert(new.into(), v);
+    }
+    map.remove("mamba_num_heads");
+    let m = parse(&alt.to_string(), "x.json");
+    assert_eq!(m.parameter_count(), 8_100_852_736);
+    // Chunk defaults to Megatron-LM's 128.
+    let m = parse(
+        &with(&nemotron_h_8b().to_string(), "chunk_size", Value::Null),
+        "x.json",
+    );
+    assert_eq!(m.mamba.unwrap().chunk, 128);
+    let base = nemotron_h_8b().to_string();
+    let e = error(
+        &with(&base, "hybrid_override_pattern", json!("MEM*-")),
+        "hybrid_override_pattern",
+    );
+    assert!(e.problem.contains("mixture-of-experts"), "{e}");
+    let e = error(
+        &with(&base, "hybrid_override_pattern", json!("M-M*")),
+        "hybrid_override_pattern",
+    );
+    assert!(e.problem.contains("num_hidden_layers is 52"), "{e}");
+    error(
+        &with(&base, "hybrid_override_pattern", Value::Null),
+        "hybrid_override_pattern",
+    );
+    error(
+        &with(&base, "mlp_hidden_act", json!("silu")),
+        "mlp_hidden_act",
+    );
+    error(&with(&base, "n_groups", json!(3)), "n_groups");
+    error(
+        &with(&base, "ssm_state_size", Value::Null),
+        "ssm_state_size",
+    );
 }
 
 #[test]

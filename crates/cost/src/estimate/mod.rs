@@ -196,7 +196,7 @@ pub fn model_flops(m: &ModelSpec, t: &TrainSpec) -> f64 {
                 None => k.q_width() as f64,
             };
             let mlp_mats = match k.activation {
-                plait_spec::Activation::Gelu => 2.0,
+                plait_spec::Activation::Gelu | plait_spec::Activation::Relu2 => 2.0,
                 plait_spec::Activation::SwiGlu => 3.0,
             };
             let (active_experts, router) = match k.moe {
@@ -206,13 +206,30 @@ pub fn model_flops(m: &ModelSpec, t: &TrainSpec) -> f64 {
                 ),
                 None => (1.0, 0.0),
             };
-            let mlp_weights = active_experts * mlp_mats * h * k.ffn_hidden as f64 + router;
-            let linears = 2.0 * tokens * (attn_weights + mlp_weights);
+            let mlp_weights = if k.block.has_mlp() {
+                active_experts * mlp_mats * h * k.ffn_hidden as f64 + router
+            } else {
+                0.0
+            };
+            // A Mamba-2 mixer: its in_proj and out_proj weights, and the SSD scan's products
+            // (counted as attention's score products are, forward and twice backward).
+            let (mixer_weights, scan) = match (k.block, k.mamba) {
+                (plait_spec::BlockKind::Mamba, Some(mamba)) => (
+                    (mamba.in_proj_width() * m.hidden + mamba.d_inner() * m.hidden) as f64,
+                    tokens * crate::layer::ssd_scan_flops_per_token(&mamba, t.seq as f64),
+                ),
+                _ => (0.0, 0.0),
+            };
+            let linears = 2.0 * tokens * (attn_weights + mlp_weights + mixer_weights);
             // Causal or not, the convention counts every score (as Megatron-LM's formula
             // does), over the packed sample or the sliding window where shorter.
             let span = k.attention_span(t.attention_span());
-            let attention = 4.0 * tokens * span as f64 * score_width;
-            weight_passes * linears + 3.0 * attention
+            let attention = if k.block.has_attention() {
+                4.0 * tokens * span as f64 * score_width
+            } else {
+                0.0
+            };
+            weight_passes * linears + 3.0 * (attention + scan)
         })
         .collect();
     let blocks: f64 = blocks_flops_per_kind

@@ -5,8 +5,8 @@
 //! Knows layers and kernels; knows nothing of pipelines, schedules or optimizers.
 
 use plait_spec::{
-    Activation, AttentionImpl, Gemm, ModelSpec, ParallelConfig, Positions, Recompute, Shard,
-    TrainSpec,
+    Activation, AttentionImpl, BlockKind, Gemm, ModelSpec, ParallelConfig, Positions, Recompute,
+    Shard, TrainSpec,
 };
 
 use crate::comm::Groups;
@@ -14,7 +14,9 @@ use crate::device::{DeviceModel, KERNEL_DISPATCH_S};
 use crate::engine::{contention_per_overlap_s, nccl_channels, EngineProfile};
 
 mod ends;
+mod mamba;
 pub use ends::{embedding_cost, head_cost, mtp_projection_cost};
+pub use mamba::{ssd_scan_flops_per_token, SsdScan};
 
 /// Bytes per parameter of fp32 main-gradient accumulation (read-modify-write of 4 + 4 bytes
 /// in the weight-gradient GEMM epilogue; Megatron-LM `gradient_accumulation_fusion`).
@@ -396,7 +398,16 @@ fn attention_core(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> AttentionCore
 }
 
 /// One transformer block.
+///
+/// A block holds what its kind says ([`plait_spec::BlockKind`]): attention and MLP, or
+/// either half alone (Nemotron-H's `*` and `-` layers: the same kernels, collectives and
+/// saved tensors as that half of a transformer block), or a Mamba-2 mixer
+/// ([`mamba::mamba_block_cost`]).
 pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> LayerCost {
+    if m.block == BlockKind::Mamba {
+        return mamba::mamba_block_cost(m, d, g, w);
+    }
+    let (has_attn, has_mlp) = (m.block.has_attention(), m.block.has_mlp());
     let e = w.e;
     let t = w.tp as f64;
     let h = m.hidden as f64;
@@ -441,82 +452,105 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
     let mut bwd_phase = Phase::default();
 
     // --- attention half ---
-    fwd.stream(d, 2.0 * rep * e); // norm 1
-    bwd.stream(d, 3.0 * rep * e);
     let [qkv, attn_out] = gemms.attn;
+    let core = if has_attn {
+        attention_core(m, d, w)
+    } else {
+        AttentionCore {
+            forward: Kernels::default(),
+            backward: Kernels::default(),
+            internal_bytes: 0.0,
+        }
+    };
     // MLA: the replicated down projection, the RMSNorms of its latents, the kv up projection.
     let mut latent_bytes = 0.0;
-    if let Some([down, kv_up]) = gemms.attn_pre {
-        fwd.gemm(d, &down);
-        latent_bytes = (down.m * down.n) as f64 * e;
-        fwd.stream(d, 2.0 * latent_bytes);
-        bwd.stream(d, 3.0 * latent_bytes);
-        fwd.gemm(d, &kv_up);
+    if has_attn {
+        fwd.stream(d, 2.0 * rep * e); // norm 1
+        bwd.stream(d, 3.0 * rep * e);
+        if let Some([down, kv_up]) = gemms.attn_pre {
+            fwd.gemm(d, &down);
+            latent_bytes = (down.m * down.n) as f64 * e;
+            fwd.stream(d, 2.0 * latent_bytes);
+            bwd.stream(d, 3.0 * latent_bytes);
+            fwd.gemm(d, &kv_up);
+        }
+        fwd.gemm(d, &qkv);
+        if m.positions == Positions::Rotary {
+            let rope = 2.0 * rope_width * tokens * e;
+            fwd.stream(d, rope);
+            bwd.stream(d, rope);
+        }
+        fwd.gpu_s += core.forward.gpu_s;
+        fwd.count += core.forward.count;
+        bwd.gpu_s += core.backward.gpu_s;
+        bwd.count += core.backward.count;
+        fwd.gemm(d, &attn_out);
+        fwd.stream(d, 3.0 * rep * e + dropout_mask); // bias-dropout-add
+        bwd.stream(d, 3.0 * rep * e + dropout_mask);
     }
-    fwd.gemm(d, &qkv);
-    if m.positions == Positions::Rotary {
-        let rope = 2.0 * rope_width * tokens * e;
-        fwd.stream(d, rope);
-        bwd.stream(d, rope);
-    }
-    let core = attention_core(m, d, w);
-    fwd.gpu_s += core.forward.gpu_s;
-    fwd.count += core.forward.count;
-    bwd.gpu_s += core.backward.gpu_s;
-    bwd.count += core.backward.count;
-    fwd.gemm(d, &attn_out);
-    fwd.stream(d, 3.0 * rep * e + dropout_mask); // bias-dropout-add
-    bwd.stream(d, 3.0 * rep * e + dropout_mask);
 
     // --- MLP half ---
-    fwd.stream(d, 2.0 * rep * e); // norm 2
-    bwd.stream(d, 3.0 * rep * e);
     let [up, down] = gemms.mlp;
-    let routed_tokens = tokens * topk * skew;
-    if let Some(router) = gemms.router {
-        fwd.gemm(d, &router);
-        // Permute tokens to experts and back: read + write of routed hidden states, twice.
-        let permute = 2.0 * 2.0 * routed_tokens * h * e;
-        fwd.stream(d, permute);
-        bwd.stream(d, permute);
-        let (rd, rw) = backward_gemms(&router);
-        bwd.gemm(d, &rd);
-        bwd.gemm(d, &rw);
-    }
+    let routed_tokens = if has_mlp { tokens * topk * skew } else { 0.0 };
     let grouped = w.engine.grouped_expert_gemm;
-    fwd.expert_gemm(d, &up, grouped);
-    let (act_fwd, act_bwd) = match (m.activation, w.engine.fused_elementwise) {
-        (Activation::Gelu, _) => (2.0, 3.0),
-        // Fused: read gate and up, write the product; backward reads the gradient and both
-        // inputs, writes two gradients.
-        (Activation::SwiGlu, true) => (3.0, 5.0),
-        // Eager: silu (read, write) then mul (read two, write); backward of mul (read three,
-        // write two) and of silu (read two, write one).
-        (Activation::SwiGlu, false) => (5.0, 8.0),
-    };
-    fwd.stream(d, act_fwd * routed_tokens * f_local * e);
-    bwd.stream(d, act_bwd * routed_tokens * f_local * e);
-    fwd.expert_gemm(d, &down, grouped);
-    // Shared experts: a dense MLP over every token, its output added to the routed ones'.
     let mut shared_f = 0.0;
-    if let Some([s_up, s_down]) = gemms.shared {
-        shared_f = s_down.k as f64;
-        fwd.gemm(d, &s_up);
-        fwd.stream(d, act_fwd * tokens * shared_f * e);
-        bwd.stream(d, act_bwd * tokens * shared_f * e);
-        fwd.gemm(d, &s_down);
-        fwd.stream(d, 3.0 * rep * e);
+    if has_mlp {
+        fwd.stream(d, 2.0 * rep * e); // norm 2
+        bwd.stream(d, 3.0 * rep * e);
+        if let Some(router) = gemms.router {
+            fwd.gemm(d, &router);
+            // Permute tokens to experts and back: read + write of routed hidden states, twice.
+            let permute = 2.0 * 2.0 * routed_tokens * h * e;
+            fwd.stream(d, permute);
+            bwd.stream(d, permute);
+            let (rd, rw) = backward_gemms(&router);
+            bwd.gemm(d, &rd);
+            bwd.gemm(d, &rw);
+        }
+        fwd.expert_gemm(d, &up, grouped);
+        let (act_fwd, act_bwd) = match (m.activation, w.engine.fused_elementwise) {
+            (Activation::Gelu, _) => (2.0, 3.0),
+            // Fused: read gate and up, write the product; backward reads the gradient and both
+            // inputs, writes two gradients.
+            (Activation::SwiGlu, true) => (3.0, 5.0),
+            // Eager: silu (read, write) then mul (read two, write); backward of mul (read three,
+            // write two) and of silu (read two, write one).
+            (Activation::SwiGlu, false) => (5.0, 8.0),
+            // Squared ReLU, unfused in Megatron-LM (`squared_relu`: relu then pow, each a read
+            // and a write); backward: pow's (read gradient and input, write) and relu's.
+            (Activation::Relu2, _) => (4.0, 6.0),
+        };
+        fwd.stream(d, act_fwd * routed_tokens * f_local * e);
+        bwd.stream(d, act_bwd * routed_tokens * f_local * e);
+        fwd.expert_gemm(d, &down, grouped);
+        // Shared experts: a dense MLP over every token, its output added to the routed ones'.
+        if let Some([s_up, s_down]) = gemms.shared {
+            shared_f = s_down.k as f64;
+            fwd.gemm(d, &s_up);
+            fwd.stream(d, act_fwd * tokens * shared_f * e);
+            bwd.stream(d, act_bwd * tokens * shared_f * e);
+            fwd.gemm(d, &s_down);
+            fwd.stream(d, 3.0 * rep * e);
+        }
+        fwd.stream(d, 3.0 * rep * e + dropout_mask);
+        bwd.stream(d, 3.0 * rep * e + dropout_mask);
     }
-    fwd.stream(d, 3.0 * rep * e + dropout_mask);
-    bwd.stream(d, 3.0 * rep * e + dropout_mask);
     // The linears beyond the four of a standard block (MLA's down and kv-up projections,
     // the shared experts), for casts and gradients below.
     let extra_linears: Vec<Gemm> = gemms
         .attn_pre
         .iter()
+        .filter(|_| has_attn)
         .flatten()
-        .chain(gemms.shared.iter().flatten())
+        .chain(gemms.shared.iter().filter(|_| has_mlp).flatten())
         .copied()
+        .collect();
+    // The block's own linears with their place (0 qkv, 1 attention output, 2 fc1, 3 fc2):
+    // those of the halves it holds.
+    let linears: Vec<(usize, Gemm)> = [qkv, attn_out, up, down]
+        .into_iter()
+        .enumerate()
+        .filter(|&(i, _)| if i < 2 { has_attn } else { has_mlp })
         .collect();
 
     if w.low_precision() {
@@ -524,21 +558,18 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
         // block linears (fused into the norm for qkv and fc1 under Transformer Engine) and
         // the output gradients in the backward; weights are cast once per step (optimizer).
         let cast = w.cast_bytes_per_element();
-        let inputs = if w.engine.fp8_cast_fused_into_norm {
-            [attn_out, down]
-                .iter()
-                .chain(&extra_linears)
-                .map(|g| (g.m * g.k * g.count) as f64)
-                .sum::<f64>()
-        } else {
-            [qkv, attn_out, up, down]
-                .iter()
-                .chain(&extra_linears)
-                .map(|g| (g.m * g.k * g.count) as f64)
-                .sum::<f64>()
-        };
-        let output_grads = [qkv, attn_out, up, down]
+        let fused = w.engine.fp8_cast_fused_into_norm;
+        let inputs = linears
             .iter()
+            // Under Transformer Engine the casts of qkv's and fc1's inputs are in the norms.
+            .filter(|(i, _)| !fused || i % 2 == 1)
+            .map(|(_, g)| g)
+            .chain(&extra_linears)
+            .map(|g| (g.m * g.k * g.count) as f64)
+            .sum::<f64>();
+        let output_grads = linears
+            .iter()
+            .map(|(_, g)| g)
             .chain(&extra_linears)
             .map(|g| (g.m * g.n * g.count) as f64)
             .sum::<f64>();
@@ -564,7 +595,7 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
     // Megatron's MoE blocks with tp > 1 (sequence parallelism is then required) gather the
     // expert inputs over tp in the token dispatcher rather than before fc1.
     let moe_dispatch_over_tp = m.moe.is_some() && w.sp && w.tp > 1;
-    for (i, gm) in [qkv, attn_out, up, down].iter().enumerate() {
+    for &(i, ref gm) in &linears {
         let (dg, wg) = backward_gemms(gm);
         let dg_s = expert_gemm_s(d, &dg, grouped);
         let wg_s = if w.lora.is_some() {
@@ -690,10 +721,13 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
             };
             let (dg_proj, _) = backward_gemms(&attn_out);
             let (dg_down, _) = backward_gemms(&down);
-            fwd_phase.tp_comm_s =
-                overlapped(ag, t, gemm(&qkv), 1.0) + overlapped(rs, 4.0, gemm(&attn_out), 16.0);
-            let mut row_parallel = overlapped(ag, t, gemm(&dg_proj), 1.0);
-            if !moe_dispatch_over_tp {
+            let mut row_parallel = 0.0;
+            if has_attn {
+                fwd_phase.tp_comm_s =
+                    overlapped(ag, t, gemm(&qkv), 1.0) + overlapped(rs, 4.0, gemm(&attn_out), 16.0);
+                row_parallel += overlapped(ag, t, gemm(&dg_proj), 1.0);
+            }
+            if has_mlp && !moe_dispatch_over_tp {
                 fwd_phase.tp_comm_s +=
                     overlapped(ag, t, gemm(&up), 1.0) + overlapped(rs, 4.0, gemm(&down), 16.0);
                 row_parallel += overlapped(ag, t, gemm(&dg_down), 1.0);
@@ -701,19 +735,21 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
             bwd_phase.tp_comm_s = row_parallel + column_parallel_exposed;
             fwd.fixed(contention, 0.0);
         } else {
-            // Forward: two all-reduces, or all-gather + reduce-scatter pairs with sp (one
-            // pair, the attention's, in a MoE block whose dispatcher moves the MLP's).
-            let pairs = if moe_dispatch_over_tp { 1.0 } else { 2.0 };
+            // Forward: an all-reduce per half, or all-gather + reduce-scatter pairs with sp
+            // (none for the MLP of a MoE block whose dispatcher moves its tokens).
+            let pairs = f64::from(u8::from(has_attn))
+                + f64::from(u8::from(has_mlp && !moe_dispatch_over_tp));
+            let halves = f64::from(u8::from(has_attn)) + f64::from(u8::from(has_mlp));
             fwd_phase.tp_comm_s = if w.sp {
                 pairs * (ag + rs)
             } else {
-                2.0 * g.tp.all_reduce_s(full_hidden_bytes)
+                halves * g.tp.all_reduce_s(full_hidden_bytes)
             };
             // Backward of the row-parallel outputs: identity without sp, all-gather with sp.
             let row_parallel = if w.sp { pairs * ag } else { 0.0 };
             bwd_phase.tp_comm_s = row_parallel + column_parallel_exposed;
         }
-        if gemms.shared.is_some() {
+        if gemms.shared.is_some() && has_mlp {
             // Megatron's shared experts are a tensor-parallel MLP of their own
             // (`moe/shared_experts.py`, `SharedExpertMLP`): a gather of the
             // sequence-parallel input and a reduce-scatter of the output (an all-reduce
@@ -727,7 +763,7 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
             bwd_phase.tp_comm_s += pair;
         }
     }
-    if g.cp.size > 1 {
+    if g.cp.size > 1 && has_attn {
         // Ring attention: cp − 1 exchanges of the local K and V, overlapped with the
         // attention of the chunk already present; backward also returns dK, dV.
         let kv_bytes = 2.0 * w.mbs * w.seq_local * kv_local * e;
@@ -760,15 +796,27 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
     bwd_phase.compute_s = bwd.time_s() * w.kernel_scale();
 
     // --- activation memory (per micro-batch) ---
-    let attention_saved = match w.attention {
-        // q, k, v inputs of the kernel and its output (also the projection input).
-        AttentionImpl::Flash => (q_local + 2.0 * kv_local) * tokens * e + out_local * tokens * e,
-        // q, k for Q·Kᵀ, v for P·V, and the context (projection input).
-        AttentionImpl::Unfused => (q_local + 2.0 * kv_local) * tokens * e + out_local * tokens * e,
-    } + latent_bytes; // MLA's latents: the up projections' inputs
+    let attention_saved = if has_attn {
+        let core_io = match w.attention {
+            // q, k, v inputs of the kernel and its output (also the projection input).
+            AttentionImpl::Flash => {
+                (q_local + 2.0 * kv_local) * tokens * e + out_local * tokens * e
+            }
+            // q, k for Q·Kᵀ, v for P·V, and the context (projection input).
+            AttentionImpl::Unfused => {
+                (q_local + 2.0 * kv_local) * tokens * e + out_local * tokens * e
+            }
+        };
+        core_io + latent_bytes // MLA's latents: the up projections' inputs
+    } else {
+        0.0
+    };
     let mlp_saved = match m.activation {
-        // fc1 output (GELU input) and GELU output (fc2 input).
-        Activation::Gelu => 2.0 * (routed_tokens * f_local + tokens * shared_f) * e,
+        // fc1 output (GELU input) and GELU output (fc2 input); for squared ReLU, relu's
+        // output (which pow reads again) and pow's (fc2 input).
+        Activation::Gelu | Activation::Relu2 => {
+            2.0 * (routed_tokens * f_local + tokens * shared_f) * e
+        }
         // gate and up outputs, and their product (down input); the shared experts keep
         // the same per element of their width.
         Activation::SwiGlu => 3.0 * (routed_tokens * f_local + tokens * shared_f) * e,
@@ -778,8 +826,10 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
         Some(moe) => tokens * moe.experts as f64 * FP32 + 2.0 * routed_tokens * h * e,
         None => 0.0,
     };
-    // Norm inputs (2), QKV and fc1 inputs (2, sharded with sp), dropout masks.
-    let outside = 4.0 * rep * e + 2.0 * dropout_mask;
+    // Per half it holds: the norm input and the QKV or fc1 input (sharded with sp), the
+    // dropout mask.
+    let halves = f64::from(u8::from(has_attn)) + f64::from(u8::from(has_mlp));
+    let outside = halves * (2.0 * rep * e + dropout_mask);
     let all_saved = outside + attention_saved + core.internal_bytes + mlp_saved + moe_saved;
     // Largest activation-gradient pair alive in the MLP backward (one expert at a time).
     let gradient_pair = 2.0 * routed_tokens * f_local * e / experts_local;

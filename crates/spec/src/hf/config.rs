@@ -160,22 +160,6 @@ impl Config<'_> {
             _ => Ok(default),
         }
     }
-
-    /// The refusal of a recognised `model_type` that `ModelSpec` cannot express exactly,
-    /// naming the first key (present in the file, or the one transformers reads) that
-    /// carries the missing architecture.
-    pub(super) fn refusal(&self, model_type: &str) -> SpecError {
-        // nemotron_h, the one refused type.
-        self.err(
-            "hybrid_override_pattern",
-            format!(
-                "model_type `{model_type}` mixes Mamba-2 mixer, attention and MLP layers; \
-                 plait's layers are all transformer blocks (attention + MLP)"
-            ),
-            "a model made of transformer blocks only (Mamba-2 layers are not expressible \
-             yet)",
-        )
-    }
 }
 
 pub(super) fn int_allowed(max: u64) -> String {

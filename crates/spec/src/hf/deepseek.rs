@@ -65,6 +65,7 @@ impl Config<'_> {
             match runs.last_mut() {
                 Some(r) if r.dense_ffn == dense_ffn => r.count += 1,
                 _ => runs.push(BlockRun {
+                    kind: crate::model::BlockKind::Transformer,
                     count: 1,
                     window: None,
                     dense_ffn,

@@ -4,7 +4,7 @@
 //! This file holds the entry point (`model_from_hf_config`: JSON, `model_type`, dispatch),
 //! the accepted and refused types, the limits, the keys every family reads and the model's
 //! name. `config` holds the typed accessors and error wording, `size` the parameter-count
-//! limit, and `gpt`, `llama` and `deepseek` one family each. Nothing here knows costs,
+//! limit, and `gpt`, `llama`, `deepseek` and `nemotron` one family each. Nothing here knows costs,
 //! GPUs or parallelism: a config becomes a `ModelSpec` and nothing more.
 
 use std::path::Path;
@@ -18,11 +18,12 @@ mod config;
 mod deepseek;
 mod gpt;
 mod llama;
+mod nemotron;
 mod size;
 
 use config::{quote, show, Config};
 /// The `model_type`s this parser understands.
-pub const HF_MODEL_TYPES: [&str; 18] = [
+pub const HF_MODEL_TYPES: [&str; 19] = [
     "gpt2",
     "gpt_neox",
     "llama",
@@ -40,14 +41,9 @@ pub const HF_MODEL_TYPES: [&str; 18] = [
     "deepseek_v2",
     "deepseek_v3",
     "kimi_k2",
+    "nemotron_h",
     "bert",
 ];
-
-/// `model_type`s recognised but refused, each naming the key whose architecture `ModelSpec`
-/// (one block kind repeated, full causal attention of `heads × head_dim` q/k/v/o
-/// projections, one MLP kind) cannot hold exactly.
-pub const HF_REFUSED_MODEL_TYPES: [&str; 4] =
-    ["deepseek_v2", "deepseek_v3", "kimi_k2", "nemotron_h"];
 
 /// Largest accepted dimension (hidden size, heads, vocabulary, …).
 const MAX_DIM: u64 = 1_000_000_000;
@@ -114,6 +110,24 @@ const READ_KEYS: &[&str] = &[
     "ffn_hidden_size",
     "activation",
     "hidden_act",
+    "hybrid_override_pattern",
+    "attention_head_dim",
+    "mlp_hidden_act",
+    "mamba_num_heads",
+    "mamba_head_dim",
+    "ssm_state_size",
+    "n_groups",
+    "mamba_n_groups",
+    "conv_kernel",
+    "mamba_d_conv",
+    "chunk_size",
+    "mamba_chunk_size",
+    "expand",
+    "mamba_expand",
+    "use_conv_bias",
+    "mamba_conv_bias",
+    "use_bias",
+    "mamba_proj_bias",
 ];
 
 /// Parses a Hugging Face `config.json`; `source` (the file name) is used in errors.
@@ -143,6 +157,9 @@ const READ_KEYS: &[&str] = &[
 ///   out. Qwen2's `use_sliding_window` is not read.
 /// - `qwen3_moe` layers listed in `mlp_only_layers`, or off the `decoder_sparse_step`, are
 ///   dense MLPs of `intermediate_size`.
+/// - `nemotron_h`: one layer per symbol of `hybrid_override_pattern` (`M` Mamba-2 mixer,
+///   `*` attention, `-` squared-ReLU MLP), laid out as block runs; MoE layers (`E`) are
+///   refused. The attention layers carry no positional parameters.
 ///
 /// Dimensions above 10^9, more than 10^5 layers, or more than 10^15 parameters in all are
 /// rejected, so that every count `ModelSpec` derives fits in `u64`.
@@ -193,8 +210,8 @@ pub fn model_from_hf_config(text: &str, source: &str) -> Result<ModelSpec> {
         "phi3" | "olmo2" | "gemma2" | "gemma3_text" | "gpt_oss" => cfg.llama(model_type)?,
         "falcon" => cfg.falcon()?,
         "deepseek_v2" | "deepseek_v3" | "kimi_k2" => cfg.deepseek()?,
+        "nemotron_h" => cfg.nemotron_h()?,
         "bert" => cfg.bert()?,
-        refused if HF_REFUSED_MODEL_TYPES.contains(&refused) => return Err(cfg.refusal(refused)),
         other => {
             return Err(cfg.err(
                 "model_type",

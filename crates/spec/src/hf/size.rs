@@ -8,7 +8,7 @@
 use super::config::Config;
 use super::MAX_PARAMS;
 use crate::error::Result;
-use crate::model::{Activation, Family, ModelSpec, Norm, Positions};
+use crate::model::{Activation, BlockKind, Family, ModelSpec, Norm, Positions};
 
 impl Config<'_> {
     /// Rejects a model whose parameter count leaves the range `ModelSpec` can count in,
@@ -32,30 +32,22 @@ impl Config<'_> {
 }
 
 /// `ModelSpec::parameter_count` in `u128`, which cannot overflow for dimensions ≤ 10^9
-/// and layers ≤ 10^5 (the largest product is below 10^33).
+/// and layers ≤ 10^5 (the largest product is below 10^33). Blocks are counted kind by
+/// kind (`block_kinds`, `kind_counts`: counts of blocks, each ≤ 10^5).
 fn parameter_count_u128(s: &ModelSpec) -> u128 {
     let w = |x: u64| u128::from(x);
-    let (h, f, v) = (w(s.hidden), w(s.ffn_hidden), w(s.vocab));
-    let q = w(s.heads) * w(s.head_dim);
-    let kv = w(s.kv_heads) * w(s.head_dim);
+    let (h, v) = (w(s.hidden), w(s.vocab));
     let norm = match s.norm {
         Norm::LayerNorm => 2 * h,
         Norm::RmsNorm => h,
     };
-    let mats = match s.activation {
-        Activation::Gelu => 2,
-        Activation::SwiGlu => 3,
-    };
-    let attn = h * (q + 2 * kv)
-        + if s.qkv_bias { q + 2 * kv } else { 0 }
-        + q * h
-        + if s.linear_bias { h } else { 0 };
-    let one_mlp = mats * h * f + if s.linear_bias { (mats - 1) * f + h } else { 0 };
-    let mlp = match s.moe {
-        None => one_mlp,
-        Some(m) => w(m.experts) * (one_mlp + h),
-    };
-    let block = attn + mlp + 2 * norm;
+    let counts = s.kind_counts(0, s.layers);
+    let blocks: u128 = s
+        .block_kinds()
+        .iter()
+        .zip(counts)
+        .map(|(k, n)| w(n) * block_u128(k, norm))
+        .sum();
     let pos = match s.positions {
         Positions::Learned => w(s.max_positions),
         Positions::Rotary => 0,
@@ -67,7 +59,46 @@ fn parameter_count_u128(s: &ModelSpec) -> u128 {
     } else {
         norm + if s.tied_embeddings { 0 } else { v * h }
     };
-    embedding + w(s.layers) * block + head
+    embedding + blocks + head
+}
+
+/// One block of the uniform model `s` in `u128`: its attention, MLP or Mamba-2 mixer and a
+/// pre-norm (`norm` parameters) for each.
+fn block_u128(s: &ModelSpec, norm: u128) -> u128 {
+    let w = |x: u64| u128::from(x);
+    let (h, f) = (w(s.hidden), w(s.ffn_hidden));
+    let q = w(s.heads) * w(s.head_dim);
+    let kv = w(s.kv_heads) * w(s.head_dim);
+    let mats = match s.activation {
+        Activation::Gelu | Activation::Relu2 => 2,
+        Activation::SwiGlu => 3,
+    };
+    let attn = h * (q + 2 * kv)
+        + if s.qkv_bias { q + 2 * kv } else { 0 }
+        + q * h
+        + if s.linear_bias { h } else { 0 };
+    let one_mlp = mats * h * f + if s.linear_bias { (mats - 1) * f + h } else { 0 };
+    let mlp = match s.moe {
+        None => one_mlp,
+        Some(m) => w(m.experts) * (one_mlp + h),
+    };
+    let mixer = match s.mamba {
+        Some(m) => {
+            let d = w(m.heads) * w(m.head_dim);
+            let bc = 2 * w(m.groups) * w(m.state);
+            let in_w = 2 * d + bc + w(m.heads);
+            let conv = (d + bc) * (w(m.conv_kernel) + u128::from(m.conv_bias));
+            let bias = if m.proj_bias { in_w + h } else { 0 };
+            h * in_w + conv + 3 * w(m.heads) + d + d * h + bias
+        }
+        None => 0,
+    };
+    match s.block {
+        BlockKind::Transformer => attn + mlp + 2 * norm,
+        BlockKind::Attention => attn + norm,
+        BlockKind::Mlp => mlp + norm,
+        BlockKind::Mamba => mixer + norm,
+    }
 }
 
 #[cfg(test)]

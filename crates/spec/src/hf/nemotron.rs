@@ -1,0 +1,175 @@
+//! Nemotron-H (`nemotron_h`): Megatron-LM's hybrid of Mamba-2 mixer, attention and MLP
+//! layers, one layer per symbol of `hybrid_override_pattern`.
+//!
+//! Only which keys this family reads and their transformers defaults live here; the
+//! accessors and error wording are `config`'s, the size limit `size`'s.
+
+use serde_json::Value;
+
+use super::config::{show, Config};
+use super::{MAX_DIM, MAX_LAYERS};
+use crate::error::Result;
+use crate::model::{runs_from_pattern, MambaSpec, ModelSpec, DEFAULT_MAMBA_CHUNK};
+use crate::presets;
+
+impl Config<'_> {
+    /// The first of `keys` present (transformers' `NemotronHConfig` and NVIDIA's remote
+    /// code spell some Mamba keys two ways: `n_groups`/`mamba_n_groups`,
+    /// `conv_kernel`/`mamba_d_conv`, `chunk_size`/`mamba_chunk_size`,
+    /// `use_conv_bias`/`mamba_conv_bias`, `use_bias`/`mamba_proj_bias`); the first key
+    /// when none is.
+    fn first_of<'k>(&self, keys: &[&'k str]) -> &'k str {
+        keys.iter()
+            .copied()
+            .find(|k| self.get(k).is_some())
+            .unwrap_or(keys[0])
+    }
+
+    /// `nemotron_h` (transformers' `NemotronHForCausalLM`): `hybrid_override_pattern` gives
+    /// each layer its kind — `M` a Mamba-2 mixer, `*` grouped-query attention, `-` a
+    /// squared-ReLU MLP of `intermediate_size` — each behind an RMSNorm; an untied head by
+    /// default. The Mamba-2 mixer has `mamba_num_heads` heads of `mamba_head_dim` (or
+    /// `expand × hidden_size / mamba_head_dim` heads without `mamba_num_heads`),
+    /// `ssm_state_size`, `n_groups`, `conv_kernel` and `chunk_size` (default 128,
+    /// Megatron-LM's). MoE layers (`E`, Nemotron 3) are refused.
+    pub(super) fn nemotron_h(&self) -> Result<ModelSpec> {
+        let hidden = self.int("hidden_size", MAX_DIM)?;
+        let layers = self.int("num_hidden_layers", MAX_LAYERS)?;
+        let key = "hybrid_override_pattern";
+        let pattern = match self.get(key) {
+            Some(Value::String(s)) => s.as_str(),
+            Some(v) => {
+                return Err(self.err(
+                    key,
+                    format!("must be a string, got {}", show(v)),
+                    "one symbol per layer: M (Mamba-2), * (attention), - (MLP)",
+                ))
+            }
+            None => {
+                return Err(self.err(
+                    key,
+                    self.missing_problem(key),
+                    "one symbol per layer: M (Mamba-2), * (attention), - (MLP)",
+                ))
+            }
+        };
+        runs_from_pattern(pattern).map_err(|(i, c)| {
+            let problem = if c == 'E' {
+                format!("layer {i} is a mixture-of-experts layer (`E`), not expressible yet")
+            } else {
+                format!("layer {i} has the unknown symbol `{}`", c.escape_debug())
+            };
+            self.err(
+                key,
+                problem,
+                "the symbols M (Mamba-2), * (attention), - (MLP)",
+            )
+        })?;
+        let pattern_layers = pattern.chars().count() as u64;
+        if pattern_layers != layers {
+            return Err(self.err(
+                key,
+                format!("has {pattern_layers} symbols but num_hidden_layers is {layers}"),
+                format!("one symbol per layer ({layers})"),
+            ));
+        }
+        let heads = self.int("num_attention_heads", MAX_DIM)?;
+        let kv_heads = self
+            .opt_int("num_key_value_heads", MAX_DIM)?
+            .unwrap_or(heads);
+        let head_dim_key = self.first_of(&["head_dim", "attention_head_dim"]);
+        let explicit_head_dim = self.opt_int(head_dim_key, MAX_DIM)?;
+        let head_dim = self.head_dim(
+            ("num_attention_heads", heads),
+            ("hidden_size", hidden),
+            explicit_head_dim,
+            true,
+        )?;
+        let ffn = self.int("intermediate_size", MAX_DIM)?;
+        let vocab = self.int("vocab_size", MAX_DIM)?;
+        if let Some(a) = self.get("mlp_hidden_act") {
+            if a.as_str() != Some("relu2") {
+                return Err(self.err(
+                    "mlp_hidden_act",
+                    format!("{} is not expressible", show(a)),
+                    "\"relu2\" (Nemotron-H's squared-ReLU MLP)",
+                ));
+            }
+        }
+        let mamba_head_dim = self.int("mamba_head_dim", MAX_DIM)?;
+        let mamba_heads = match self.opt_int("mamba_num_heads", MAX_DIM)? {
+            Some(n) => n,
+            None => {
+                let expand_key = self.first_of(&["expand", "mamba_expand"]);
+                let expand = self.opt_int(expand_key, MAX_DIM)?.unwrap_or(2);
+                let d_inner = expand.saturating_mul(hidden);
+                if !d_inner.is_multiple_of(mamba_head_dim) {
+                    return Err(self.err(
+                        "mamba_head_dim",
+                        format!("does not divide {expand_key} × hidden_size = {d_inner}"),
+                        format!("a divisor of {d_inner}, or an explicit mamba_num_heads"),
+                    ));
+                }
+                d_inner / mamba_head_dim
+            }
+        };
+        let state = self.int("ssm_state_size", MAX_DIM)?;
+        let groups_key = self.first_of(&["n_groups", "mamba_n_groups"]);
+        let groups = self.opt_int(groups_key, MAX_DIM)?.unwrap_or(8);
+        if !mamba_heads.is_multiple_of(groups) {
+            return Err(self.err(
+                groups_key,
+                format!("{groups} groups do not divide mamba_num_heads = {mamba_heads}"),
+                format!("a divisor of {mamba_heads}"),
+            ));
+        }
+        let conv_key = self.first_of(&["conv_kernel", "mamba_d_conv"]);
+        let chunk_key = self.first_of(&["chunk_size", "mamba_chunk_size"]);
+        let conv_bias_key = self.first_of(&["use_conv_bias", "mamba_conv_bias"]);
+        let proj_bias_key = self.first_of(&["use_bias", "mamba_proj_bias"]);
+        let mamba = MambaSpec {
+            heads: mamba_heads,
+            head_dim: mamba_head_dim,
+            state,
+            groups,
+            conv_kernel: self.opt_int(conv_key, MAX_DIM)?.unwrap_or(4),
+            chunk: self
+                .opt_int(chunk_key, MAX_DIM)?
+                .unwrap_or(DEFAULT_MAMBA_CHUNK),
+            conv_bias: self.flag(conv_bias_key, true)?,
+            proj_bias: self.flag(proj_bias_key, false)?,
+        };
+        let base = presets::nemotron_h(
+            "",
+            hidden,
+            pattern,
+            (heads, kv_heads, head_dim),
+            ffn,
+            vocab,
+            mamba,
+        )
+        .expect("the pattern was checked above");
+        let spec = ModelSpec {
+            qkv_bias: self.flag("attention_bias", false)?,
+            linear_bias: self.flag("mlp_bias", false)?,
+            tied_embeddings: self.flag("tie_word_embeddings", false)?,
+            norm_eps: self.float("layer_norm_epsilon", 1e-5)?,
+            rope_theta: self.rope_theta("rope_theta", crate::model::DEFAULT_ROPE_THETA)?,
+            ..base
+        };
+        self.check_size(
+            &spec,
+            &[
+                ("hidden_size", hidden),
+                ("num_hidden_layers", layers),
+                ("num_attention_heads", heads),
+                ("intermediate_size", ffn),
+                ("vocab_size", vocab),
+                ("mamba_num_heads", mamba_heads),
+                ("mamba_head_dim", mamba_head_dim),
+                ("ssm_state_size", state),
+            ],
+        )?;
+        Ok(spec)
+    }
+}
