@@ -328,14 +328,11 @@ mod tests {
         // = 109,640,064 each; 24 MLP layers of 2·4096·21504 + 4096 = 176,164,864; 4
         // attention layers of 4096·(4096 + 2·1024) + 4096·4096 + 4096 = 41,947,136;
         // embedding and untied head 2·131072·4096 and the final norm 4096: in all
-        // 8,100,852,736 — the 8.1 B the Hugging Face page of nvidia/Nemotron-H-8B-Base-8K
-        // shows from the checkpoint (not re-read here).
-        check("nemotron-h-8b", 8_100_852_736.0);
-        assert_eq!(
-            model_preset("nemotron-h-8b").unwrap().parameter_count(),
-            8_100_852_736
-        );
-        check("nemotron-h-8b", 8.1e9);
+        // 8,100,852,736. The published figure is the rounded "8B", so it is checked by
+        // rounding (as the SC'21 sizes are), the exact count against the sum above.
+        let nemotron = model_preset("nemotron-h-8b").unwrap().parameter_count();
+        assert_eq!(nemotron, 8_100_852_736);
+        assert_eq!((nemotron as f64 / 1e9).round(), 8.0);
     }
 
     #[test]
@@ -348,7 +345,10 @@ mod tests {
             if m.is_hybrid() {
                 assert!(text.contains("\"kind\":\"mamba\""), "{text}");
             } else {
-                assert!(!text.contains("\"block\"") && !text.contains("mamba"), "{text}");
+                assert!(
+                    !text.contains("\"block\"") && !text.contains("mamba"),
+                    "{text}"
+                );
             }
         }
     }
