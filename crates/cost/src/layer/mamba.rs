@@ -209,22 +209,10 @@ pub fn mamba_block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload
         bwd.count += if w.lora.is_some() { 1.0 } else { 2.0 };
         weight_grad_s += wg_s;
         if i == 0 && w.tp > 1 {
-            let pairs = if w.sp {
-                [
-                    (g.tp.all_gather_s(full_hidden_bytes), dg_s),
-                    (g.tp.reduce_scatter_s(full_hidden_bytes), wg_s),
-                ]
-            } else {
-                [(g.tp.all_reduce_s(full_hidden_bytes), wg_s), (0.0, 0.0)]
-            };
-            for (comm, behind) in pairs {
-                if w.engine.overlaps_tp_backward {
-                    column_parallel_exposed += (comm - behind).max(0.0);
-                    column_parallel_hidden += comm.min(behind);
-                } else {
-                    column_parallel_exposed += comm;
-                }
-            }
+            let (exposed, hidden) =
+                super::column_parallel_backward_comm(g, w, full_hidden_bytes, dg_s, wg_s);
+            column_parallel_exposed += exposed;
+            column_parallel_hidden += hidden;
         }
     }
     // Every mixer weight is split over tp (in_proj, conv1d, A_log, D, dt_bias and the norm

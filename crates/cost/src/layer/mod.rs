@@ -640,24 +640,10 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
         // (counted with the expert traffic below).
         let dispatched = i >= 2 && moe_dispatch_over_tp;
         if column_parallel && w.tp > 1 && !dispatched {
-            let pairs = if w.sp {
-                // Re-gather the sequence-parallel input for the weight gradient (overlapped
-                // with dgrad), reduce-scatter the input gradient (overlapped with wgrad).
-                [
-                    (g.tp.all_gather_s(full_hidden_bytes), dg_s),
-                    (g.tp.reduce_scatter_s(full_hidden_bytes), wg_s),
-                ]
-            } else {
-                [(g.tp.all_reduce_s(full_hidden_bytes), wg_s), (0.0, 0.0)]
-            };
-            for (comm, behind) in pairs {
-                if w.engine.overlaps_tp_backward {
-                    column_parallel_exposed += (comm - behind).max(0.0);
-                    column_parallel_hidden += comm.min(behind);
-                } else {
-                    column_parallel_exposed += comm;
-                }
-            }
+            let (exposed, hidden) =
+                column_parallel_backward_comm(g, w, full_hidden_bytes, dg_s, wg_s);
+            column_parallel_exposed += exposed;
+            column_parallel_hidden += hidden;
         }
     }
     // The extra linears' input and weight gradients (frozen under LoRA: input only).
@@ -858,4 +844,36 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
         trainable_params,
         trainable_expert_params,
     }
+}
+
+/// The backward tensor-parallel traffic of a column-parallel GEMM's input, as (exposed,
+/// hidden behind its GEMMs) seconds: with sequence parallelism the input is re-gathered for
+/// the weight gradient (behind dgrad) and the input gradient reduce-scattered (behind
+/// wgrad); without, the input gradient is all-reduced (behind wgrad). An engine that does
+/// not overlap them exposes all of it.
+pub(crate) fn column_parallel_backward_comm(
+    g: &Groups,
+    w: &Workload,
+    full_hidden_bytes: f64,
+    dg_s: f64,
+    wg_s: f64,
+) -> (f64, f64) {
+    let pairs = if w.sp {
+        [
+            (g.tp.all_gather_s(full_hidden_bytes), dg_s),
+            (g.tp.reduce_scatter_s(full_hidden_bytes), wg_s),
+        ]
+    } else {
+        [(g.tp.all_reduce_s(full_hidden_bytes), wg_s), (0.0, 0.0)]
+    };
+    let (mut exposed, mut hidden) = (0.0, 0.0);
+    for (comm, behind) in pairs {
+        if w.engine.overlaps_tp_backward {
+            exposed += (comm - behind).max(0.0);
+            hidden += comm.min(behind);
+        } else {
+            exposed += comm;
+        }
+    }
+    (exposed, hidden)
 }
