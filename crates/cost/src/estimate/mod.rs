@@ -266,7 +266,7 @@ pub fn estimate(
 ) -> Result<Estimate, SpecError> {
     // The uniform map is valid by construction once `c` is.
     let map = StageMap::uniform_checked(m, t, c)?;
-    Ok(estimate_checked(m, cluster, t, c, d, &map))
+    estimate_mapped(m, cluster, t, c, d, &map)
 }
 
 /// Estimates one configuration with its blocks laid out by `map`.
@@ -278,26 +278,7 @@ pub fn estimate_mapped(
     d: &DeviceModel,
     map: &StageMap,
 ) -> Result<Estimate, SpecError> {
-    c.validate(m, t, c.gpus())?;
-    map.validate(m.layers, c)?;
-    Ok(estimate_checked(m, cluster, t, c, d, map))
-}
-
-/// The estimate with its band of a validated configuration and map.
-fn estimate_checked(
-    m: &ModelSpec,
-    cluster: &ClusterSpec,
-    t: &TrainSpec,
-    c: &ParallelConfig,
-    d: &DeviceModel,
-    map: &StageMap,
-) -> Estimate {
-    let g = Groups::new(cluster, c);
-    let costs = |recompute: Recompute, level: usize| {
-        let w = Workload::new(&ParallelConfig { recompute, ..*c }, t).at_level(level);
-        layer_costs(m, d, &g, &w)
-    };
-    estimate_banded(m, cluster, t, c, d, map, &costs)
+    crate::Scenario::new(m, cluster, t, d).estimate(c, map)
 }
 
 /// The estimate with its band of a validated configuration and map, its layer costs asked
