@@ -14,6 +14,7 @@ const BERT_LARGE: &str = include_str!("fixtures/hf/bert-large-uncased.json");
 const PYTHIA_160M: &str = include_str!("fixtures/hf/pythia-160m.json");
 const QWEN3_8B: &str = include_str!("fixtures/hf/qwen3-8b.json");
 const QWEN3_30B_A3B: &str = include_str!("fixtures/hf/qwen3-30b-a3b.json");
+const NEMOTRON_H_8B: &str = include_str!("fixtures/hf/nemotron-h-8b.json");
 
 const FIXTURES: [&str; 9] = [
     QWEN3_8B,
@@ -654,34 +655,9 @@ fn rope_theta_and_norm_eps_are_read() {
 }
 
 /// nvidia/Nemotron-H-8B-Base-8K's config.json (the keys plait reads, as released; the
-/// same shape as Megatron-Bridge's Nemotron-H 8B test fixture).
+/// same shape as Megatron-Bridge's Nemotron-H 8B test fixture); also a fuzz seed.
 fn nemotron_h_8b() -> Value {
-    json!({
-        "architectures": ["NemotronHForCausalLM"],
-        "model_type": "nemotron_h",
-        "hidden_size": 4096,
-        "num_hidden_layers": 52,
-        "hybrid_override_pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
-        "intermediate_size": 21504,
-        "mlp_hidden_act": "relu2",
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "attention_head_dim": 128,
-        "attention_bias": false,
-        "mlp_bias": false,
-        "mamba_num_heads": 128,
-        "mamba_head_dim": 64,
-        "ssm_state_size": 128,
-        "n_groups": 8,
-        "conv_kernel": 4,
-        "expand": 2,
-        "chunk_size": 128,
-        "use_conv_bias": true,
-        "use_bias": false,
-        "layer_norm_epsilon": 1e-05,
-        "vocab_size": 131072,
-        "tie_word_embeddings": false
-    })
+    serde_json::from_str(NEMOTRON_H_8B).unwrap()
 }
 
 #[test]
