@@ -143,6 +143,7 @@ impl Layer<'_> {
         let first = down.partition_point(|&(v, _)| v >= min_unit);
         let u = self.units;
         for &(v, sub) in &down[first..] {
+            s.seg.steps += 1;
             let vu = v as usize;
             let na = acc + u.acc[vu];
             let nm = mem + u.mem[vu];
@@ -273,6 +274,7 @@ impl Push<'_> {
             None => 0,
         };
         for &(v, sup) in &self.lattice.up_of(i)[first..] {
+            seg.steps += 1;
             if self.skip.too_large(sup) {
                 continue;
             }
@@ -336,7 +338,12 @@ pub(crate) fn solve(
     budget: Budget,
     bound: f64,
     target: f64,
-) -> Option<Split> {
+    work_limit: u64,
+) -> Result<Option<Split>, WorkExceeded> {
+    // Extension steps over all layers; a layer that starts past `work_limit` is not
+    // finished and the search gives up (the caller falls back to the heuristic).
+    let work = AtomicU64::new(0);
+    let over = || work.load(Ordering::Relaxed) > work_limit;
     let (k, c) = (budget.devices, budget.cpus);
     let layers = (k + 1) * (c + 1);
     let at = |a: usize, cc: usize| a * (c + 1) + cc;
@@ -392,10 +399,14 @@ pub(crate) fn solve(
                     .for_each_init(
                         || Segment::new(units),
                         |seg, j| {
+                            if over() {
+                                return;
+                            }
                             let pa = prev_acc.map_or(f64::INFINITY, |p| p[j as usize]);
                             let pc = prev_cpu.map_or(f64::INFINITY, |p| p[j as usize]);
                             seg.clear(std::iter::empty());
                             push.visit(seg, j, None, (0.0, 0.0, 0.0), (pa, pc));
+                            work.fetch_add(std::mem::take(&mut seg.steps), Ordering::Relaxed);
                         },
                     );
                 out.into_iter()
@@ -432,15 +443,20 @@ pub(crate) fn solve(
                             choice: (false, 0),
                         },
                         |s, i| {
-                            if skip.skip(i) {
+                            if skip.skip(i) || over() {
                                 f64::INFINITY
                             } else {
-                                layer.solve(s, i).0
+                                let v = layer.solve(s, i).0;
+                                work.fetch_add(std::mem::take(&mut s.seg.steps), Ordering::Relaxed);
+                                v
                             }
                         },
                     )
                     .collect()
             };
+            if over() {
+                return Err(WorkExceeded);
+            }
             let here = values[full as usize];
             dp[at(a, cc)] = values;
             if here < best.0 {
@@ -466,7 +482,7 @@ pub(crate) fn solve(
     let (a, cc) = reached.unwrap_or((k, c));
     let max_load = dp[at(a, cc)][full as usize];
     if !max_load.is_finite() {
-        return None;
+        return Ok(None);
     }
     // Walk back from (a, cc, all units), pulling the best sub-ideal at each step.
     let mut segments = vec![];
@@ -497,8 +513,12 @@ pub(crate) fn solve(
         i = j;
     }
     segments.reverse();
-    Some(Split { max_load, segments })
+    Ok(Some(Split { max_load, segments }))
 }
+
+/// The exact search stopped at its work limit, unfinished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WorkExceeded;
 
 /// Units of ideal `i` not in its sub-ideal `j`: walk down from `i` removing the largest
 /// maximal unit not in `j`.

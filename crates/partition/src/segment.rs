@@ -14,6 +14,9 @@ pub(crate) struct Segment<'a> {
     targets_inside: Vec<u32>,
     /// Boundary cost of the current set.
     pub comm: f64,
+    /// Extension steps taken since the owner last collected them (the exact search's work
+    /// count).
+    pub steps: u64,
 }
 
 impl<'a> Segment<'a> {
@@ -23,6 +26,7 @@ impl<'a> Segment<'a> {
             inside: vec![false; units.number()],
             targets_inside: vec![0; units.comm.len()],
             comm: 0.0,
+            steps: 0,
         }
     }
 
