@@ -241,10 +241,10 @@ pub fn mamba_block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload
             let sms = d.sms();
             let mut contention = 0.0;
             let mut overlapped = |comm: f64, splits: f64, gemm_s: f64, channels: f64| {
-                let first = comm / splits;
-                let rest = comm - first;
-                contention += rest.min(gemm_s) * contention_per_overlap_s(w.level, channels, sms);
-                first + (rest - gemm_s).max(0.0)
+                let (exposed, slowdown) =
+                    super::userbuffer_overlap(comm, splits, gemm_s, channels, w.level, sms);
+                contention += slowdown;
+                exposed
             };
             let (dg_out, _) = backward_gemms(&out_proj);
             fwd_phase.tp_comm_s =

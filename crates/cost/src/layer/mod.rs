@@ -700,10 +700,10 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
             let sms = d.sms();
             let mut contention = 0.0;
             let mut overlapped = |comm: f64, splits: f64, gemm_s: f64, channels: f64| {
-                let first = comm / splits;
-                let rest = comm - first;
-                contention += rest.min(gemm_s) * contention_per_overlap_s(w.level, channels, sms);
-                first + (rest - gemm_s).max(0.0)
+                let (exposed, slowdown) =
+                    userbuffer_overlap(comm, splits, gemm_s, channels, w.level, sms);
+                contention += slowdown;
+                exposed
             };
             let (dg_proj, _) = backward_gemms(&attn_out);
             let (dg_down, _) = backward_gemms(&down);
@@ -876,4 +876,24 @@ pub(crate) fn column_parallel_backward_comm(
         }
     }
     (exposed, hidden)
+}
+
+/// A collective pipelined behind a GEMM by Transformer Engine's userbuffers (TE d0067d0
+/// `module/base.py:373-392`): in `splits` chunks, the first exposed and the rest behind
+/// `gemm_s`, on `channels` SMs that slow the GEMM while they run. Returns (exposed seconds,
+/// compute slowdown seconds).
+pub(crate) fn userbuffer_overlap(
+    comm: f64,
+    splits: f64,
+    gemm_s: f64,
+    channels: f64,
+    level: usize,
+    sms: f64,
+) -> (f64, f64) {
+    let first = comm / splits;
+    let rest = comm - first;
+    (
+        first + (rest - gemm_s).max(0.0),
+        rest.min(gemm_s) * contention_per_overlap_s(level, channels, sms),
+    )
 }
