@@ -502,6 +502,15 @@ impl ModelSpec {
         !self.block.is_transformer() || self.block_runs.iter().any(|r| !r.kind.is_transformer())
     }
 
+    /// The kind (indexed as [`ModelSpec::block_kinds`]) of the last block, which
+    /// multi-token-prediction modules repeat.
+    pub fn last_block_kind(&self) -> usize {
+        self.kind_counts(self.layers.saturating_sub(1), 1)
+            .iter()
+            .position(|&n| n > 0)
+            .unwrap_or(0)
+    }
+
     /// Blocks of each kind (indexed as [`ModelSpec::block_kinds`]) among blocks
     /// `first..first + count`; blocks past the last are ignored.
     pub fn kind_counts(&self, first: u64, count: u64) -> [u64; MAX_BLOCK_KINDS] {

@@ -88,11 +88,7 @@ pub fn layer_costs(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> 
     let parts: Vec<(LayerCost, f64)> = (0..n_kinds).map(|k| (kinds[k], counts[k] as f64)).collect();
     let head = head_cost(m, d, g, w);
     let mtp = if m.mtp_layers > 0 {
-        let last = m
-            .kind_counts(m.layers.saturating_sub(1), 1)
-            .iter()
-            .position(|&n| n > 0)
-            .unwrap_or(0);
+        let last = m.last_block_kind();
         // The head's parameters are the main model's (shared), counted once.
         let pass = LayerCost {
             params: 0.0,
@@ -241,11 +237,7 @@ pub fn model_flops(m: &ModelSpec, t: &TrainSpec) -> f64 {
     // Each multi-token-prediction module: a block of the last kind (counted above per
     // block), its 2h → h projection and one more pass through the head.
     let mtp = if m.mtp_layers > 0 {
-        let last_kind = m
-            .kind_counts(m.layers.saturating_sub(1), 1)
-            .iter()
-            .position(|&n| n > 0)
-            .unwrap_or(0);
+        let last_kind = m.last_block_kind();
         let per_block = blocks_flops_per_kind.get(last_kind).copied().unwrap_or(0.0);
         m.mtp_layers as f64 * (per_block + weight_passes * (2.0 * tokens * 2.0 * h * h + head))
     } else {

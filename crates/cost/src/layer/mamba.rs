@@ -28,12 +28,9 @@
 
 use plait_spec::{MambaSpec, ModelSpec, Recompute};
 
-use super::{
-    backward_gemms, Kernels, LayerCost, Phase, Workload, FP32, GRAD_ACCUMULATE_BYTES_PER_PARAM,
-};
+use super::{backward_gemms, Kernels, LayerCost, Phase, Workload, FP32};
 use crate::comm::Groups;
 use crate::device::DeviceModel;
-use crate::engine::{contention_per_overlap_s, nccl_channels};
 
 /// The SSD scan of one micro-batch on one GPU as batched matrix products (m, n, k, count),
 /// one field per step of the paper's §6 algorithm.
@@ -220,14 +217,7 @@ pub fn mamba_block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload
     let norms = (m.block_params() - m.mixer_params()) as f64;
     let params = m.mixer_params() as f64 / t + norms;
     let trainable_params = if w.lora.is_some() { 0.0 } else { params };
-    let accumulate_s = d.memory_s(GRAD_ACCUMULATE_BYTES_PER_PARAM * trainable_params);
-    bwd.fixed(accumulate_s, 0.0);
-    bwd.fixed(
-        column_parallel_hidden
-            * contention_per_overlap_s(w.level, nccl_channels(g.tp.spans_nodes), d.sms()),
-        0.0,
-    );
-    weight_grad_s += accumulate_s;
+    weight_grad_s += bwd.accumulate_and_contend(d, w, g, trainable_params, column_parallel_hidden);
 
     // --- communication: that of an attention half (in_proj column-, out_proj row-parallel)
     if w.tp > 1 {

@@ -282,6 +282,26 @@ impl Kernels {
         self.gpu_s += seconds;
         self.count += kernels;
     }
+    /// The backward's gradient accumulation of `trainable` parameters, and the slowdown of
+    /// the GEMMs that run beside `tp_hidden_s` of hidden tp collectives (they lose the SMs
+    /// those use). Returns the accumulation's time (part of the weight-gradient pass).
+    fn accumulate_and_contend(
+        &mut self,
+        d: &DeviceModel,
+        w: &Workload,
+        g: &Groups,
+        trainable: f64,
+        tp_hidden_s: f64,
+    ) -> f64 {
+        let accumulate_s = d.memory_s(GRAD_ACCUMULATE_BYTES_PER_PARAM * trainable);
+        self.fixed(accumulate_s, 0.0);
+        self.fixed(
+            tp_hidden_s
+                * contention_per_overlap_s(w.level, nccl_channels(g.tp.spans_nodes), d.sms()),
+            0.0,
+        );
+        accumulate_s
+    }
     /// A stream of kernels takes the longer of its device time and its host issue time.
     fn time_s(&self) -> f64 {
         self.gpu_s.max(self.count * KERNEL_DISPATCH_S)
@@ -674,16 +694,13 @@ pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> L
         } else {
             0.0
         };
-    let accumulate_s =
-        d.memory_s(GRAD_ACCUMULATE_BYTES_PER_PARAM * (trainable_params + trainable_expert_params));
-    bwd.fixed(accumulate_s, 0.0);
-    // The GEMMs that run beside the hidden tp collectives lose the SMs those use.
-    bwd.fixed(
-        column_parallel_hidden
-            * contention_per_overlap_s(w.level, nccl_channels(g.tp.spans_nodes), d.sms()),
-        0.0,
+    weight_grad_s += bwd.accumulate_and_contend(
+        d,
+        w,
+        g,
+        trainable_params + trainable_expert_params,
+        column_parallel_hidden,
     );
-    weight_grad_s += accumulate_s;
 
     // --- communication ---
     if w.tp > 1 {
