@@ -7,7 +7,7 @@
 //! Knows what a layer's cost depends on; knows nothing of search order or schedules.
 
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{OnceLock, RwLock};
 
 use plait_spec::{
     ClusterSpec, ModelSpec, ParallelConfig, Recompute, SpecError, StageMap, TrainSpec,
@@ -52,6 +52,9 @@ pub struct Scenario<'a> {
     pub train: &'a TrainSpec,
     pub device: &'a DeviceModel,
     memo: RwLock<HashMap<(ShapeKey, usize), LayerCosts>>,
+    /// The central costs memoised when [`Scenario::freeze`] was called, read without a
+    /// lock: a search screens every candidate against these.
+    frozen: OnceLock<HashMap<ShapeKey, LayerCosts>>,
 }
 
 impl<'a> Scenario<'a> {
@@ -67,6 +70,7 @@ impl<'a> Scenario<'a> {
             train,
             device,
             memo: RwLock::new(HashMap::new()),
+            frozen: OnceLock::new(),
         }
     }
 
@@ -77,7 +81,13 @@ impl<'a> Scenario<'a> {
         recompute: Recompute,
         level: usize,
     ) -> LayerCosts {
-        let key = (ShapeKey::of(c, recompute), level);
+        let shape = ShapeKey::of(c, recompute);
+        if level == CENTRAL {
+            if let Some(known) = self.frozen.get().and_then(|f| f.get(&shape)) {
+                return *known;
+            }
+        }
+        let key = (shape, level);
         if let Some(known) = self.memo.read().ok().and_then(|m| m.get(&key).copied()) {
             return known;
         }
@@ -89,6 +99,22 @@ impl<'a> Scenario<'a> {
             m.insert(key, costs);
         }
         costs
+    }
+
+    /// Makes the central costs memoised so far readable without a lock (once; later calls
+    /// do nothing). Costs asked for afterwards are still computed and memoised as before.
+    /// A search calls it after costing its shapes in parallel, before it screens.
+    pub fn freeze(&self) {
+        let central = self.memo.read().map_or_else(
+            |_| HashMap::new(),
+            |m| {
+                m.iter()
+                    .filter(|((_, level), _)| *level == CENTRAL)
+                    .map(|((shape, _), costs)| (*shape, *costs))
+                    .collect()
+            },
+        );
+        self.frozen.set(central).ok();
     }
 
     /// Layer costs of `c` with `recompute` at the central assumptions; memoised.

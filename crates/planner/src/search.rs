@@ -353,6 +353,7 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
     shapes.par_iter().for_each(|(_, c, r)| {
         scenario.layer_costs(c, *r);
     });
+    scenario.freeze();
 
     let done = std::sync::atomic::AtomicUsize::new(0);
     let total = hopeful.len();

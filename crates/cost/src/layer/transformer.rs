@@ -1,0 +1,536 @@
+//! A transformer block (attention and MLP, each behind its pre-norm; or one half alone, as
+//! Nemotron-H's `*` and `-` layers) for one micro-batch on one GPU: its GEMMs and
+//! elementwise kernels, the attention core, tensor-, context- and expert-parallel
+//! collectives with what the engine overlaps them with, and the tensors it saves.
+
+use plait_spec::{Activation, AttentionImpl, Gemm, ModelSpec, Positions, Recompute, Shard};
+
+use super::{
+    backward_gemms, column_parallel_backward_comm, expert_gemm_s, userbuffer_overlap, Kernels,
+    LayerCost, Phase, Workload, FP32,
+};
+use crate::comm::Groups;
+use crate::device::DeviceModel;
+
+/// Attention core on one GPU: forward/backward kernels and the bytes it saves beyond its
+/// inputs (which selective recomputation drops).
+struct AttentionCore {
+    forward: Kernels,
+    backward: Kernels,
+    /// Saved inside the core (softmax output, dropout mask and output; flash: the
+    /// log-sum-exp).
+    internal_bytes: f64,
+}
+
+fn attention_core(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> AttentionCore {
+    let (heads, _kv, dim) = m.attention_shape(w.tp);
+    let (heads, dim) = (heads as f64, dim as f64);
+    // Score elements per GPU: local queries × the keys they attend over — the context (the
+    // sequence, or the packed sample) or the block's sliding window where it is shorter.
+    let context = w.seq.min(w.attention_span);
+    let keys = m
+        .attention_window
+        .map_or(context, |win| context.min(win as f64));
+    let scores = w.mbs * heads * w.seq_local * keys;
+    // Causal: a query sees on average keys · (1 − keys / 2·context) of them (half the
+    // context without a window; nearly the whole window when it is much shorter).
+    let causal_share = if m.causal {
+        1.0 - keys / (2.0 * context)
+    } else {
+        1.0
+    };
+    let mut forward = Kernels::default();
+    let mut backward = Kernels::default();
+    let internal_bytes = match w.attention {
+        AttentionImpl::Flash => {
+            let flops = 4.0 * scores * dim * causal_share;
+            let (f_s, b_s) = d.attention_s(
+                w.engine.attention,
+                flops,
+                w.seq_local.min(keys),
+                dim,
+                m.causal,
+                w.level,
+            );
+            forward.fixed(f_s, 1.0);
+            backward.fixed(b_s, 2.0);
+            w.mbs * heads * w.seq_local * FP32
+        }
+        AttentionImpl::Unfused => {
+            let batch = w.mbs * heads;
+            let (sq, sk) = (w.seq_local, keys);
+            // Q·Kᵀ, fused scale-mask-softmax, dropout, P·V (Megatron-LM before flash attention).
+            forward.gemm_shape(d, sq, sk, dim, batch);
+            forward.stream(d, scores * 2.0 * w.e);
+            if w.dropout {
+                forward.stream(d, scores * (2.0 * w.e + 1.0));
+            }
+            forward.gemm_shape(d, sq, dim, sk, batch);
+            // Backward: dP = dO·Vᵀ, dV = Pᵀ·dO, softmax and dropout backward, dQ = dS·K, dK = dSᵀ·Q.
+            backward.gemm_shape(d, sq, sk, dim, batch);
+            backward.gemm_shape(d, sk, dim, sq, batch);
+            if w.dropout {
+                backward.stream(d, scores * (2.0 * w.e + 1.0));
+            }
+            backward.stream(d, scores * 3.0 * w.e);
+            backward.gemm_shape(d, sq, dim, sk, batch);
+            backward.gemm_shape(d, sk, dim, sq, batch);
+            // Softmax output; with dropout also its mask and output.
+            scores
+                * if w.dropout {
+                    2.0 * w.e + 1.0 + w.e
+                } else {
+                    w.e
+                }
+        }
+    };
+    AttentionCore {
+        forward,
+        backward,
+        internal_bytes,
+    }
+}
+
+/// A transformer block, or its attention or MLP half alone: kernel by kernel, collective
+/// by collective, saved tensor by saved tensor.
+pub(super) fn transformer_block_cost(
+    m: &ModelSpec,
+    d: &DeviceModel,
+    g: &Groups,
+    w: &Workload,
+) -> LayerCost {
+    let (has_attn, has_mlp) = (m.block.has_attention(), m.block.has_mlp());
+    let e = w.e;
+    let t = w.tp as f64;
+    let h = m.hidden as f64;
+    let tokens = w.tokens();
+    let rep = w.replicated(h);
+    let full_hidden_bytes = tokens * h * e;
+    let mut gemms = m.block_gemms(tokens as u64, Shard { tp: w.tp, ep: w.ep });
+    let skew = if m.moe.is_some() { w.skew() } else { 1.0 };
+    // The busiest expert rank's share of the routed tokens sets everyone's pace.
+    for g in gemms.mlp.iter_mut() {
+        g.m = (g.m as f64 * skew).ceil() as u64;
+    }
+    // Per-GPU widths of the query, of one of key/value (their mean under MLA, whose keys
+    // are as wide as the queries and values narrower) and of the attention output.
+    let (q_local, kv_local, out_local) = match m.mla {
+        Some(mla) => {
+            let heads = (m.heads / w.tp) as f64;
+            let (qk, v) = (mla.qk_head_dim() as f64, mla.v_head_dim as f64);
+            (heads * qk, heads * (qk + v) / 2.0, heads * v)
+        }
+        None => {
+            let q = (m.q_width() / w.tp) as f64;
+            (q, (m.attention_shape(w.tp).1 * m.head_dim) as f64, q)
+        }
+    };
+    // The rotary part of q and k (all of it without MLA; MLA ropes only its
+    // `qk_rope_head_dim` per query head and the one shared key).
+    let rope_width = match m.mla {
+        Some(mla) => ((m.heads / w.tp + 1) * mla.qk_rope_head_dim) as f64,
+        None => q_local + kv_local,
+    };
+    let f_local = (m.ffn_hidden / w.tp) as f64;
+    let dropout_mask = if w.dropout { rep } else { 0.0 };
+    let (topk, experts_local) = match m.moe {
+        Some(moe) => (moe.top_k as f64, (moe.experts / w.ep) as f64),
+        None => (1.0, 1.0),
+    };
+
+    let mut fwd = Kernels::default();
+    let mut bwd = Kernels::default();
+    let mut fwd_phase = Phase::default();
+    let mut bwd_phase = Phase::default();
+
+    // --- attention half ---
+    let [qkv, attn_out] = gemms.attn;
+    let core = if has_attn {
+        attention_core(m, d, w)
+    } else {
+        AttentionCore {
+            forward: Kernels::default(),
+            backward: Kernels::default(),
+            internal_bytes: 0.0,
+        }
+    };
+    // MLA: the replicated down projection, the RMSNorms of its latents, the kv up projection.
+    let mut latent_bytes = 0.0;
+    if has_attn {
+        fwd.stream(d, 2.0 * rep * e); // norm 1
+        bwd.stream(d, 3.0 * rep * e);
+        if let Some([down, kv_up]) = gemms.attn_pre {
+            fwd.gemm(d, &down);
+            latent_bytes = (down.m * down.n) as f64 * e;
+            fwd.stream(d, 2.0 * latent_bytes);
+            bwd.stream(d, 3.0 * latent_bytes);
+            fwd.gemm(d, &kv_up);
+        }
+        fwd.gemm(d, &qkv);
+        if m.positions == Positions::Rotary {
+            let rope = 2.0 * rope_width * tokens * e;
+            fwd.stream(d, rope);
+            bwd.stream(d, rope);
+        }
+        fwd.gpu_s += core.forward.gpu_s;
+        fwd.count += core.forward.count;
+        bwd.gpu_s += core.backward.gpu_s;
+        bwd.count += core.backward.count;
+        fwd.gemm(d, &attn_out);
+        fwd.stream(d, 3.0 * rep * e + dropout_mask); // bias-dropout-add
+        bwd.stream(d, 3.0 * rep * e + dropout_mask);
+    }
+
+    // --- MLP half ---
+    let [up, down] = gemms.mlp;
+    let routed_tokens = if has_mlp { tokens * topk * skew } else { 0.0 };
+    let grouped = w.engine.grouped_expert_gemm;
+    let mut shared_f = 0.0;
+    if has_mlp {
+        fwd.stream(d, 2.0 * rep * e); // norm 2
+        bwd.stream(d, 3.0 * rep * e);
+        if let Some(router) = gemms.router {
+            fwd.gemm(d, &router);
+            // Permute tokens to experts and back: read + write of routed hidden states, twice.
+            let permute = 2.0 * 2.0 * routed_tokens * h * e;
+            fwd.stream(d, permute);
+            bwd.stream(d, permute);
+            let (rd, rw) = backward_gemms(&router);
+            bwd.gemm(d, &rd);
+            bwd.gemm(d, &rw);
+        }
+        fwd.expert_gemm(d, &up, grouped);
+        let (act_fwd, act_bwd) = match (m.activation, w.engine.fused_elementwise) {
+            (Activation::Gelu, _) => (2.0, 3.0),
+            // Fused: read gate and up, write the product; backward reads the gradient and both
+            // inputs, writes two gradients.
+            (Activation::SwiGlu, true) => (3.0, 5.0),
+            // Eager: silu (read, write) then mul (read two, write); backward of mul (read three,
+            // write two) and of silu (read two, write one).
+            (Activation::SwiGlu, false) => (5.0, 8.0),
+            // Squared ReLU, unfused in Megatron-LM (`squared_relu`: relu then pow, each a read
+            // and a write); backward: pow's (read gradient and input, write) and relu's.
+            (Activation::Relu2, _) => (4.0, 6.0),
+        };
+        fwd.stream(d, act_fwd * routed_tokens * f_local * e);
+        bwd.stream(d, act_bwd * routed_tokens * f_local * e);
+        fwd.expert_gemm(d, &down, grouped);
+        // Shared experts: a dense MLP over every token, its output added to the routed ones'.
+        if let Some([s_up, s_down]) = gemms.shared {
+            shared_f = s_down.k as f64;
+            fwd.gemm(d, &s_up);
+            fwd.stream(d, act_fwd * tokens * shared_f * e);
+            bwd.stream(d, act_bwd * tokens * shared_f * e);
+            fwd.gemm(d, &s_down);
+            fwd.stream(d, 3.0 * rep * e);
+        }
+        fwd.stream(d, 3.0 * rep * e + dropout_mask);
+        bwd.stream(d, 3.0 * rep * e + dropout_mask);
+    }
+    // The linears beyond the four of a standard block (MLA's down and kv-up projections,
+    // the shared experts), for casts and gradients below.
+    let extra_linears: Vec<Gemm> = gemms
+        .attn_pre
+        .iter()
+        .filter(|_| has_attn)
+        .flatten()
+        .chain(gemms.shared.iter().filter(|_| has_mlp).flatten())
+        .copied()
+        .collect();
+    // The block's own linears with their place (0 qkv, 1 attention output, 2 fc1, 3 fc2):
+    // those of the halves it holds.
+    let linears: Vec<(usize, Gemm)> = [qkv, attn_out, up, down]
+        .into_iter()
+        .enumerate()
+        .filter(|&(i, _)| if i < 2 { has_attn } else { has_mlp })
+        .collect();
+
+    if w.low_precision() {
+        // Quantisation of the fp8 GEMM operands, per micro-batch: the inputs of the four
+        // block linears (fused into the norm for qkv and fc1 under Transformer Engine) and
+        // the output gradients in the backward; weights are cast once per step (optimizer).
+        let cast = w.cast_bytes_per_element();
+        let fused = w.engine.fp8_cast_fused_into_norm;
+        let inputs = linears
+            .iter()
+            // Under Transformer Engine the casts of qkv's and fc1's inputs are in the norms.
+            .filter(|(i, _)| !fused || i % 2 == 1)
+            .map(|(_, g)| g)
+            .chain(&extra_linears)
+            .map(|g| (g.m * g.k * g.count) as f64)
+            .sum::<f64>();
+        let output_grads = linears
+            .iter()
+            .map(|(_, g)| g)
+            .chain(&extra_linears)
+            .map(|g| (g.m * g.n * g.count) as f64)
+            .sum::<f64>();
+        fwd.stream(d, cast * inputs);
+        fwd.count += if w.engine.fp8_cast_fused_into_norm {
+            1.0
+        } else {
+            3.0
+        };
+        bwd.stream(d, cast * output_grads);
+        bwd.count += 3.0;
+    }
+
+    // Backward GEMMs, with Megatron's overlap of each column-parallel input-gradient
+    // collective behind the weight-gradient GEMM.
+    let mut column_parallel_exposed = 0.0;
+    let mut column_parallel_hidden = 0.0;
+    let mut weight_grad_s = 0.0;
+    // LoRA (Hu et al. 2021): frozen linears compute only their input gradient; each
+    // adapted linear adds x·A (k → r) and (x·A)·B (r → n) in 16-bit, their input and
+    // weight gradients, and the add of the adapter's output into the linear's.
+    let mut adapter_params = 0.0;
+    // Megatron's MoE blocks with tp > 1 (sequence parallelism is then required) gather the
+    // expert inputs over tp in the token dispatcher rather than before fc1.
+    let moe_dispatch_over_tp = m.moe.is_some() && w.sp && w.tp > 1;
+    for &(i, ref gm) in &linears {
+        let (dg, wg) = backward_gemms(gm);
+        let dg_s = expert_gemm_s(d, &dg, grouped);
+        let wg_s = if w.lora.is_some() {
+            0.0
+        } else {
+            expert_gemm_s(d, &wg, grouped)
+        };
+        bwd.gpu_s += dg_s + wg_s;
+        bwd.count += if w.lora.is_some() { 1.0 } else { 2.0 } * dg.count as f64;
+        weight_grad_s += wg_s;
+        if let Some(lora) = w.lora.filter(|l| l.adapts(i)) {
+            let r = lora.rank;
+            let a = Gemm {
+                name: "lora_a",
+                m: gm.m,
+                n: r,
+                k: gm.k,
+                count: gm.count,
+            };
+            let b = Gemm {
+                name: "lora_b",
+                m: gm.m,
+                n: gm.n,
+                k: r,
+                count: gm.count,
+            };
+            for ad in [&a, &b] {
+                fwd.fixed(d.gemm16_s(ad.m, ad.n, ad.k, ad.count), ad.count as f64);
+                let (add, awg) = backward_gemms(ad);
+                let s = d.gemm16_s(add.m, add.n, add.k, add.count)
+                    + d.gemm16_s(awg.m, awg.n, awg.k, awg.count);
+                bwd.fixed(s, 2.0 * ad.count as f64);
+                weight_grad_s += d.gemm16_s(awg.m, awg.n, awg.k, awg.count);
+                adapter_params += (ad.k * ad.n * ad.count) as f64;
+            }
+            // Adapter output added into the linear's (read two, write one); its gradient
+            // reaches both branches without a kernel of its own.
+            fwd.stream(d, 3.0 * (gm.m * gm.n * gm.count) as f64 * e);
+        }
+        let column_parallel = i % 2 == 0;
+        // A MoE block's expert MLP moves its tokens over tp in the dispatcher instead
+        // (counted with the expert traffic below).
+        let dispatched = i >= 2 && moe_dispatch_over_tp;
+        if column_parallel && w.tp > 1 && !dispatched {
+            let (exposed, hidden) =
+                column_parallel_backward_comm(g, w, full_hidden_bytes, dg_s, wg_s);
+            column_parallel_exposed += exposed;
+            column_parallel_hidden += hidden;
+        }
+    }
+    // The extra linears' input and weight gradients (frozen under LoRA: input only).
+    for gm in &extra_linears {
+        let (dg, wg) = backward_gemms(gm);
+        bwd.gemm(d, &dg);
+        if w.lora.is_none() {
+            let wg_s = d.gemm_s(wg.m, wg.n, wg.k, wg.count);
+            bwd.fixed(wg_s, 1.0);
+            weight_grad_s += wg_s;
+        }
+    }
+    // Attention and dense MLP weights split over tp; norms (and the MoE router) replicated.
+    let router = m.moe.map_or(0, |moe| m.hidden * moe.experts) as f64;
+    let norms = (m.block_params() - m.attention_params() - m.mlp_params()) as f64;
+    let params = (m.attention_params() + m.mlp_params() - m.expert_params()) as f64 / t
+        + norms
+        + router * (1.0 - 1.0 / t);
+    let expert_params = m.expert_params() as f64 / (t * w.ep as f64);
+    let (trainable_params, trainable_expert_params) = if w.lora.is_some() {
+        (adapter_params, 0.0)
+    } else {
+        (params, expert_params)
+    };
+    let params = params
+        + if w.lora.is_some() {
+            adapter_params
+        } else {
+            0.0
+        };
+    weight_grad_s += bwd.accumulate_and_contend(
+        d,
+        w,
+        g,
+        trainable_params + trainable_expert_params,
+        column_parallel_hidden,
+    );
+
+    // --- communication ---
+    if w.tp > 1 {
+        let ag = g.tp.all_gather_s(full_hidden_bytes);
+        let rs = g.tp.reduce_scatter_s(full_hidden_bytes);
+        let gemm = |gm: &Gemm| d.gemm_s(gm.m, gm.n, gm.k, gm.count);
+        // Userbuffers map the peers' memory (CUDA IPC): the tp group must sit in one node.
+        if w.sp && w.engine.tp_comm_overlap && !g.tp.spans_nodes {
+            // Transformer Engine userbuffers (TE d0067d0 `module/base.py:373-392`): the
+            // all-gather before a column-parallel GEMM runs as a ring exchange in tp chunks
+            // (copy engines, 1 SM), the reduce-scatter after a row-parallel GEMM is pipelined
+            // in 4 splits on 16 SMs; one chunk of each stays exposed. The backward's
+            // all-gathers before the row-parallel dgrad GEMMs are ring exchanges too.
+            let sms = d.sms();
+            let mut contention = 0.0;
+            let mut overlapped = |comm: f64, splits: f64, gemm_s: f64, channels: f64| {
+                let (exposed, slowdown) =
+                    userbuffer_overlap(comm, splits, gemm_s, channels, w.level, sms);
+                contention += slowdown;
+                exposed
+            };
+            let (dg_proj, _) = backward_gemms(&attn_out);
+            let (dg_down, _) = backward_gemms(&down);
+            let mut row_parallel = 0.0;
+            if has_attn {
+                fwd_phase.tp_comm_s =
+                    overlapped(ag, t, gemm(&qkv), 1.0) + overlapped(rs, 4.0, gemm(&attn_out), 16.0);
+                row_parallel += overlapped(ag, t, gemm(&dg_proj), 1.0);
+            }
+            if has_mlp && !moe_dispatch_over_tp {
+                fwd_phase.tp_comm_s +=
+                    overlapped(ag, t, gemm(&up), 1.0) + overlapped(rs, 4.0, gemm(&down), 16.0);
+                row_parallel += overlapped(ag, t, gemm(&dg_down), 1.0);
+            }
+            bwd_phase.tp_comm_s = row_parallel + column_parallel_exposed;
+            fwd.fixed(contention, 0.0);
+        } else {
+            // Forward: an all-reduce per half, or all-gather + reduce-scatter pairs with sp
+            // (none for the MLP of a MoE block whose dispatcher moves its tokens).
+            let pairs = f64::from(u8::from(has_attn))
+                + f64::from(u8::from(has_mlp && !moe_dispatch_over_tp));
+            let halves = f64::from(u8::from(has_attn)) + f64::from(u8::from(has_mlp));
+            fwd_phase.tp_comm_s = if w.sp {
+                pairs * (ag + rs)
+            } else {
+                halves * g.tp.all_reduce_s(full_hidden_bytes)
+            };
+            // Backward of the row-parallel outputs: identity without sp, all-gather with sp.
+            let row_parallel = if w.sp { pairs * ag } else { 0.0 };
+            bwd_phase.tp_comm_s = row_parallel + column_parallel_exposed;
+        }
+        if gemms.shared.is_some() && has_mlp {
+            // Megatron's shared experts are a tensor-parallel MLP of their own
+            // (`moe/shared_experts.py`, `SharedExpertMLP`): a gather of the
+            // sequence-parallel input and a reduce-scatter of the output (an all-reduce
+            // without sp), forward and backward, in line.
+            let pair = if w.sp {
+                ag + rs
+            } else {
+                g.tp.all_reduce_s(full_hidden_bytes)
+            };
+            fwd_phase.tp_comm_s += pair;
+            bwd_phase.tp_comm_s += pair;
+        }
+    }
+    if g.cp.size > 1 && has_attn {
+        // Ring attention: cp − 1 exchanges of the local K and V, overlapped with the
+        // attention of the chunk already present; backward also returns dK, dV.
+        let kv_bytes = 2.0 * w.mbs * w.seq_local * kv_local * e;
+        let steps = (g.cp.size - 1) as f64;
+        let per_step_f = core.forward.gpu_s / g.cp.size as f64;
+        let per_step_b = core.backward.gpu_s / g.cp.size as f64;
+        fwd_phase.cp_comm_s = steps * (g.cp.p2p_s(kv_bytes) - per_step_f).max(0.0);
+        bwd_phase.cp_comm_s = steps * (g.cp.p2p_s(2.0 * kv_bytes) - per_step_b).max(0.0);
+    }
+    if m.moe.is_some() && (g.ep.size > 1 || moe_dispatch_over_tp) {
+        // Token dispatch and combine, forward and backward (the backward runs the mirror
+        // image). Megatron's all-to-all dispatcher with sequence parallelism sends each tp
+        // rank's own slice of the sequence over the expert group, then gathers the tokens
+        // its experts received over the expert-tp group (= tp) and reduce-scatters the
+        // expert output back before the combine (Megatron-LM d98e8a6
+        // `moe/token_dispatcher.py`, `MoEAlltoAllTokenDispatcher.token_dispatch` /
+        // `dispatch_postprocess` / `combine_preprocess`).
+        let gathered = routed_tokens * h * e;
+        let tp_slices = if w.sp { g.tp.size as f64 } else { 1.0 };
+        let a2a = g.ep.all_to_all_s(gathered / tp_slices);
+        let etp = if moe_dispatch_over_tp {
+            g.tp.all_gather_s(gathered) + g.tp.reduce_scatter_s(gathered)
+        } else {
+            0.0
+        };
+        fwd_phase.ep_comm_s = 2.0 * a2a + etp;
+        bwd_phase.ep_comm_s = 2.0 * a2a + etp;
+    }
+    fwd_phase.compute_s = fwd.time_s() * w.kernel_scale();
+    bwd_phase.compute_s = bwd.time_s() * w.kernel_scale();
+
+    // --- activation memory (per micro-batch) ---
+    let attention_saved = if has_attn {
+        let core_io = match w.attention {
+            // q, k, v inputs of the kernel and its output (also the projection input).
+            AttentionImpl::Flash => {
+                (q_local + 2.0 * kv_local) * tokens * e + out_local * tokens * e
+            }
+            // q, k for Q·Kᵀ, v for P·V, and the context (projection input).
+            AttentionImpl::Unfused => {
+                (q_local + 2.0 * kv_local) * tokens * e + out_local * tokens * e
+            }
+        };
+        core_io + latent_bytes // MLA's latents: the up projections' inputs
+    } else {
+        0.0
+    };
+    let mlp_saved = match m.activation {
+        // fc1 output (GELU input) and GELU output (fc2 input); for squared ReLU, relu's
+        // output (which pow reads again) and pow's (fc2 input).
+        Activation::Gelu | Activation::Relu2 => {
+            2.0 * (routed_tokens * f_local + tokens * shared_f) * e
+        }
+        // gate and up outputs, and their product (down input); the shared experts keep
+        // the same per element of their width.
+        Activation::SwiGlu => 3.0 * (routed_tokens * f_local + tokens * shared_f) * e,
+    };
+    let moe_saved = match m.moe {
+        // Router logits (fp32) and the permuted expert inputs and outputs.
+        Some(moe) => tokens * moe.experts as f64 * FP32 + 2.0 * routed_tokens * h * e,
+        None => 0.0,
+    };
+    // Per half it holds: the norm input and the QKV or fc1 input (sharded with sp), the
+    // dropout mask.
+    let halves = f64::from(u8::from(has_attn)) + f64::from(u8::from(has_mlp));
+    let outside = halves * (2.0 * rep * e + dropout_mask);
+    let all_saved = outside + attention_saved + core.internal_bytes + mlp_saved + moe_saved;
+    // Largest activation-gradient pair alive in the MLP backward (one expert at a time).
+    let gradient_pair = 2.0 * routed_tokens * f_local * e / experts_local;
+    let (activation_bytes, recompute_phase, rematerialised) = match w.recompute {
+        Recompute::None => (all_saved, Phase::default(), 0.0),
+        Recompute::Selective => (
+            all_saved - core.internal_bytes,
+            Phase {
+                compute_s: core.forward.time_s() * w.kernel_scale(),
+                ..Phase::default()
+            },
+            core.internal_bytes,
+        ),
+        // Only the block input is kept; the whole forward (with its communication) reruns.
+        Recompute::Full => (rep * e, fwd_phase, all_saved - rep * e),
+    };
+    LayerCost {
+        forward: fwd_phase,
+        backward: bwd_phase,
+        recompute: recompute_phase,
+        activation_bytes,
+        transient_bytes: rematerialised + gradient_pair,
+        weight_grad_s,
+        params,
+        expert_params,
+        trainable_params,
+        trainable_expert_params,
+    }
+}

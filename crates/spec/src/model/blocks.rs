@@ -1,0 +1,191 @@
+//! What a block of the layer list holds: its kind (transformer, attention, MLP, Mamba-2),
+//! the Mamba-2 mixer's shape, and the runs of blocks that differ from the model's default
+//! block (sliding windows, dense layers among MoE ones, hybrid patterns).
+//!
+//! Shapes and counts only, like the rest of `model`.
+
+use serde::{Deserialize, Serialize};
+
+/// What one block (one layer of the layer list) holds, each part behind its own pre-norm.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockKind {
+    /// Self-attention and an MLP: a transformer block (every model but the hybrids).
+    #[default]
+    Transformer,
+    /// Self-attention alone (Nemotron-H's `*` layers: pre-norm + attention, no MLP).
+    Attention,
+    /// An MLP alone (Nemotron-H's `-` layers: pre-norm + MLP, no attention).
+    Mlp,
+    /// A Mamba-2 mixer alone (Nemotron-H's `M` layers), shaped by [`ModelSpec::mamba`].
+    Mamba,
+}
+
+impl BlockKind {
+    /// Whether this is the default (serialisation leaves it out, so that the models that
+    /// existed before hybrid blocks keep their serialised form).
+    pub fn is_transformer(&self) -> bool {
+        *self == BlockKind::Transformer
+    }
+    /// Whether the block has self-attention.
+    pub fn has_attention(self) -> bool {
+        matches!(self, BlockKind::Transformer | BlockKind::Attention)
+    }
+    /// Whether the block has an MLP (dense or MoE).
+    pub fn has_mlp(self) -> bool {
+        matches!(self, BlockKind::Transformer | BlockKind::Mlp)
+    }
+    /// Pre-norms of the block: one per part.
+    pub fn norms(self) -> u64 {
+        match self {
+            BlockKind::Transformer => 2,
+            _ => 1,
+        }
+    }
+}
+
+impl BlockKind {
+    /// The kind a symbol of Megatron-LM's `hybrid_override_pattern` names
+    /// (`megatron/core/ssm/mamba_hybrid_layer_allocation.py`: `M` Mamba, `*` attention,
+    /// `-` MLP); `None` for any other symbol (`E`, MoE layers, is not expressible here).
+    pub fn from_pattern_symbol(c: char) -> Option<BlockKind> {
+        match c {
+            'M' => Some(BlockKind::Mamba),
+            '*' => Some(BlockKind::Attention),
+            '-' => Some(BlockKind::Mlp),
+            _ => None,
+        }
+    }
+
+    /// The symbol of this kind in a `hybrid_override_pattern` (`T` for a transformer block,
+    /// which the pattern cannot name).
+    pub fn pattern_symbol(self) -> char {
+        match self {
+            BlockKind::Mamba => 'M',
+            BlockKind::Attention => '*',
+            BlockKind::Mlp => '-',
+            BlockKind::Transformer => 'T',
+        }
+    }
+}
+
+/// The block runs of a `hybrid_override_pattern` (one symbol per layer), run-length
+/// encoded; `Err((position, symbol))` at the first symbol that names no kind.
+pub fn runs_from_pattern(pattern: &str) -> std::result::Result<Vec<BlockRun>, (usize, char)> {
+    let mut runs: Vec<BlockRun> = Vec::new();
+    for (i, c) in pattern.chars().enumerate() {
+        let kind = BlockKind::from_pattern_symbol(c).ok_or((i, c))?;
+        match runs.last_mut() {
+            Some(r) if r.kind == kind => r.count += 1,
+            _ => runs.push(BlockRun {
+                count: 1,
+                kind,
+                window: None,
+                dense_ffn: None,
+            }),
+        }
+    }
+    Ok(runs)
+}
+
+/// Chunk length Q of the SSD scan when a config does not give one: Megatron-LM's
+/// `MambaMixer` default (`megatron/core/ssm/mamba_mixer.py`, `chunk_size=128`), which
+/// Nemotron-H trains with.
+pub const DEFAULT_MAMBA_CHUNK: u64 = 128;
+
+fn default_mamba_chunk() -> u64 {
+    DEFAULT_MAMBA_CHUNK
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// A Mamba-2 mixer (Dao & Gu 2024, "Transformers are SSMs", §7 the Mamba-2 block) as
+/// Megatron-LM's `MambaMixer` and transformers' `NemotronHMamba2Mixer` build it: one input
+/// projection to [z, x, B, C, dt], a causal depthwise conv1d over [x, B, C], the SSD scan
+/// with per-head A, D and dt bias, a gated RMSNorm over d_inner and the output projection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MambaSpec {
+    /// SSM heads (`mamba_num_heads`).
+    pub heads: u64,
+    /// Channels per head P (`mamba_head_dim`).
+    pub head_dim: u64,
+    /// State size N (`ssm_state_size`).
+    pub state: u64,
+    /// Groups sharing B and C (`n_groups`).
+    pub groups: u64,
+    /// Kernel width of the causal conv1d (`conv_kernel`).
+    pub conv_kernel: u64,
+    /// Chunk length Q of the SSD algorithm (`chunk_size`).
+    #[serde(default = "default_mamba_chunk")]
+    pub chunk: u64,
+    /// Bias on the conv1d (`use_conv_bias`, default true).
+    #[serde(default = "default_true")]
+    pub conv_bias: bool,
+    /// Bias on the in and out projections (`use_bias`, default false).
+    #[serde(default)]
+    pub proj_bias: bool,
+}
+
+impl MambaSpec {
+    /// d_inner = heads × head_dim (= expand × hidden for Nemotron-H).
+    pub fn d_inner(&self) -> u64 {
+        self.heads * self.head_dim
+    }
+    /// Width of the B and C projections together: 2 × groups × state.
+    pub fn bc_width(&self) -> u64 {
+        2 * self.groups * self.state
+    }
+    /// Output width of the input projection: z and x (d_inner each), B and C, dt (one per
+    /// head).
+    pub fn in_proj_width(&self) -> u64 {
+        2 * self.d_inner() + self.bc_width() + self.heads
+    }
+    /// Channels of the depthwise conv1d: x, B and C.
+    pub fn conv_channels(&self) -> u64 {
+        self.d_inner() + self.bc_width()
+    }
+    /// Parameters of one mixer (without the layer's pre-norm): in_proj, conv1d weight (and
+    /// bias), A_log, D and dt_bias (one per head each), the gated RMSNorm weight, out_proj.
+    pub fn params(&self, hidden: u64) -> u64 {
+        let d = self.d_inner();
+        let in_proj = hidden * self.in_proj_width()
+            + if self.proj_bias {
+                self.in_proj_width()
+            } else {
+                0
+            };
+        let conv = self.conv_channels() * self.conv_kernel
+            + if self.conv_bias {
+                self.conv_channels()
+            } else {
+                0
+            };
+        let out_proj = d * hidden + if self.proj_bias { hidden } else { 0 };
+        in_proj + conv + 3 * self.heads + d + out_proj
+    }
+}
+
+/// A run of consecutive blocks that differ from the model's default block in their
+/// attention span, their MLP or what they hold: sliding-window layers between
+/// full-attention ones (Gemma 2 and 3, GPT-OSS), dense layers among MoE ones (DeepSeek's
+/// `first_k_dense_replace`, Llama 4's interleaving), Mamba-2, attention-only and MLP-only
+/// layers of a hybrid (Nemotron-H's `hybrid_override_pattern`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BlockRun {
+    pub count: u64,
+    /// What the blocks hold (default: attention and MLP).
+    #[serde(default, skip_serializing_if = "BlockKind::is_transformer")]
+    pub kind: BlockKind,
+    /// Sliding-window attention over this many keys (`None`: the model's default span).
+    #[serde(default)]
+    pub window: Option<u64>,
+    /// A dense MLP of this width in place of the model's MoE (`None`: the default MLP).
+    #[serde(default)]
+    pub dense_ffn: Option<u64>,
+}
+
+/// Most distinct block kinds a model may have (sliding/full × dense/MoE; Nemotron-H's
+/// Mamba-2, attention and MLP layers).
+pub const MAX_BLOCK_KINDS: usize = 4;
