@@ -270,8 +270,9 @@ pub type Check = Arc<dyn Fn(&[u8]) -> Result<(), String> + Send + Sync>;
 /// descriptor, which lives at the top of the thread's stack; a thread that exits in between
 /// frees that stack itself, and a stack this large is unmapped rather than cached. Dropping
 /// the `JoinHandle` of a case that had just answered therefore crashed the harness now and
-/// then with SIGSEGV in `pthread_detach` (twice in about 10^6 cases, kernel log: the
-/// faulting instruction reads `cancelhandling`, just after the `joinid` exchange).
+/// then with SIGSEGV (twice in about 10^6 cases; the kernel log's faulting address is
+/// `pthread_detach+28` in Debian's glibc 2.36, the read of `cancelhandling` just after the
+/// `joinid` exchange).
 pub fn run_case(check: &Check, input: &[u8], timeout: Duration) -> Result<Duration, String> {
     let (tx, rx) = mpsc::channel();
     let check = Arc::clone(check);
