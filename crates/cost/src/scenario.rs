@@ -7,6 +7,8 @@
 //! Knows what a layer's cost depends on; knows nothing of search order or schedules.
 
 use std::collections::HashMap;
+
+use foldhash::fast::FixedState;
 use std::sync::{OnceLock, RwLock};
 
 use plait_spec::{
@@ -51,10 +53,10 @@ pub struct Scenario<'a> {
     pub cluster: &'a ClusterSpec,
     pub train: &'a TrainSpec,
     pub device: &'a DeviceModel,
-    memo: RwLock<HashMap<(ShapeKey, usize), LayerCosts>>,
+    memo: RwLock<HashMap<(ShapeKey, usize), LayerCosts, FixedState>>,
     /// The central costs memoised when [`Scenario::freeze`] was called, read without a
     /// lock: a search screens every candidate against these.
-    frozen: OnceLock<HashMap<ShapeKey, LayerCosts>>,
+    frozen: OnceLock<HashMap<ShapeKey, LayerCosts, FixedState>>,
 }
 
 impl<'a> Scenario<'a> {
@@ -69,7 +71,7 @@ impl<'a> Scenario<'a> {
             cluster,
             train,
             device,
-            memo: RwLock::new(HashMap::new()),
+            memo: RwLock::new(HashMap::default()),
             frozen: OnceLock::new(),
         }
     }
@@ -106,7 +108,7 @@ impl<'a> Scenario<'a> {
     /// A search calls it after costing its shapes in parallel, before it screens.
     pub fn freeze(&self) {
         let central = self.memo.read().map_or_else(
-            |_| HashMap::new(),
+            |_| HashMap::default(),
             |m| {
                 m.iter()
                     .filter(|((_, level), _)| *level == CENTRAL)
