@@ -213,7 +213,15 @@ MEGATRON_PLANS = [
     pytest.param(dict(gpus=8, tp=1, pp=1, zero=3), id="fsdp"),
     pytest.param(dict(gpus=16, tp=2, pp=1, cp=2, zero=1, recompute="selective"), id="cp2"),
     pytest.param(dict(gpus=16, tp=2, pp=1, ep=8, zero=1, model="mixtral-8x7b"), id="moe-ep8"),
+    # Mamba-2 hybrids: the layer pattern carries the layers and the pipeline segments.
+    pytest.param(dict(gpus=16, tp=2, pp=2, zero=1, model="nemotron-h-8b"), id="hybrid-pp2"),
+    pytest.param(
+        dict(gpus=16, tp=2, pp=2, vp=2, zero=1, schedule="interleaved", model="nemotron-h-8b"),
+        id="hybrid-pp2-vp2",
+    ),
 ]
+
+NEMOTRON_H_8B_PATTERN = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
 
 
 def megatron_args(path):
@@ -263,6 +271,15 @@ def test_megatron_parses_the_export(plait_bin, tmp_path, monkeypatch, pins):
     assert args.sequence_parallel == c["sp"]
     assert args.micro_batch_size == c["mbs"]
     assert args.global_batch_size == 64
+    if pins.get("model") == "nemotron-h-8b":
+        # Megatron derived the layers and the virtual stages from the pattern.
+        assert args.hybrid_layer_pattern.replace("|", "") == NEMOTRON_H_8B_PATTERN
+        assert args.hybrid_layer_pattern.count("|") == c["pp"] * c["vp"] - 1
+        assert args.num_layers == 52
+        assert (args.virtual_pipeline_model_parallel_size or 1) == c["vp"]
+        assert args.squared_relu and args.position_embedding_type == "none"
+        assert (args.mamba_num_heads, args.mamba_head_dim) == (128, 64)
+        assert (args.mamba_num_groups, args.mamba_state_dim) == (8, 128)
 
 
 def test_megatron_args_reader_reads_the_array(plait_bin, tmp_path):

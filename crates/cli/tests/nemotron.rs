@@ -101,7 +101,7 @@ fn estimate_plan_and_simulate_nemotron_h_8b() {
 }
 
 #[test]
-fn a_nemotron_h_config_json_estimates_and_exports_refuse() {
+fn a_nemotron_h_config_json_estimates_and_only_megatron_exports_it() {
     let dir = std::env::temp_dir().join(format!("plait-nemotron-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("config.json");
@@ -131,8 +131,40 @@ fn a_nemotron_h_config_json_estimates_and_exports_refuse() {
     ]));
     assert_sane(&from_file, "config.json");
     assert_eq!(from_file["iteration_time_s"], preset["iteration_time_s"]);
-    // No exporter writes Mamba-2 layers yet: each refuses, naming them.
-    for engine in ["megatron", "deepspeed", "torchtitan"] {
+    // Megatron-LM builds the hybrid from its layer pattern (split into the plan's
+    // pipeline segments); the other exporters refuse, naming the Mamba-2 layers.
+    let out_dir = dir.join("megatron");
+    let (code, out, err) = plait(&with_batch(&[
+        "plan",
+        "--model",
+        "nemotron-h-8b",
+        "--pp",
+        "2",
+        "--export",
+        "megatron",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]));
+    assert_eq!(code, 0, "megatron: {out}{err}");
+    let args = std::fs::read_to_string(out_dir.join("megatron_args.sh")).unwrap();
+    let pattern = args
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("--hybrid-layer-pattern "))
+        .expect("the export names the layer pattern");
+    assert_eq!(
+        pattern.trim_matches('"').replace('|', ""),
+        "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
+    );
+    assert!(pattern.contains('|'), "two pipeline stages: {pattern}");
+    for flag in [
+        "--squared-relu",
+        "--mamba-num-heads 128",
+        "pretrain_hybrid.py",
+    ] {
+        assert!(args.contains(flag), "{flag}: {args}");
+    }
+    assert!(!args.contains("--num-layers "), "{args}");
+    for engine in ["deepspeed", "torchtitan"] {
         let (code, out, err) = plait(&with_batch(&[
             "plan",
             "--model",

@@ -142,6 +142,7 @@ pub(crate) fn nemotron_h(
     Some(ModelSpec {
         head_dim,
         activation: Activation::Relu2,
+        positions: Positions::None,
         // Nemotron-H's `layer_norm_epsilon` (config.json).
         norm_eps: 1e-5,
         block,

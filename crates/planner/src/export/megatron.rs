@@ -1,5 +1,5 @@
-//! Megatron-LM: the arguments of Megatron-Core's `pretrain_gpt.py`, as a bash array in
-//! `megatron_args.sh`.
+//! Megatron-LM: the arguments of Megatron-Core's `pretrain_gpt.py` (`pretrain_hybrid.py`
+//! for Mamba-2 hybrids), as a bash array in `megatron_args.sh`.
 //!
 //! Every flag was checked against NVIDIA/Megatron-LM at commit
 //! d98e8a64ddf34856e74b24714e3bedb2f5a39553:
@@ -27,6 +27,15 @@
 //!   `--recompute-granularity {full,selective}`, `--recompute-method {uniform,block}`,
 //!   `--recompute-num-layers`, `--fp8-format {e4m3,hybrid}` (field `fp8`, its
 //!   `argparse_meta`), `--moe-router-topk`.
+//! * Hybrids (`HybridModel`, `pretrain_hybrid.py`): `--hybrid-layer-pattern` and `--spec`
+//!   (arguments.py `_add_experimental_args`; `|` separates pipeline segments, segment
+//!   `vp_stage·pp + pp_rank`, `megatron/core/models/hybrid/hybrid_layer_allocation.py`
+//!   `select_pipeline_segment`; the pattern sets `num_layers` and the virtual stages, and
+//!   excludes `--num-virtual-stages-per-pipeline-rank` and the layout flags,
+//!   `validate_args`), `--squared-relu` (arguments.py), `--mamba-state-dim`,
+//!   `--mamba-head-dim`, `--mamba-num-groups`, `--mamba-num-heads` (`TransformerConfig`),
+//!   `--position-embedding-type none`; the `--spec` value and the flag set as
+//!   `examples/mamba/train.sh` writes them.
 //! * `megatron/training/config/training_config.py` (`TrainingConfig`): `--micro-batch-size`,
 //!   `--global-batch-size`; `megatron/training/config/common_config.py`
 //!   (`DistributedInitConfig`): `--use-megatron-fsdp`; `training_config.py`
@@ -119,6 +128,9 @@ pub(super) fn model_reasons(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -
              megatron/training/arguments.py); RoPE θ = {theta} is not one"
         ));
     }
+    if model.is_hybrid() {
+        out.extend(hybrid_reasons(model));
+    }
     if model.linear_bias && !model.qkv_bias {
         out.push(
             "Megatron's linear biases (on unless --disable-bias-linear) include the q/k/v \
@@ -127,6 +139,74 @@ pub(super) fn model_reasons(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -
         );
     }
     out
+}
+
+/// Mamba-2 mixer settings that `MambaMixer` fixes in its constructor rather than taking
+/// from the configuration (Megatron-LM d98e8a6 `megatron/core/ssm/mamba_mixer.py`:
+/// `d_conv=4`, `conv_bias=True`, `bias=False`, `chunk_size=128`).
+const MEGATRON_MAMBA_CONV_KERNEL: u64 = 4;
+const MEGATRON_MAMBA_CHUNK: u64 = 128;
+
+/// Why Megatron's `HybridModel` cannot build `model` as plait costs it.
+fn hybrid_reasons(model: &ModelSpec) -> Vec<String> {
+    let mut out = Vec::new();
+    if model.hybrid_pattern().is_none() {
+        out.push(format!(
+            "{} mixes transformer blocks into a hybrid pattern; Megatron's \
+             --hybrid-layer-pattern names attention (*), MLP (-) and Mamba (M) layers only",
+            model.name
+        ));
+    }
+    if model.attention_window.is_some()
+        || model
+            .block_runs
+            .iter()
+            .any(|r| r.window.is_some() || r.dense_ffn.is_some())
+    {
+        out.push(format!(
+            "{} has sliding-window or differently sized layers, which \
+             --hybrid-layer-pattern cannot say",
+            model.name
+        ));
+    }
+    if let Some(m) = model.mamba {
+        let fixed = [
+            ("conv_kernel", m.conv_kernel, MEGATRON_MAMBA_CONV_KERNEL),
+            ("chunk", m.chunk, MEGATRON_MAMBA_CHUNK),
+            ("conv_bias", u64::from(m.conv_bias), 1),
+            ("proj_bias", u64::from(m.proj_bias), 0),
+        ];
+        for (field, value, megatron) in fixed {
+            if value != megatron {
+                out.push(format!(
+                    "its Mamba-2 mixer has {field} = {value}, but Megatron's MambaMixer \
+                     fixes it at {megatron} (megatron/core/ssm/mamba_mixer.py)"
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// A hybrid's `--hybrid-layer-pattern`: one symbol per layer, and with a pipeline the
+/// virtual stages in Megatron's order (segment `chunk·pp + rank`,
+/// `hybrid_layer_allocation.select_pipeline_segment`), separated by `|`.
+fn hybrid_layer_pattern(plan: &Plan, pattern: &str) -> String {
+    if plan.config.pp == 1 {
+        return pattern.to_string();
+    }
+    let mut rest = pattern;
+    let segments: Vec<&str> = plan
+        .stage_map
+        .chunk_blocks
+        .iter()
+        .map(|&n| {
+            let (segment, tail) = rest.split_at((n as usize).min(rest.len()));
+            rest = tail;
+            segment
+        })
+        .collect();
+    segments.join("|")
 }
 
 /// The recompute flags, or why Megatron cannot recompute as the plan does.
@@ -251,12 +331,17 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     let mut groups: Vec<(&str, Vec<(&str, String)>)> = Vec::new();
     let flag = |name: &'static str| (name, String::new());
 
-    // The model.
-    let mut m: Vec<(&str, String)> = vec![
-        ("--num-layers", model.layers.to_string()),
-        ("--hidden-size", model.hidden.to_string()),
-        ("--num-attention-heads", model.heads.to_string()),
-    ];
+    // The model. A hybrid's layer count and pipeline layout come from its pattern.
+    let pattern = model.hybrid_pattern();
+    let mut m: Vec<(&str, String)> = match &pattern {
+        Some(p) => vec![(
+            "--hybrid-layer-pattern",
+            format!("\"{}\"", hybrid_layer_pattern(plan, p)),
+        )],
+        None => vec![("--num-layers", model.layers.to_string())],
+    };
+    m.push(("--hidden-size", model.hidden.to_string()));
+    m.push(("--num-attention-heads", model.heads.to_string()));
     if model.kv_heads != model.heads {
         m.push(flag("--group-query-attention"));
         m.push(("--num-query-groups", model.kv_heads.to_string()));
@@ -275,6 +360,7 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
         match model.positions {
             Positions::Rotary => "rope",
             Positions::Learned => "learned_absolute",
+            Positions::None => "none",
         }
         .into(),
     ));
@@ -282,8 +368,21 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
         // `--rotary-base` is `type=int` (arguments.py); `model_reasons` refuses other θ.
         m.push(("--rotary-base", format!("{}", model.rope_theta as u64)));
     }
-    if model.activation == plait_spec::Activation::SwiGlu {
-        m.push(flag("--swiglu"));
+    match model.activation {
+        plait_spec::Activation::SwiGlu => m.push(flag("--swiglu")),
+        plait_spec::Activation::Relu2 => m.push(flag("--squared-relu")),
+        plait_spec::Activation::Gelu => {}
+    }
+    if let (Some(_), Some(mamba)) = (&pattern, model.mamba) {
+        m.push(("--mamba-num-heads", mamba.heads.to_string()));
+        m.push(("--mamba-head-dim", mamba.head_dim.to_string()));
+        m.push(("--mamba-num-groups", mamba.groups.to_string()));
+        m.push(("--mamba-state-dim", mamba.state.to_string()));
+        // The layer specs of the hybrid stack, as examples/mamba/train.sh names them.
+        m.push((
+            "--spec",
+            "megatron.core.models.hybrid.hybrid_layer_specs hybrid_stack_spec".into(),
+        ));
     }
     m.push((
         "--normalization",
@@ -327,9 +426,15 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
         ("--pipeline-model-parallel-size", c.pp.to_string()),
     ];
     let interleaved = pipe(c) == Pipe::Interleaved;
-    match split(plan) {
+    // A hybrid's pattern carries its pipeline layout (and so the virtual stages).
+    let split = if pattern.is_some() {
+        Split::Even
+    } else {
+        split(plan)
+    };
+    match split {
         Split::Even => {
-            if interleaved {
+            if interleaved && pattern.is_none() {
                 par.push(("--num-virtual-stages-per-pipeline-rank", c.vp.to_string()));
             }
         }
@@ -453,11 +558,15 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     );
     head.extend(notes.iter().map(|n| format!("note: {n}")));
     head.push(String::new());
-    head.push(
-        "usage: source megatron_args.sh; torchrun … pretrain_gpt.py \"${MEGATRON_ARGS[@]}\" \
-         <data, tokenizer, optimizer and checkpoint flags>"
-            .into(),
-    );
+    head.push(format!(
+        "usage: source megatron_args.sh; torchrun … {} \"${{MEGATRON_ARGS[@]}}\" <data, \
+         tokenizer, optimizer and checkpoint flags>",
+        if pattern.is_some() {
+            "pretrain_hybrid.py"
+        } else {
+            "pretrain_gpt.py"
+        }
+    ));
 
     let mut out = String::from("#!/usr/bin/env bash\n");
     out.push_str(&commented("# ", &head));

@@ -199,27 +199,30 @@ pub fn export(
     } else {
         reasons = plan_reasons(engine, &plan.layout());
     }
-    // The exporters write one block kind with full attention; a model whose blocks differ
-    // or attend over a window would launch as another model.
-    if model.is_hybrid() {
+    // The exporters write one block kind with full attention (Megatron also its hybrid
+    // models, whose layer pattern it takes); a model whose blocks differ otherwise or
+    // attend over a window would launch as another model.
+    if model.is_hybrid() && engine != Engine::Megatron {
         reasons.push(format!(
             "{} is a hybrid of Mamba-2 mixer, attention-only and MLP-only layers{}, which the \
-             {} export does not write (Megatron-LM trains such models with pretrain_mamba.py \
-             and --hybrid-layer-pattern)",
+             {} export does not write (Megatron-LM trains such models from a layer pattern: \
+             --export megatron)",
             model.name,
             model
                 .hybrid_pattern()
                 .map_or(String::new(), |p| format!(" (pattern {p})")),
             engine
         ));
-    } else if !model.block_runs.is_empty() || model.attention_window.is_some() {
+    } else if !model.is_hybrid()
+        && (!model.block_runs.is_empty() || model.attention_window.is_some())
+    {
         reasons.push(format!(
             "{} has sliding-window attention or blocks of different kinds, which the {} \
              export does not write yet",
             model.name, engine
         ));
     }
-    if model.activation == plait_spec::Activation::Relu2 {
+    if model.activation == plait_spec::Activation::Relu2 && engine != Engine::Megatron {
         reasons.push(format!(
             "{} has squared-ReLU MLPs, which the {} export does not write yet",
             model.name, engine

@@ -154,7 +154,6 @@ impl Config<'_> {
             linear_bias: self.flag("mlp_bias", false)?,
             tied_embeddings: self.flag("tie_word_embeddings", false)?,
             norm_eps: self.float("layer_norm_epsilon", 1e-5)?,
-            rope_theta: self.rope_theta("rope_theta", crate::model::DEFAULT_ROPE_THETA)?,
             ..base
         };
         self.check_size(

@@ -50,7 +50,7 @@ fn parameter_count_u128(s: &ModelSpec) -> u128 {
         .sum();
     let pos = match s.positions {
         Positions::Learned => w(s.max_positions),
-        Positions::Rotary => 0,
+        Positions::Rotary | Positions::None => 0,
     };
     let bert = s.family == Family::Bert;
     let embedding = (v + pos + w(s.type_vocab)) * h + if bert { norm } else { 0 };

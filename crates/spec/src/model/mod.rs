@@ -50,6 +50,10 @@ pub enum Positions {
     Learned,
     /// Rotary embeddings: no parameters.
     Rotary,
+    /// No position encoding: the sequence mixers carry the order (Nemotron-H: transformers
+    /// 5.24 `NemotronHAttention` applies no rotary embedding; Megatron-LM d98e8a6 trains it
+    /// with `--position-embedding-type none`, `examples/mamba/train.sh`).
+    None,
 }
 
 /// Routed experts of a mixture-of-experts MLP.
@@ -545,7 +549,7 @@ impl ModelSpec {
         let h = self.hidden;
         let pos = match self.positions {
             Positions::Learned => self.max_positions * h,
-            Positions::Rotary => 0,
+            Positions::Rotary | Positions::None => 0,
         };
         let emb_norm = if self.family == Family::Bert {
             self.norm_params()
