@@ -164,6 +164,15 @@ pub struct EngineProfile {
     /// `megatron_comm_overlap.py:153-157`; Megatron turns it off without interleaving,
     /// `arguments.py:1001-1016`).
     pub overlaps_interleaved_p2p: bool,
+    /// Data-parallel all-gathers of the block weights of an fp8 or MXFP8 run move them in
+    /// that format (1 byte, MXFP8 with its scales) rather than 16-bit: NeMo's fp8 recipes
+    /// set `fp8_param_gather = True` (NeMo 8cfedd7 `recipes/precision/mixed_precision.py`
+    /// lines 70 and 101, `bf16_with_fp8_mixed`, `bf16_with_mxfp8_mixed`; it has no NVFP4
+    /// recipe), so Megatron's distributed optimizer gathers the Transformer Engine fp8
+    /// weights (Megatron-LM d98e8a6 `--fp8-param-gather`). Off in Megatron-LM's
+    /// own defaults, Composer's FSDP, DeepSpeed and torchtitan
+    /// (`enable_fsdp_float8_all_gather = False`, `config/job_config.py`).
+    pub fp8_param_gather: bool,
     /// The local experts' GEMMs run as one grouped GEMM (tiles of all experts share the
     /// waves over the SMs) rather than one GEMM per expert. Megatron's default is
     /// `moe_grouped_gemm=False` (`transformer_config.py:850`), as NeMo's Mixtral recipe leaves
@@ -202,6 +211,7 @@ impl EngineProfile {
             tp_comm_overlap: true,
             overlaps_interleaved_p2p: true,
             grouped_expert_gemm: false,
+            fp8_param_gather: true,
             cross_entropy: CrossEntropy::MEGATRON_UNFUSED,
         };
         match engine {
@@ -230,6 +240,7 @@ impl EngineProfile {
                 },
                 tp_comm_overlap: false,
                 overlaps_interleaved_p2p: false,
+                fp8_param_gather: false,
                 ..megatron
             },
             // llm-foundry on Composer: eager PyTorch, Triton flash attention, TE linears for
@@ -243,6 +254,7 @@ impl EngineProfile {
                 fp8_cast_fused_into_norm: false,
                 tp_comm_overlap: false,
                 overlaps_interleaved_p2p: false,
+                fp8_param_gather: false,
                 ..megatron
             },
             // torchtitan: SDPA's flash backend, eager, torchao float8 (dynamic tensor-wise
@@ -261,6 +273,7 @@ impl EngineProfile {
                 overlaps_tp_backward: false,
                 tp_comm_overlap: false,
                 overlaps_interleaved_p2p: false,
+                fp8_param_gather: false,
                 ..megatron
             },
             // Megatron-LM of 2021–22 (SC'21, Korthikanti et al.): Megatron's fused kernels
@@ -270,6 +283,7 @@ impl EngineProfile {
                 attention: AttentionKernel::Flash2,
                 tp_comm_overlap: false,
                 overlaps_interleaved_p2p: false,
+                fp8_param_gather: false,
                 ..megatron
             },
             // DeepSpeed of March 2021 driving Megatron-LM's GPT (SC'21 Table 2): that
@@ -281,6 +295,7 @@ impl EngineProfile {
                 sharded: ShardedParams::DEEPSPEED_2021,
                 tp_comm_overlap: false,
                 overlaps_interleaved_p2p: false,
+                fp8_param_gather: false,
                 ..megatron
             },
             // plait's runtime: eager, in-line collectives.
@@ -292,6 +307,7 @@ impl EngineProfile {
                 overlaps_tp_backward: false,
                 tp_comm_overlap: false,
                 overlaps_interleaved_p2p: false,
+                fp8_param_gather: false,
                 ..megatron
             },
         }

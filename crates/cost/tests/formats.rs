@@ -90,3 +90,21 @@ fn fp8_gemms_reach_the_measured_fp8_fraction_of_their_peak() {
         l40s.gpu.matmul_efficiency
     );
 }
+
+#[test]
+fn megatron_gathers_fp8_weights_in_fp8_and_torchtitan_in_bf16() {
+    // NeMo's fp8 recipe gathers the block weights in fp8 (`fp8_param_gather`): the ZeRO-1
+    // parameter all-gather moves about half the bytes of the bf16 run's. torchtitan's
+    // default gathers the 16-bit weights whatever the GEMMs run in.
+    let gather = |dtype, engine| run("dgx-h100", dtype, engine).stages[0].dp_param_gather_s;
+    let megatron = gather(Dtype::Fp8, Engine::Megatron) / gather(Dtype::Bf16, Engine::Megatron);
+    assert!(
+        (0.45..0.6).contains(&megatron),
+        "megatron fp8/bf16 gather: {megatron}"
+    );
+    let titan = gather(Dtype::Fp8, Engine::Torchtitan) / gather(Dtype::Bf16, Engine::Torchtitan);
+    assert!(
+        (titan - 1.0).abs() < 1e-9,
+        "torchtitan fp8/bf16 gather: {titan}"
+    );
+}

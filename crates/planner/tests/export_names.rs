@@ -63,6 +63,16 @@ const MEGATRON_FLAGS: &[&str] = &[
     "--bf16",
     "--fp16",
     "--fp8-format",
+    "--fp8-param-gather",
+    // Hybrids (arguments.py `_add_experimental_args` and `--squared-relu`; the Mamba sizes
+    // are `TransformerConfig` fields).
+    "--hybrid-layer-pattern",
+    "--spec",
+    "--squared-relu",
+    "--mamba-num-heads",
+    "--mamba-head-dim",
+    "--mamba-num-groups",
+    "--mamba-state-dim",
 ];
 
 /// DeepSpeed 38327e0: constants.py, zero/config.py, config.py `get_pipeline_config`,
@@ -204,6 +214,18 @@ fn every_emitted_name_is_the_engines_own() {
     let mut selective = llama2_7b();
     selective.plan.config.recompute = Recompute::Selective;
     cases.push(selective);
+    cases.push(case(
+        "nemotron-h-8b",
+        64,
+        4096,
+        ParallelConfig {
+            dp: 2,
+            pp: 4,
+            mbs: 1,
+            zero: 1,
+            ..ParallelConfig::default()
+        },
+    ));
     let mut seen = [0usize; 4];
     for k in &cases {
         if let Ok(files) = run(Engine::Megatron, k) {

@@ -484,10 +484,9 @@ fn assemble(
         let last = k == p - 1;
         let mut layers = rank_block_layers(m, policy, full, map, k as u64, c.pp);
         // Blocks' parameters on this rank (the quantised weight copies are per block).
-        let stage_block_params: f64 = layers
-            .iter()
-            .map(|(l, n)| (l.params + l.expert_params) * n)
-            .sum();
+        let stage_block_dense: f64 = layers.iter().map(|(l, n)| l.params * n).sum();
+        let stage_block_expert: f64 = layers.iter().map(|(l, n)| l.expert_params * n).sum();
+        let stage_block_params = stage_block_dense + stage_block_expert;
         layers.push((*embedding, if first { 1.0 } else { 0.0 }));
         layers.push((*head, if last { 1.0 } else { 0.0 }));
         if last && m.mtp_layers > 0 {
@@ -578,22 +577,35 @@ fn assemble(
 
         // Data-parallel traffic of this stage's parameters.
         let dp_bytes_reduce = |params: f64| params * grad_reduce_bytes;
-        let reduce = |grp: &Group, params: f64| match c.zero {
-            0 => grp.all_reduce_s(dp_bytes_reduce(params)),
-            _ => {
-                grp.reduce_scatter_s(dp_bytes_reduce(params))
-                    + grp.all_gather_s(params * WEIGHT_BYTES)
+        // Bytes per parameter of the gathered weights, `blocks` of `params` being block
+        // weights: 16-bit, or an engine that gathers the block linears in the low-precision
+        // format they run in (`EngineProfile::fp8_param_gather`) moves those quantised.
+        let quantised_gather = engine.fp8_param_gather
+            && matches!(w.linear_format, Dtype::Fp8 | Dtype::Mxfp8)
+            && w.lora.is_none();
+        let gather_bytes = |params: f64, blocks: f64| {
+            if quantised_gather {
+                let blocks = blocks.min(params);
+                (params - blocks) * WEIGHT_BYTES + blocks * w.quantised_copy_bytes()
+            } else {
+                params * WEIGHT_BYTES
             }
+        };
+        let dense_gather = gather_bytes(trainable, stage_block_dense);
+        let expert_gather = gather_bytes(trainable_expert, stage_block_expert);
+        let reduce = |grp: &Group, params: f64, gathered: f64| match c.zero {
+            0 => grp.all_reduce_s(dp_bytes_reduce(params)),
+            _ => grp.reduce_scatter_s(dp_bytes_reduce(params)) + grp.all_gather_s(gathered),
         };
         let dp_total = if c.zero >= 3 {
             0.0
         } else {
-            reduce(&g.dp, trainable) + reduce(&expert_group, trainable_expert)
+            reduce(&g.dp, trainable, dense_gather)
+                + reduce(&expert_group, trainable_expert, expert_gather)
         };
         // The ZeRO-1/2 parameter all-gather within `dp_total` (after the optimizer step).
         let param_gather = if (1..3).contains(&c.zero) {
-            g.dp.all_gather_s(trainable * WEIGHT_BYTES)
-                + expert_group.all_gather_s(trainable_expert * WEIGHT_BYTES)
+            g.dp.all_gather_s(dense_gather) + expert_group.all_gather_s(expert_gather)
         } else {
             0.0
         };
@@ -629,8 +641,8 @@ fn assemble(
             let units = n_blocks as f64 * per_block;
             let unit_dense = block.params / per_block;
             let unit_expert = block.expert_params / per_block;
-            let gather_u = g.dp.all_gather_s(unit_dense * WEIGHT_BYTES)
-                + expert_group.all_gather_s(unit_expert * WEIGHT_BYTES);
+            let gather_u = g.dp.all_gather_s(gather_bytes(unit_dense, unit_dense))
+                + expert_group.all_gather_s(gather_bytes(unit_expert, unit_expert));
             let scatter_u =
                 g.dp.reduce_scatter_s(block.trainable_params / per_block * grad_reduce_bytes)
                     + expert_group.reduce_scatter_s(

@@ -534,6 +534,12 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
             ("--fp4-recipe", "nvfp4".into()),
         ],
     };
+    let mut prec = prec;
+    // The engine profile's NeMo recipe gathers fp8 weights (`EngineProfile::
+    // fp8_param_gather`); Megatron takes it with the distributed optimizer only.
+    if matches!(train.dtype, Dtype::Fp8 | Dtype::Mxfp8) && c.zero >= 1 {
+        prec.push(flag("--fp8-param-gather"));
+    }
     groups.push(("precision", prec));
 
     let mut head = vec![
