@@ -384,10 +384,7 @@ fn measure_link(min: Duration) -> Result<CpuLink> {
             })
             .collect();
         hs.into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(RuntimeError::MeasurementPanicked))
-            })
+            .map(|h| h.join().unwrap_or(Err(RuntimeError::MeasurementPanicked)))
             .collect::<Result<Vec<_>>>()
     })?;
     let (small, large) = times[0];

@@ -261,7 +261,7 @@ impl<'a> Worker<'a> {
             let data = self
                 .inbox_act
                 .remove(&(mb, c))
-                .ok_or_else(|| RuntimeError::Invariant(Invariant::ForwardBeforeActivation))?;
+                .ok_or(RuntimeError::Invariant(Invariant::ForwardBeforeActivation))?;
             StageIn::Hidden(Var::from_vec(data, model.hidden_shape(), &Device::Cpu)?)
         };
         let n = model.blocks.len();
@@ -330,7 +330,7 @@ impl<'a> Worker<'a> {
         let live = self
             .live
             .remove(&(mb, c))
-            .ok_or_else(|| RuntimeError::Invariant(Invariant::BackwardBeforeForward))?;
+            .ok_or(RuntimeError::Invariant(Invariant::BackwardBeforeForward))?;
         let model = &self.models[ci];
         let root = if model.is_last() {
             live.out.clone()
@@ -338,7 +338,7 @@ impl<'a> Worker<'a> {
             let data = self
                 .inbox_grad
                 .remove(&(mb, c))
-                .ok_or_else(|| RuntimeError::Invariant(Invariant::BackwardBeforeGradient))?;
+                .ok_or(RuntimeError::Invariant(Invariant::BackwardBeforeGradient))?;
             let g = Tensor::from_vec(data, live.out.shape(), &Device::Cpu)?;
             (live.out.mul(&g))?.sum_all()?
         };
@@ -356,7 +356,7 @@ impl<'a> Worker<'a> {
                 };
                 let a = live
                     .recomputed
-                    .ok_or_else(|| RuntimeError::Invariant(Invariant::BackwardBeforeRecompute))?;
+                    .ok_or(RuntimeError::Invariant(Invariant::BackwardBeforeRecompute))?;
                 let g2 = a.mul(&gb)?.sum_all()?.backward()?;
                 for (slot, p) in contrib.iter_mut().zip(&model.params) {
                     if let Some(g) = g2.get(p.var.as_tensor()) {
@@ -400,7 +400,7 @@ impl<'a> Worker<'a> {
             let data = self
                 .inbox_act
                 .remove(&(mb, c))
-                .ok_or_else(|| RuntimeError::Invariant(Invariant::ForwardBeforeActivation))?;
+                .ok_or(RuntimeError::Invariant(Invariant::ForwardBeforeActivation))?;
             let full = Tensor::from_vec(data, self.models[ci].hidden_shape(), &Device::Cpu)?;
             [
                 Some(Var::from_tensor(&full.narrow(0, 0, half)?)?),
@@ -477,7 +477,7 @@ impl<'a> Worker<'a> {
         let [h0, h1] = self
             .live_halves
             .remove(&(mb, c))
-            .ok_or_else(|| RuntimeError::Invariant(Invariant::BackwardBeforeForward))?;
+            .ok_or(RuntimeError::Invariant(Invariant::BackwardBeforeForward))?;
         let model = &self.models[ci];
         let grads: [Option<Tensor>; 2] = if model.is_last() {
             [None, None]
@@ -485,7 +485,7 @@ impl<'a> Worker<'a> {
             let data = self
                 .inbox_grad
                 .remove(&(mb, c))
-                .ok_or_else(|| RuntimeError::Invariant(Invariant::BackwardBeforeGradient))?;
+                .ok_or(RuntimeError::Invariant(Invariant::BackwardBeforeGradient))?;
             let g = Tensor::from_vec(data, model.hidden_shape(), &Device::Cpu)?;
             let half = model.mbs / 2;
             [Some(g.narrow(0, 0, half)?), Some(g.narrow(0, half, half)?)]
@@ -572,24 +572,23 @@ impl<'a> Worker<'a> {
             Op::Backward => self.backward(mb, c, false),
             Op::BackwardInput => self.backward(mb, c, true),
             Op::BackwardWeight => {
-                let contrib = self
-                    .stash
-                    .remove(&(mb, c))
-                    .ok_or_else(|| RuntimeError::Invariant(Invariant::WeightBeforeInputBackward))?;
+                let contrib = self.stash.remove(&(mb, c)).ok_or(RuntimeError::Invariant(
+                    Invariant::WeightBeforeInputBackward,
+                ))?;
                 self.accumulate(c as usize, contrib)
             }
             Op::SendActivation => {
                 let data = self
                     .outbox_act
                     .remove(&(mb, c))
-                    .ok_or_else(|| RuntimeError::Invariant(Invariant::SendOfMissingActivation))?;
+                    .ok_or(RuntimeError::Invariant(Invariant::SendOfMissingActivation))?;
                 Ok(self.g.pp.send(next, Tag::Activation, data)?)
             }
             Op::SendGradient => {
                 let data = self
                     .outbox_grad
                     .remove(&(mb, c))
-                    .ok_or_else(|| RuntimeError::Invariant(Invariant::SendOfMissingGradient))?;
+                    .ok_or(RuntimeError::Invariant(Invariant::SendOfMissingGradient))?;
                 Ok(self.g.pp.send(prev, Tag::Gradient, data)?)
             }
             Op::RecvActivation => {
