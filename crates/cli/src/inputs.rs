@@ -7,6 +7,8 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 
 use plait_cost::{device_for, DeviceModel, Profile};
+use plait_runtime::error::PlanMismatch;
+use plait_runtime::RuntimeError;
 use plait_spec::{
     cluster_from_toml, cluster_preset, model_from_hf_config, model_preset, AttentionImpl,
     ClusterSpec, Degree, Dtype, Engine, Lora, ModelSpec, ParallelConfig, ParallelPins, Recompute,
@@ -207,6 +209,24 @@ pub(crate) fn positive(flag: &str, v: i64) -> Result<u64, SpecError> {
         ))
     } else {
         Ok(v as u64)
+    }
+}
+
+/// A runtime error whose message names the request's fields (`workers`, `seq`,
+/// `checkpoint.dir`) reworded with the flags that set them (`--workers`, `--seq`,
+/// `--checkpoint-dir`); any other error as it is.
+pub(crate) fn runtime_flags(e: anyhow::Error) -> anyhow::Error {
+    match e.downcast::<RuntimeError>() {
+        Ok(r) if r.names_fields() => {
+            let mut text = r.message_naming(&|field| format!("--{}", field.replace('.', "-")));
+            // The command line takes `auto` as well as an explicit plan.
+            if matches!(r, RuntimeError::PlanMismatch(PlanMismatch::Syntax { .. })) {
+                text += " (or auto)";
+            }
+            anyhow::Error::msg(text)
+        }
+        Ok(r) => r.into(),
+        Err(e) => e,
     }
 }
 

@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use plait_runtime::profile::{measure, MeasureOptions};
 
-use crate::inputs::{load_model, positive};
+use crate::inputs::{load_model, positive, runtime_flags};
 
 #[derive(Debug, Args)]
 pub struct ProfileArgs {
@@ -66,7 +66,8 @@ pub fn run(args: &ProfileArgs) -> Result<String> {
             bar.set_length(total as u64);
             bar.set_position(done as u64);
         },
-    )?;
+    )
+    .map_err(|e| runtime_flags(e.into()))?;
     bar.finish_and_clear();
     std::fs::write(&args.output, profile.to_json()?)
         .with_context(|| format!("--output: cannot write `{}`", args.output.display()))?;

@@ -12,7 +12,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::auto_plan::{plan_auto, predict};
-use plait_runtime::checkpoint::{self, Manifest};
+use plait_runtime::checkpoint::{self, ResumePoint};
 use plait_runtime::engine::{min_activation_bytes, min_replicas};
 use plait_runtime::profile::{measure, CpuProfile, MeasureOptions};
 use plait_runtime::{
@@ -21,7 +21,7 @@ use plait_runtime::{
 };
 use plait_spec::Schedule;
 
-use crate::inputs::{load_model, parse_keyword, positive};
+use crate::inputs::{load_model, parse_keyword, positive, runtime_flags};
 
 #[derive(Debug, Args)]
 pub struct TrainArgs {
@@ -106,6 +106,10 @@ fn load_profile(path: &std::path::Path) -> Result<CpuProfile> {
 }
 
 pub fn run(args: &TrainArgs) -> Result<String> {
+    train_run(args).map_err(runtime_flags)
+}
+
+fn train_run(args: &TrainArgs) -> Result<String> {
     // First, while this is the only thread: candle's thread counts come from the
     // environment, which may only change before threads exist (see the function).
     init_compute_threads(1);
@@ -166,14 +170,14 @@ pub fn run(args: &TrainArgs) -> Result<String> {
     });
 
     // The checkpoint a resumed run continues (train() verifies it again); a fresh run's
-    // directory must hold none (train() checks too: here it is before measuring).
-    let resumed: Option<(PathBuf, Manifest)> = match (&args.checkpoint_dir, args.resume) {
-        (Some(dir), true) => checkpoint::latest(dir)?,
-        (Some(dir), false) => {
-            checkpoint::refuse_existing(dir)?;
-            None
-        }
-        (None, _) => None,
+    // directory must hold none (train() checks too: here it is before measuring). Planning
+    // again would measure this machine again, and timing noise can change the choice: a
+    // resumed run with --plan auto keeps the plan its checkpoint was written under, so its
+    // workers must be the checkpoint's.
+    let auto = args.plan.trim().eq_ignore_ascii_case("auto");
+    let resumed: Option<ResumePoint> = match &args.checkpoint_dir {
+        Some(dir) => checkpoint::resume_point(dir, args.resume, auto.then_some(workers))?,
+        None => None,
     };
 
     let mut out = String::new();
@@ -181,17 +185,13 @@ pub fn run(args: &TrainArgs) -> Result<String> {
         Some(p) => Some(load_profile(p)?),
         None => None,
     };
-    let auto = args.plan.trim().eq_ignore_ascii_case("auto");
-    if let (true, Some((path, m))) = (auto, &resumed) {
-        // Planning again would measure this machine again, and timing noise can change
-        // the choice: a resumed run keeps the plan its checkpoint was written under.
-        if m.world != workers {
-            bail!(
-                "--resume: {} was written by {} workers, this run has --workers {workers}",
-                path.display(),
-                m.world
-            );
-        }
+    if let (
+        true,
+        Some(ResumePoint {
+            path, manifest: m, ..
+        }),
+    ) = (auto, &resumed)
+    {
         let mut config = m.parallel;
         if let Some(s) = args.schedule {
             config.schedule = s;
@@ -245,9 +245,7 @@ pub fn run(args: &TrainArgs) -> Result<String> {
     }
 
     // A resumed run continues the log of the run it resumes, from its checkpoint's step.
-    let resumed_step = args
-        .resume
-        .then(|| resumed.as_ref().map_or(0, |(_, m)| m.step));
+    let resumed_step = args.resume.then(|| resumed.as_ref().map_or(0, |p| p.step));
     let mut log = match &args.json_log {
         Some(path) => Some(open_log(path, resumed_step)?),
         None => None,

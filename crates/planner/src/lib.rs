@@ -25,6 +25,7 @@ pub use simulate::{simulate_config, simulate_mapped, Simulated};
 /// Why a plan or simulation could not be produced (bad input, not infeasibility: a plan
 /// that does not fit is an answer with `fits = false`).
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum PlanError {
     #[error(transparent)]
     Spec(#[from] plait_spec::SpecError),

@@ -11,6 +11,7 @@ use plait_spec::{ParallelConfig, StageMap};
 use crate::Simulated;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct Plan {
     pub config: ParallelConfig,
     /// Blocks per pipeline chunk and full-recompute blocks per rank.
@@ -27,4 +28,26 @@ pub struct Plan {
     /// traces of the plan draw, without simulating again. Not part of the JSON.
     #[serde(skip)]
     pub simulated: Option<Arc<Simulated>>,
+}
+
+impl Plan {
+    /// A plan of `config` laid out by `stage_map`, without notes or the simulation behind
+    /// its estimate (a plan built by hand, for an export).
+    pub fn new(
+        config: ParallelConfig,
+        stage_map: StageMap,
+        microbatches: u64,
+        estimate: Estimate,
+        closed_form_iteration_time_s: f64,
+    ) -> Self {
+        Plan {
+            config,
+            stage_map,
+            microbatches,
+            estimate,
+            closed_form_iteration_time_s,
+            notes: Vec::new(),
+            simulated: None,
+        }
+    }
 }

@@ -277,15 +277,13 @@ fn exported_theta_eps(model: ModelSpec) -> (BTreeMap<String, String>, ModelSpec)
     c.validate(&model, &t, c.gpus()).unwrap();
     let d = plait_cost::device_for(&cluster, t.dtype).unwrap();
     let est = plait_cost::estimate(&model, &cluster, &t, &c, &d).unwrap();
-    let plan = Plan {
-        config: c,
-        stage_map: StageMap::uniform(model.layers, &c),
-        microbatches: c.microbatches(&t),
-        closed_form_iteration_time_s: est.iteration_time_s,
-        estimate: est,
-        notes: vec![],
-        simulated: None,
-    };
+    let plan = Plan::new(
+        c,
+        StageMap::uniform(model.layers, &c),
+        c.microbatches(&t),
+        est.clone(),
+        est.iteration_time_s,
+    );
     let files = export(Engine::Megatron, &plan, &model, &t).unwrap();
     (megatron_flags(file(&files, "megatron_args.sh")), model)
 }

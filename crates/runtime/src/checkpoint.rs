@@ -20,7 +20,8 @@
 //! complete `step-*` directory.
 //!
 //! One directory holds one run: a fresh run refuses a directory that already holds
-//! checkpoints ([`refuse_existing`]) rather than mixing its steps with an earlier run's,
+//! checkpoints ([`refuse_existing`]) rather than mixing its steps with an earlier run's
+//! ([`resume_point`] decides where a run starts),
 //! and after each commit only this run's older steps beyond [`CheckpointConfig::keep`] are
 //! deleted, never the step just written.
 //!
@@ -40,7 +41,7 @@ use safetensors::tensor::{Dtype, SafeTensors, View};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{Groups, TrainConfig};
-use crate::error::RuntimeError;
+use crate::error::{CheckpointError, ResumeError, RuntimeError};
 use crate::model::{ParamDef, StageModel};
 use crate::optim::{OptimConfig, Optimizer};
 use crate::rng::fnv1a;
@@ -108,8 +109,8 @@ impl Manifest {
             manifest_fnv1a: None,
             ..self.clone()
         };
-        let text = serde_json::to_string_pretty(&bare)
-            .map_err(|e| RuntimeError::Checkpoint(e.to_string()))?;
+        let text =
+            serde_json::to_string_pretty(&bare).map_err(CheckpointError::SerializeManifest)?;
         Ok(format!("{:016x}", fnv1a(text.as_bytes())))
     }
 }
@@ -146,12 +147,10 @@ impl Manifest {
         if diffs.is_empty() {
             Ok(())
         } else {
-            Err(RuntimeError::Checkpoint(format!(
-                "step {} was written by a different run ({}); resume with the same \
-                 model, plan, batch, seed and steps, or use another --checkpoint-dir",
-                self.step,
-                diffs.join("; ")
-            )))
+            Err(RuntimeError::Resume(ResumeError::DifferentRun {
+                step: self.step,
+                differences: diffs,
+            }))
         }
     }
 }
@@ -241,17 +240,55 @@ pub fn refuse_existing(dir: &Path) -> Result<()> {
     if steps.is_empty() && !dir.join("latest").exists() {
         return Ok(());
     }
-    let names: Vec<&str> = steps.iter().map(|(_, _, n)| n.as_str()).collect();
-    Err(RuntimeError::Config(format!(
-        "--checkpoint-dir `{}` already holds checkpoints of an earlier run ({}): continue \
-         that run with --resume, or give a new run an empty directory",
-        dir.display(),
-        if names.is_empty() {
-            "`latest`".to_string()
-        } else {
-            names.join(", ")
-        }
-    )))
+    Err(RuntimeError::Resume(ResumeError::DirectoryInUse {
+        dir: dir.to_path_buf(),
+        found: steps.into_iter().map(|(_, _, n)| n).collect(),
+    }))
+}
+
+/// The checkpoint a run continues.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ResumePoint {
+    /// Its directory (`DIR/step-00000010`).
+    pub path: PathBuf,
+    pub manifest: Manifest,
+    /// Steps it completed: the run continues with the next.
+    pub step: u64,
+}
+
+/// Where a run writing its checkpoints to `dir` starts. A fresh run (`resume` false)
+/// starts at step 0 in a directory without checkpoints ([`refuse_existing`]); a resumed
+/// one continues the newest complete checkpoint ([`latest`]), or starts at step 0 when
+/// there is none (`None` in both cases).
+///
+/// `workers`: `Some(n)` when the run keeps the checkpoint's plan instead of bringing its
+/// own, so its `n` workers must be the checkpoint's ([`ResumeError::Workers`]); with
+/// `None`, [`Manifest::check_compatible`] compares the run's plan when it starts.
+pub fn resume_point(
+    dir: &Path,
+    resume: bool,
+    workers: Option<usize>,
+) -> Result<Option<ResumePoint>> {
+    if !resume {
+        refuse_existing(dir)?;
+        return Ok(None);
+    }
+    let Some((path, manifest)) = latest(dir)? else {
+        return Ok(None);
+    };
+    if let Some(workers) = workers.filter(|&w| w != manifest.world) {
+        return Err(RuntimeError::Resume(ResumeError::Workers {
+            checkpoint: path,
+            written: manifest.world,
+            workers,
+        }));
+    }
+    Ok(Some(ResumePoint {
+        step: manifest.step,
+        path,
+        manifest,
+    }))
 }
 
 /// Writes `bytes` to `path` and syncs it to disk.
@@ -323,8 +360,12 @@ pub fn save(
     info.insert("step".to_string(), step.to_string());
     info.insert("rank".to_string(), g.rank.to_string());
     info.insert("adam_steps".to_string(), optimizer.steps.to_string());
-    let bytes = safetensors::serialize(tensors, Some(info))
-        .map_err(|e| RuntimeError::Checkpoint(format!("serializing rank {}: {e}", g.rank)))?;
+    let bytes = safetensors::serialize(tensors, Some(info)).map_err(|error| {
+        CheckpointError::SerializeShard {
+            rank: g.rank,
+            error,
+        }
+    })?;
     write_synced(&tmp.join(rank_file(g.rank)), &bytes)?;
     g.world.barrier()?;
 
@@ -362,8 +403,8 @@ pub fn save(
             manifest_fnv1a: Some(manifest.own_checksum()?),
             ..manifest
         };
-        let text = serde_json::to_string_pretty(&manifest)
-            .map_err(|e| RuntimeError::Checkpoint(e.to_string()))?;
+        let text =
+            serde_json::to_string_pretty(&manifest).map_err(CheckpointError::SerializeManifest)?;
         write_synced(&tmp.join("manifest.json"), text.as_bytes())?;
         sync_dir(&tmp)?;
         // Committed under a name no directory has: whatever `latest` names stays in place
@@ -443,12 +484,12 @@ pub fn latest(dir: &Path) -> Result<Option<(PathBuf, Manifest)>> {
         }
     }
     match named {
-        Some(name) => Err(RuntimeError::Checkpoint(format!(
-            "{} names `{name}`, which is missing (or not a checkpoint directory), and {} \
-             holds no other complete checkpoint; delete `latest` to start afresh",
-            pointer.display(),
-            dir.display()
-        ))),
+        Some(name) => Err(CheckpointError::MissingLatest {
+            pointer,
+            name,
+            dir: dir.to_path_buf(),
+        }
+        .into()),
         None => Ok(None),
     }
 }
@@ -462,22 +503,13 @@ fn with_fallback(dir: &Path, name: &str, e: RuntimeError) -> Result<RuntimeError
         .rev()
         .filter(|(s, c, n)| n != name && newer_than.is_none_or(|at| (*s, *c) < at))
         .find_map(|(_, _, n)| verify(&dir.join(&n)).ok().map(|m| (n, m)));
-    let hint = match intact {
-        Some((n, m)) => format!(
-            "; the newest intact checkpoint is {} (step {}): resume from it with \
-             `echo {n} > {}`, or move `{name}` aside",
-            dir.join(&n).display(),
-            m.step,
-            dir.join("latest").display()
-        ),
-        None => format!("; {} holds no older intact checkpoint", dir.display()),
-    };
-    // The inner error's own text, without its `checkpoint:` prefix (added once, outside).
-    let text = match e {
-        RuntimeError::Checkpoint(m) => m,
-        other => other.to_string(),
-    };
-    Ok(RuntimeError::Checkpoint(format!("{text}{hint}")))
+    Ok(CheckpointError::Broken {
+        dir: dir.to_path_buf(),
+        name: name.to_string(),
+        error: Box::new(e),
+        intact: intact.map(|(n, m)| (n, m.step)),
+    }
+    .into())
 }
 
 /// Reads a checkpoint's manifest and checks it: its own checksum, its step against the
@@ -485,16 +517,21 @@ fn with_fallback(dir: &Path, name: &str, e: RuntimeError) -> Result<RuntimeError
 pub fn verify(path: &Path) -> Result<Manifest> {
     let mpath = path.join("manifest.json");
     let text = fs::read_to_string(&mpath).map_err(io(&mpath))?;
-    let manifest: Manifest = serde_json::from_str(&text)
-        .map_err(|e| RuntimeError::Checkpoint(format!("{}: {e}", mpath.display())))?;
+    let invalid = |path: &Path, problem: String| -> RuntimeError {
+        CheckpointError::Invalid {
+            path: path.to_path_buf(),
+            problem,
+        }
+        .into()
+    };
+    let bad = |problem: String| invalid(&mpath, problem);
+    let manifest: Manifest = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
     if manifest.format != FORMAT {
-        return Err(RuntimeError::Checkpoint(format!(
-            "{}: format `{}` (expected {FORMAT})",
-            mpath.display(),
+        return Err(bad(format!(
+            "format `{}` (expected {FORMAT})",
             manifest.format
         )));
     }
-    let bad = |problem: String| RuntimeError::Checkpoint(format!("{}: {problem}", mpath.display()));
     match &manifest.manifest_fnv1a {
         None => {
             return Err(bad(
@@ -532,9 +569,8 @@ pub fn verify(path: &Path) -> Result<Manifest> {
         )));
     }
     if manifest.files.len() != manifest.world {
-        return Err(RuntimeError::Checkpoint(format!(
-            "{}: {} files for {} ranks",
-            mpath.display(),
+        return Err(bad(format!(
+            "{} files for {} ranks",
             manifest.files.len(),
             manifest.world
         )));
@@ -544,26 +580,30 @@ pub fn verify(path: &Path) -> Result<Manifest> {
         let data = fs::read(&p).map_err(io(&p))?;
         let sum = format!("{:016x}", fnv1a(&data));
         if data.len() as u64 != f.bytes || sum != f.fnv1a {
-            return Err(RuntimeError::Checkpoint(format!(
-                "{}: {} bytes with checksum {sum}, the manifest says {} bytes, {}",
-                p.display(),
-                data.len(),
-                f.bytes,
-                f.fnv1a
-            )));
+            return Err(invalid(
+                &p,
+                format!(
+                    "{} bytes with checksum {sum}, the manifest says {} bytes, {}",
+                    data.len(),
+                    f.bytes,
+                    f.fnv1a
+                ),
+            ));
         }
         // Each shard records its step and rank: they must be the manifest's.
-        let (_, meta) = SafeTensors::read_metadata(&data)
-            .map_err(|e| RuntimeError::Checkpoint(format!("{}: {e}", p.display())))?;
+        let (_, meta) =
+            SafeTensors::read_metadata(&data).map_err(|e| invalid(&p, e.to_string()))?;
         let info = meta.metadata().clone().unwrap_or_default();
         let shard_step = info.get("step").and_then(|v| v.parse::<u64>().ok());
         if shard_step != Some(manifest.step) {
-            return Err(RuntimeError::Checkpoint(format!(
-                "{}: the shard records step {}, the manifest step {}",
-                p.display(),
-                info.get("step").map_or("none", String::as_str),
-                manifest.step
-            )));
+            return Err(invalid(
+                &p,
+                format!(
+                    "the shard records step {}, the manifest step {}",
+                    info.get("step").map_or("none", String::as_str),
+                    manifest.step
+                ),
+            ));
         }
     }
     Ok(manifest)
@@ -579,16 +619,21 @@ pub fn load_rank(
 ) -> Result<()> {
     let file = path.join(rank_file(rank));
     let bytes = fs::read(&file).map_err(io(&file))?;
-    let st = SafeTensors::deserialize(&bytes)
-        .map_err(|e| RuntimeError::Checkpoint(format!("{}: {e}", file.display())))?;
+    let invalid = |problem: String| -> RuntimeError {
+        CheckpointError::Invalid {
+            path: file.clone(),
+            problem,
+        }
+        .into()
+    };
+    let st = SafeTensors::deserialize(&bytes).map_err(|e| invalid(e.to_string()))?;
     let read = |name: &str| -> Result<(Vec<usize>, Vec<f32>)> {
         let t = st
             .tensor(name)
-            .map_err(|e| RuntimeError::Checkpoint(format!("{}: `{name}`: {e}", file.display())))?;
+            .map_err(|e| invalid(format!("`{name}`: {e}")))?;
         if t.dtype() != Dtype::F32 {
-            return Err(RuntimeError::Checkpoint(format!(
-                "{}: `{name}` is {:?}, expected F32",
-                file.display(),
+            return Err(invalid(format!(
+                "`{name}` is {:?}, expected F32",
                 t.dtype()
             )));
         }
@@ -603,9 +648,8 @@ pub fn load_rank(
         for p in &m.params {
             let (shape, values) = read(&format!("param/{}", p.def.name))?;
             if shape != p.var.dims() {
-                return Err(RuntimeError::Checkpoint(format!(
-                    "{}: `{}` has shape {shape:?}, this run needs {:?}",
-                    file.display(),
+                return Err(invalid(format!(
+                    "`{}` has shape {shape:?}, this run needs {:?}",
                     p.def.name,
                     p.var.dims()
                 )));
@@ -620,4 +664,68 @@ pub fn load_rank(
         moments.push((m, v));
     }
     optimizer.restore(moments, step)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{parse_plan, train, Dataset};
+
+    #[test]
+    fn resume_point_of_a_fresh_and_a_used_directory() {
+        let dir = std::env::temp_dir().join(format!("plait-resume-point-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        // No directory yet: a fresh run and a resumed one both start at step 0.
+        assert_eq!(resume_point(&dir, false, None).unwrap(), None);
+        assert_eq!(resume_point(&dir, true, Some(1)).unwrap(), None);
+
+        let mut cfg = TrainConfig::new(
+            plait_spec::model_preset("tiny-gpt").unwrap(),
+            parse_plan("dp1", 1).unwrap(),
+            16,
+            2,
+            3,
+        );
+        cfg.checkpoint = Some(CheckpointConfig {
+            dir: dir.clone(),
+            every: 2,
+            keep: 2,
+        });
+        train(&cfg, &Dataset::builtin(), |_| {}).unwrap();
+
+        // A resumed run continues the newest checkpoint, with its plan (as many workers)
+        // or its own.
+        let p = resume_point(&dir, true, Some(1)).unwrap().unwrap();
+        assert_eq!((p.step, p.manifest.step), (3, 3));
+        assert_eq!(p.path, dir.join("step-00000003"));
+        assert_eq!(resume_point(&dir, true, None).unwrap(), Some(p.clone()));
+
+        // A fresh run refuses the used directory.
+        match resume_point(&dir, false, None).unwrap_err() {
+            RuntimeError::Resume(ResumeError::DirectoryInUse { dir: d, found }) => {
+                assert_eq!(d, dir);
+                assert_eq!(found, ["step-00000002", "step-00000003"]);
+            }
+            other => panic!("unexpected error {other}"),
+        }
+
+        // Keeping the checkpoint's plan needs its worker count.
+        let e = resume_point(&dir, true, Some(2)).unwrap_err();
+        match &e {
+            RuntimeError::Resume(ResumeError::Workers {
+                checkpoint,
+                written: 1,
+                workers: 2,
+            }) => assert_eq!(checkpoint, &p.path),
+            other => panic!("unexpected error {other}"),
+        }
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "`resume`: {} was written by 1 workers, this run has `workers` 2",
+                p.path.display()
+            )
+        );
+        let _ = fs::remove_dir_all(&dir);
+    }
 }

@@ -22,6 +22,7 @@ const ABORT_POLL: Duration = Duration::from_millis(20);
 
 /// Why a communication call failed.
 #[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
 pub enum CommError {
     #[error("{op} on group {group} timed out after {after_s:.1} s waiting for {waiting_for}")]
     Timeout {

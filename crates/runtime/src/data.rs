@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use crate::error::RuntimeError;
+use crate::error::{DataError, RuntimeError};
 use crate::rng::{derive_seed, SplitMix64};
 
 /// Tokens of the byte-level tokenizer.
@@ -52,8 +52,13 @@ impl Dataset {
     /// when every non-empty line is a JSON object with a string `text` field; otherwise its
     /// bytes as they are (any encoding: the tokenizer is byte-level).
     pub fn from_path(path: &Path) -> Result<Dataset, RuntimeError> {
-        let bytes = crate::files::read_capped(path, crate::files::MAX_DATA_BYTES)
-            .map_err(|e| RuntimeError::Data(format!("cannot read `{}`: {e}", path.display())))?;
+        let bytes =
+            crate::files::read_capped(path, crate::files::MAX_DATA_BYTES).map_err(|error| {
+                DataError::Unreadable {
+                    path: path.to_path_buf(),
+                    error,
+                }
+            })?;
         let name = path.display().to_string();
         let ext = path
             .extension()
@@ -61,8 +66,9 @@ impl Dataset {
             .unwrap_or("")
             .to_ascii_lowercase();
         if matches!(ext.as_str(), "jsonl" | "json") {
-            let text = std::str::from_utf8(&bytes).map_err(|e| {
-                RuntimeError::Data(format!("{name}: JSON lines must be UTF-8: {e}"))
+            let text = std::str::from_utf8(&bytes).map_err(|error| DataError::NotUtf8 {
+                file: name.clone(),
+                error,
             })?;
             return Dataset::from_text(&jsonl_text(text, &name)?, &name);
         }
@@ -81,7 +87,10 @@ impl Dataset {
     /// Any bytes, one token each; refused when there are none besides whitespace.
     pub fn from_bytes(bytes: &[u8], source: &str) -> Result<Dataset, RuntimeError> {
         if bytes.iter().all(u8::is_ascii_whitespace) {
-            return Err(RuntimeError::Data(format!("`{source}` holds no text")));
+            return Err(DataError::NoText {
+                file: source.to_string(),
+            }
+            .into());
         }
         Ok(Dataset {
             source: source.into(),
@@ -105,12 +114,12 @@ impl Dataset {
     /// Checks that at least one training sequence of `seq` tokens fits.
     pub fn check(&self, seq: usize) -> Result<(), RuntimeError> {
         if self.windows(seq) == 0 {
-            return Err(RuntimeError::Data(format!(
-                "`{}` has {} tokens; a sequence of {seq} needs at least {}",
-                self.source,
-                self.tokens.len(),
-                seq + 1
-            )));
+            return Err(DataError::TooShort {
+                file: self.source.clone(),
+                tokens: self.tokens.len(),
+                seq,
+            }
+            .into());
         }
         Ok(())
     }
@@ -191,15 +200,20 @@ fn jsonl_text(text: &str, source: &str) -> Result<String, RuntimeError> {
         if line.trim().is_empty() {
             continue;
         }
-        let v: serde_json::Value = serde_json::from_str(line)
-            .map_err(|e| RuntimeError::Data(format!("{source}: line {}: {e}", no + 1)))?;
+        let v: serde_json::Value =
+            serde_json::from_str(line).map_err(|error| DataError::BadLine {
+                file: source.to_string(),
+                line: no + 1,
+                error,
+            })?;
         match v.get("text").and_then(|t| t.as_str()) {
             Some(t) => docs.push(t.to_string()),
             None => {
-                return Err(RuntimeError::Data(format!(
-                    "{source}: line {}: no string field `text`",
-                    no + 1
-                )))
+                return Err(DataError::NoTextField {
+                    file: source.to_string(),
+                    line: no + 1,
+                }
+                .into())
             }
         }
     }

@@ -13,7 +13,7 @@ use std::ops::Range;
 use candle_core::{DType, Device, Tensor, Var, D};
 use plait_spec::{Activation, Family, ModelSpec, Norm, Positions};
 
-use crate::error::RuntimeError;
+use crate::error::{Invariant, ModelProblem, RuntimeError};
 use crate::rng::{derive_seed, SplitMix64};
 use crate::tp::TpGroup;
 
@@ -135,24 +135,20 @@ impl ParamDef {
 
 /// Checks that `spec` is a model the runtime can build and split over `tp`.
 pub fn check_model(spec: &ModelSpec, tp: usize, seq: usize) -> Result<()> {
-    let bad = |m: String| Err(RuntimeError::Config(m));
+    let bad = |problem: ModelProblem| {
+        Err(RuntimeError::Model {
+            model: spec.name.clone(),
+            problem,
+        })
+    };
     if !matches!(spec.family, Family::Gpt | Family::Llama) {
-        return bad(format!(
-            "{}: the runtime builds GPT and LLaMA decoders, not {:?} models",
-            spec.name, spec.family
-        ));
+        return bad(ModelProblem::Family(spec.family));
     }
     if spec.moe.is_some() {
-        return bad(format!(
-            "{}: mixture-of-experts layers are not supported by the runtime",
-            spec.name
-        ));
+        return bad(ModelProblem::MixtureOfExperts);
     }
     if !spec.causal {
-        return bad(format!(
-            "{}: the runtime trains causal decoders only",
-            spec.name
-        ));
+        return bad(ModelProblem::NotCausal);
     }
     if spec.mla.is_some()
         || spec.attention_window.is_some()
@@ -161,18 +157,13 @@ pub fn check_model(spec: &ModelSpec, tp: usize, seq: usize) -> Result<()> {
         || spec.activation == Activation::Relu2
         || spec.mtp_layers > 0
     {
-        return bad(format!(
-            "{}: latent or sliding-window attention, blocks of different kinds (Mamba-2 \
-             hybrids), squared-ReLU MLPs and multi-token prediction are not supported by the runtime (it builds full-attention \
-             GPT and LLaMA blocks)",
-            spec.name
-        ));
+        return bad(ModelProblem::BlockKinds);
     }
     if spec.heads == 0 || spec.kv_heads == 0 || !spec.heads.is_multiple_of(spec.kv_heads) {
-        return bad(format!(
-            "{}: {} query heads do not group over {} key/value heads",
-            spec.name, spec.heads, spec.kv_heads
-        ));
+        return bad(ModelProblem::HeadGroups {
+            heads: spec.heads,
+            kv_heads: spec.kv_heads,
+        });
     }
     let tp64 = tp as u64;
     for (what, n) in [
@@ -181,30 +172,20 @@ pub fn check_model(spec: &ModelSpec, tp: usize, seq: usize) -> Result<()> {
         ("MLP width", spec.ffn_hidden),
     ] {
         if n % tp64 != 0 {
-            return bad(format!(
-                "{}: {what} ({n}) do not split over tp = {tp}; the runtime splits heads and \
-                 kv heads without replicating them (choose tp dividing {n})",
-                spec.name
-            ));
+            return bad(ModelProblem::DoesNotSplit { what, n, tp });
         }
     }
     if spec.positions == Positions::Rotary && !spec.head_dim.is_multiple_of(2) {
-        return bad(format!(
-            "{}: rotary positions need an even head size",
-            spec.name
-        ));
+        return bad(ModelProblem::OddRotaryHeadSize);
     }
     if spec.positions == Positions::Learned && (spec.max_positions as usize) < seq {
-        return bad(format!(
-            "{}: sequence {seq} exceeds the {} learned positions",
-            spec.name, spec.max_positions
-        ));
+        return bad(ModelProblem::TooFewPositions {
+            seq,
+            max_positions: spec.max_positions,
+        });
     }
     if spec.vocab < 256 {
-        return bad(format!(
-            "{}: vocabulary {} is smaller than the byte tokenizer's 256",
-            spec.name, spec.vocab
-        ));
+        return bad(ModelProblem::VocabularyTooSmall { vocab: spec.vocab });
     }
     Ok(())
 }
@@ -500,7 +481,11 @@ impl StageModel {
             .find(|p| p.def.name == name)
             .map(|p| p.var.as_tensor())
             .ok_or_else(|| {
-                RuntimeError::Config(format!("stage {} has no parameter `{name}`", self.stage))
+                Invariant::MissingParameter {
+                    stage: self.stage,
+                    name: name.to_string(),
+                }
+                .into()
             })
     }
 
@@ -641,10 +626,12 @@ impl StageModel {
         let table = self.get("embedding.tokens.weight")?;
         let (b, s, h) = (self.mbs, self.seq, self.spec.hidden as usize);
         if tokens.len() != b * s {
-            return Err(RuntimeError::Config(format!(
-                "embedding got {} tokens for a micro-batch of {b}×{s}",
-                tokens.len()
-            )));
+            return Err(Invariant::TokenCount {
+                got: tokens.len(),
+                mbs: b,
+                seq: s,
+            }
+            .into());
         }
         let local_v = table.dim(0)?;
         let start = self.tp.rank * local_v;
@@ -653,10 +640,11 @@ impl StageModel {
         for &t in tokens {
             let t = t as usize;
             if t >= self.spec.vocab as usize {
-                return Err(RuntimeError::Config(format!(
-                    "token {t} outside the vocabulary of {}",
-                    self.spec.vocab
-                )));
+                return Err(Invariant::TokenOutsideVocabulary {
+                    token: t,
+                    vocab: self.spec.vocab,
+                }
+                .into());
             }
             let inside = t >= start && t < start + local_v;
             ids.push(if inside { (t - start) as u32 } else { 0 });
@@ -700,10 +688,11 @@ impl StageModel {
         let (b, s, h) = y.dims3()?;
         let n = b * s;
         if targets.len() != n {
-            return Err(RuntimeError::Config(format!(
-                "head got {} targets for {n} positions",
-                targets.len()
-            )));
+            return Err(Invariant::TargetCount {
+                got: targets.len(),
+                positions: n,
+            }
+            .into());
         }
         let mut logits = y.reshape((n, h))?.matmul(&w.t()?)?;
         if let Some(mask) = &self.vocab_pad_mask {

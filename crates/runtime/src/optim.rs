@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::comm::ReduceOp;
 use crate::engine::Groups;
-use crate::error::RuntimeError;
+use crate::error::{CheckpointError, RuntimeError};
 use crate::model::StageModel;
 
 type Result<T> = std::result::Result<T, RuntimeError>;
@@ -359,19 +359,20 @@ impl Optimizer {
     /// Restores moments saved by [`Optimizer::moments`] and the step count.
     pub fn restore(&mut self, moments: Vec<(Vec<f32>, Vec<f32>)>, steps: u64) -> Result<()> {
         if moments.len() != self.buckets.len() {
-            return Err(RuntimeError::Checkpoint(format!(
-                "{} optimizer buckets saved, {} expected",
-                moments.len(),
-                self.buckets.len()
-            )));
+            return Err(CheckpointError::Buckets {
+                saved: moments.len(),
+                expected: self.buckets.len(),
+            }
+            .into());
         }
         for (i, (b, (m, v))) in self.buckets.iter_mut().zip(moments).enumerate() {
             if m.len() != b.m.len() || v.len() != b.v.len() {
-                return Err(RuntimeError::Checkpoint(format!(
-                    "optimizer bucket {i} holds {} elements, {} expected",
-                    m.len(),
-                    b.m.len()
-                )));
+                return Err(CheckpointError::BucketSize {
+                    bucket: i,
+                    saved: m.len(),
+                    expected: b.m.len(),
+                }
+                .into());
             }
             b.m = m;
             b.v = v;

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::comm::{Communicator, ReduceOp, World};
 use crate::engine::available_memory_bytes;
-use crate::error::RuntimeError;
+use crate::error::{DoesNotFit, RuntimeError};
 use crate::model::StageModel;
 use crate::rng::SplitMix64;
 use crate::tp::TpGroup;
@@ -80,29 +80,32 @@ pub struct MeasureOptions {
 impl CpuProfile {
     /// The profile JSON with the `cpu` section.
     pub fn to_json(&self) -> Result<String> {
-        let mut v =
-            serde_json::to_value(&self.profile).map_err(|e| RuntimeError::Config(e.to_string()))?;
-        let cpu =
-            serde_json::to_value(&self.cpu).map_err(|e| RuntimeError::Config(e.to_string()))?;
+        let mut v = serde_json::to_value(&self.profile).map_err(RuntimeError::Json)?;
+        let cpu = serde_json::to_value(&self.cpu).map_err(RuntimeError::Json)?;
         if let Some(o) = v.as_object_mut() {
             o.insert("cpu".into(), cpu);
         }
-        serde_json::to_string_pretty(&v).map_err(|e| RuntimeError::Config(e.to_string()))
+        serde_json::to_string_pretty(&v).map_err(RuntimeError::Json)
     }
 
     /// Reads a profile written by [`CpuProfile::to_json`].
     pub fn parse(text: &str, source: &str) -> Result<CpuProfile> {
-        let profile =
-            Profile::parse(text, source).map_err(|e| RuntimeError::Config(e.to_string()))?;
-        let v: serde_json::Value = serde_json::from_str(text)
-            .map_err(|e| RuntimeError::Config(format!("{source}: {e}")))?;
+        let invalid = |field: Option<&str>, problem: String| RuntimeError::InvalidProfile {
+            file: source.to_string(),
+            field: field.map(str::to_string),
+            problem,
+        };
+        let profile = Profile::parse(text, source).map_err(RuntimeError::Profile)?;
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| invalid(None, e.to_string()))?;
         let cpu = v.get("cpu").ok_or_else(|| {
-            RuntimeError::Config(format!(
-                "{source}: no `cpu` section; CPU profiles are written by `plait profile`"
-            ))
+            invalid(
+                None,
+                "no `cpu` section; CPU profiles are written by `plait profile`".into(),
+            )
         })?;
-        let cpu: CpuInfo = serde_json::from_value(cpu.clone())
-            .map_err(|e| RuntimeError::Config(format!("{source}: `cpu`: {e}")))?;
+        let cpu: CpuInfo =
+            serde_json::from_value(cpu.clone()).map_err(|e| invalid(Some("cpu"), e.to_string()))?;
         let p = CpuProfile { profile, cpu };
         p.check(source)?;
         Ok(p)
@@ -113,9 +116,11 @@ impl CpuProfile {
     /// link's numbers are finite and positive (they size every estimate from this profile).
     fn check(&self, source: &str) -> Result<()> {
         let bad = |field: &str, problem: String| {
-            Err(RuntimeError::Config(format!(
-                "{source}: `{field}`: {problem}"
-            )))
+            Err(RuntimeError::InvalidProfile {
+                file: source.to_string(),
+                field: Some(field.to_string()),
+                problem,
+            })
         };
         let c = &self.cpu;
         if !(1..=1 << 20).contains(&c.cores) {
@@ -222,7 +227,7 @@ impl CpuProfile {
             memory_reserve_bytes: 0.0,
         };
         let device = plait_cost::device_for(&cluster, Dtype::Bf16)
-            .map_err(|e| RuntimeError::Config(e.to_string()))?
+            .map_err(RuntimeError::Spec)?
             .with_profile(&shared.profile, Dtype::Bf16);
         Ok((cluster, device))
     }
@@ -379,11 +384,7 @@ fn measure_link(min: Duration) -> Result<CpuLink> {
             })
             .collect();
         hs.into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(RuntimeError::Config("link measurement panicked".into()))
-                })
-            })
+            .map(|h| h.join().unwrap_or(Err(RuntimeError::MeasurementPanicked)))
             .collect::<Result<Vec<_>>>()
     })?;
     let (small, large) = times[0];
@@ -442,14 +443,12 @@ fn check_measure_memory(
     let (need, what) = measure_bytes(shapes, blocks);
     let budget = crate::engine::MEMORY_HEADROOM * avail;
     if need > budget {
-        let gib = |b: f64| b / f64::from(1u32 << 30);
-        return Err(RuntimeError::Config(format!(
-            "measuring {what} needs about {:.1} GiB but this machine has {:.1} GiB available \
-             (a measurement may use {:.0} % of it); profile a smaller --model, --seq or --mbs",
-            gib(need),
-            gib(avail),
-            crate::engine::MEMORY_HEADROOM * 100.0
-        )));
+        return Err(RuntimeError::DoesNotFit(DoesNotFit::Measurement {
+            what: what.to_string(),
+            need_bytes: need,
+            available_bytes: avail,
+            headroom: crate::engine::MEMORY_HEADROOM,
+        }));
     }
     Ok(())
 }
@@ -485,7 +484,10 @@ pub fn measure(
         .num_threads(1)
         .stack_size(crate::engine::RANK_STACK_BYTES)
         .build()
-        .map_err(|e| RuntimeError::Config(format!("cannot start a measuring thread: {e}")))?;
+        .map_err(|error| RuntimeError::PoolStart {
+            what: "a measuring thread",
+            error,
+        })?;
     let mut shapes: Vec<(u64, u64, u64)> = Vec::new();
     for &m in &GRID {
         for &n in &GRID {

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use plait_runtime::checkpoint::{latest, verify};
 use plait_runtime::engine::available_memory_bytes;
+use plait_runtime::error::{DoesNotFit, ResumeError};
 use plait_runtime::{
     parse_plan, train, CheckpointConfig, Dataset, Fault, RuntimeError, TrainConfig,
 };
@@ -210,9 +211,17 @@ fn a_directory_holds_one_run_and_the_step_just_written_is_never_pruned() {
     // would mix its steps with the earlier run's).
     let mut other = small(&dir, 20);
     other.checkpoint.as_mut().unwrap().every = 3;
-    let e = train(&other, data(), |_| {}).unwrap_err().to_string();
+    let e = train(&other, data(), |_| {}).unwrap_err();
+    match &e {
+        RuntimeError::Resume(ResumeError::DirectoryInUse { dir: d, found }) => {
+            assert_eq!(d, &dir);
+            assert_eq!(found, &["step-00000005", "step-00000010"]);
+        }
+        other => panic!("unexpected error {other}"),
+    }
+    let e = e.to_string();
     assert!(
-        e.contains(&dir.display().to_string()) && e.contains("--resume"),
+        e.contains(&dir.display().to_string()) && e.contains("`resume`"),
         "{e}"
     );
     assert_eq!(step_dirs(&dir), ["step-00000005", "step-00000010"]);
@@ -270,7 +279,7 @@ fn a_rank_stopped_inside_a_tensor_parallel_op_is_a_bystander() {
 #[test]
 fn bad_requests_are_clear_errors() {
     let e = parse_plan("dp2,tp2,pp2", 4).unwrap_err().to_string();
-    assert!(e.contains("--workers is 4"), "{e}");
+    assert!(e.contains("`workers` is 4"), "{e}");
     let big = TrainConfig::new(
         model_preset("gpt3-175b").unwrap(),
         Default::default(),
@@ -281,7 +290,7 @@ fn bad_requests_are_clear_errors() {
     let e = train(&big, data(), |_| {}).unwrap_err().to_string();
     assert!(e.contains("GiB") && e.contains("available"), "{e}");
     // Attention activations grow with seq²: a long sequence is refused before any tensor
-    // is allocated (it used to abort the process), naming --seq.
+    // is allocated (it used to abort the process), naming `seq`.
     if available_memory_bytes().is_some() {
         let long = TrainConfig::new(
             model_preset("tiny-llama").unwrap(),
@@ -290,8 +299,16 @@ fn bad_requests_are_clear_errors() {
             1,
             1,
         );
-        let e = train(&long, data(), |_| {}).unwrap_err().to_string();
-        assert!(e.contains("--seq 1000000") && e.contains("GiB"), "{e}");
+        let e = train(&long, data(), |_| {}).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                RuntimeError::DoesNotFit(DoesNotFit::Activations { seq: 1_000_000, .. })
+            ),
+            "{e:?}"
+        );
+        let e = e.to_string();
+        assert!(e.contains("`seq` 1000000") && e.contains("GiB"), "{e}");
     }
     let e = Dataset::from_text("  \n", "empty.txt")
         .unwrap_err()

@@ -39,6 +39,7 @@ impl ScheduleSpec {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum GenerateError {
     #[error("{field} must be at least 1 (got 0)")]
     Zero { field: &'static str },

@@ -93,6 +93,7 @@ impl Costs {
 }
 
 #[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
 pub enum SimError {
     #[error("costs describe {costs} ranks with {chunks:?} chunks but the schedule has {stages} ranks of {expected} chunks")]
     Shape {

@@ -7,6 +7,7 @@ use std::fmt;
 ///
 /// Displays as one line: `<source>: <field>: <problem> (allowed: <allowed>)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SpecError {
     /// Where the value came from: a file path, `--tp`, `preset`, …
     pub source: String,

@@ -106,6 +106,7 @@ pub struct StageEstimate {
 
 /// The answer for one configuration.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct Estimate {
     pub config: ParallelConfig,
     /// The engine whose behaviour the estimate follows.

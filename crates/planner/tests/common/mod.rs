@@ -23,15 +23,13 @@ pub fn case(model: &str, gbs: u64, seq: u64, c: ParallelConfig) -> Case {
     c.validate(&m, &t, c.gpus()).unwrap();
     let d = plait_cost::device_for(&cluster, t.dtype).unwrap();
     let est = plait_cost::estimate(&m, &cluster, &t, &c, &d).unwrap();
-    let plan = Plan {
-        config: c,
-        stage_map: StageMap::uniform(m.layers, &c),
-        microbatches: c.microbatches(&t),
-        closed_form_iteration_time_s: est.iteration_time_s,
-        estimate: est,
-        notes: vec![],
-        simulated: None,
-    };
+    let plan = Plan::new(
+        c,
+        StageMap::uniform(m.layers, &c),
+        c.microbatches(&t),
+        est.clone(),
+        est.iteration_time_s,
+    );
     Case {
         plan,
         model: m,

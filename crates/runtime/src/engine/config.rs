@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::CheckpointConfig;
 use crate::data::Dataset;
-use crate::error::RuntimeError;
+use crate::error::{PlanMismatch, ResumeError, RuntimeError, Unsupported};
 use crate::model::check_model;
 use crate::optim::OptimConfig;
 use crate::topology::Topology;
@@ -134,72 +134,73 @@ impl TrainConfig {
     /// most [`MAX_BLOCKS_PER_RANK`]).
     pub fn check(&self, data: &Dataset) -> Result<()> {
         let c = &self.parallel;
-        let bad = |m: String| Err(RuntimeError::Config(m));
+        let unsupported = |u: Unsupported| Err(RuntimeError::Unsupported(u));
+        let mismatch = |m: PlanMismatch| Err(RuntimeError::PlanMismatch(m));
         if self.seq == 0 || self.gbs == 0 || self.steps == 0 {
-            return bad("--seq, --gbs and --steps must be at least 1".into());
+            return Err(RuntimeError::NotPositive {
+                what: "`seq`, `gbs` and `steps`",
+            });
         }
         if c.cp != 1 || c.ep != 1 {
-            return bad(format!(
-                "context parallel (cp = {}) and expert parallel (ep = {}) are not supported by the runtime; use cp = ep = 1",
-                c.cp, c.ep
-            ));
+            return unsupported(Unsupported::ContextOrExpertParallel { cp: c.cp, ep: c.ep });
         }
         if c.zero > 1 {
-            return bad(format!(
-                "ZeRO stage {} is not supported by the runtime (0 or 1)",
-                c.zero
-            ));
+            return unsupported(Unsupported::ZeroStage { stage: c.zero });
         }
         if c.recompute == Recompute::Selective {
-            return bad("selective recompute is not implemented by the runtime; use none or full (per-stage amounts come from the stage map)".into());
+            return unsupported(Unsupported::SelectiveRecompute);
         }
         let train = self.train_spec();
         c.validate(&self.model, &train, c.gpus())
-            .map_err(|e| RuntimeError::Config(e.to_string()))?;
+            .map_err(RuntimeError::Spec)?;
         let per = c.mbs as usize * c.dp as usize;
         if !self.gbs.is_multiple_of(per) {
-            return bad(format!(
-                "global batch {} does not split into micro-batches of {} over dp = {} (needs a multiple of {per})",
-                self.gbs, c.mbs, c.dp
-            ));
+            return mismatch(PlanMismatch::Batch {
+                gbs: self.gbs,
+                mbs: c.mbs,
+                dp: c.dp,
+            });
         }
         if c.sp && c.tp > 1 && !self.seq.is_multiple_of(c.tp as usize) {
-            return bad(format!(
-                "sequence {} does not split over tp = {} for sequence parallelism",
-                self.seq, c.tp
-            ));
+            return mismatch(PlanMismatch::Sequence {
+                seq: self.seq,
+                tp: c.tp,
+            });
         }
         let map = self.stage_map();
         map.validate(self.model.layers, c)
-            .map_err(|e| RuntimeError::Config(e.to_string()))?;
+            .map_err(RuntimeError::Spec)?;
         // candle's backward recurses through the rank's whole graph: a bound on the blocks
         // one rank runs keeps it within the rank threads' stack.
         let per_rank = map.chunk_blocks.iter().max().copied().unwrap_or(0) * c.vp;
         if per_rank > MAX_BLOCKS_PER_RANK {
-            return bad(format!(
-                "a rank would run up to {per_rank} blocks of {}, more than the {MAX_BLOCKS_PER_RANK} its thread's stack holds; use more pipeline stages (pp)",
-                self.model.name
-            ));
+            return mismatch(PlanMismatch::BlocksPerRank {
+                model: self.model.name.clone(),
+                blocks: per_rank,
+                max: MAX_BLOCKS_PER_RANK,
+            });
         }
         check_model(&self.model, c.tp as usize, self.seq)?;
         check_memory(&self.model, self.seq, activation_bytes(self), c.dp)?;
         data.check(self.seq)?;
         if self.threads_per_worker == 0 {
-            return bad("threads per worker must be at least 1".into());
+            return Err(RuntimeError::NotPositive {
+                what: "threads per worker",
+            });
         }
         if self.sub_pipeline_tp {
             if c.tp < 2 || !c.mbs.is_multiple_of(2) {
-                return bad(format!(
-                    "sub-pipelined tensor parallelism splits each micro-batch in two over tp ≥ 2: needs tp ≥ 2 and an even micro-batch (got tp = {}, mbs = {})",
-                    c.tp, c.mbs
-                ));
+                return mismatch(PlanMismatch::SubPipelineTp {
+                    tp: c.tp,
+                    mbs: c.mbs,
+                });
             }
             if self.stage_map().recompute_blocks.iter().any(|&x| x > 0) {
-                return bad("sub-pipelined tensor parallelism is not combined with recompute in the runtime; use recompute none".into());
+                return unsupported(Unsupported::SubPipelineTpWithRecompute);
             }
         }
         if self.resume && self.checkpoint.is_none() {
-            return bad("--resume needs --checkpoint-dir".into());
+            return Err(RuntimeError::Resume(ResumeError::NoDirectory));
         }
         Ok(())
     }
@@ -207,9 +208,9 @@ impl TrainConfig {
     /// The schedule every pipeline rank executes.
     pub fn schedule(&self) -> Result<Schedule> {
         let spec = plait_spec::schedule_spec(&self.parallel, &self.train_spec(), &self.stage_map())
-            .map_err(|e| RuntimeError::Config(format!("schedule: {e}")))?;
-        let s = generate(&spec).map_err(|e| RuntimeError::Config(format!("schedule: {e}")))?;
-        validate(&s).map_err(|e| RuntimeError::Config(format!("schedule is invalid: {e}")))?;
+            .map_err(RuntimeError::ScheduleSpec)?;
+        let s = generate(&spec).map_err(RuntimeError::Generate)?;
+        validate(&s).map_err(RuntimeError::InvalidSchedule)?;
         Ok(s)
     }
 }
@@ -217,8 +218,12 @@ impl TrainConfig {
 /// Parses an explicit plan `dp2,tp2,pp2` (also `vp2`, `mbs2`, `zero1`, `sp`,
 /// `recompute=full`, `schedule=gpipe`) against `workers`. Each item at most once.
 pub fn parse_plan(text: &str, workers: usize) -> Result<ParallelConfig> {
-    let (mut c, dp) = plait_spec::parse_config_items(text)
-        .map_err(|e| RuntimeError::Config(format!("--plan {text}: {e} (or auto)",)))?;
+    let (mut c, dp) = plait_spec::parse_config_items(text).map_err(|reason| {
+        RuntimeError::PlanMismatch(PlanMismatch::Syntax {
+            plan: text.to_string(),
+            reason,
+        })
+    })?;
     // Degrees multiply without wrapping: `tp9223372036854775809,dp2` ((2⁶³ + 1) · 2 ≡ 2
     // in u64) must not pass for 2 workers.
     let mp = c.tp.checked_mul(c.pp);
@@ -229,17 +234,14 @@ pub fn parse_plan(text: &str, workers: usize) -> Result<ParallelConfig> {
     };
     let product = mp.and_then(|mp| mp.checked_mul(c.dp));
     if product != Some(workers as u64) {
-        return Err(RuntimeError::Config(format!(
-            "--plan {text}: dp×tp×pp = {}×{}×{} = {} but --workers is {workers}",
-            if c.dp == 0 {
-                "?".to_string()
-            } else {
-                c.dp.to_string()
-            },
-            c.tp,
-            c.pp,
-            product.map_or_else(|| "more than 2⁶⁴".to_string(), |p| p.to_string())
-        )));
+        return Err(RuntimeError::PlanMismatch(PlanMismatch::Workers {
+            plan: text.to_string(),
+            dp: (c.dp != 0).then_some(c.dp),
+            tp: c.tp,
+            pp: c.pp,
+            product,
+            workers,
+        }));
     }
     Ok(c)
 }
@@ -260,8 +262,23 @@ mod tests {
         let c = parse_plan("pp2,vp2", 2).unwrap();
         assert_eq!(c.schedule, Kind::Interleaved);
         assert_eq!(parse_plan("tp2", 4).unwrap().dp, 2);
-        let e = parse_plan("dp2,tp2", 3).unwrap_err().to_string();
-        assert!(e.contains("--workers is 3"), "{e}");
+        let e = parse_plan("dp2,tp2", 3).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                RuntimeError::PlanMismatch(PlanMismatch::Workers {
+                    dp: Some(2),
+                    tp: 2,
+                    pp: 1,
+                    product: Some(4),
+                    workers: 3,
+                    ..
+                })
+            ),
+            "{e:?}"
+        );
+        let e = e.to_string();
+        assert!(e.contains("`workers` is 3"), "{e}");
         assert!(parse_plan("xx2", 1).is_err());
         assert!(parse_plan("pp2,schedule=gpipe", 2).unwrap().schedule == Kind::Gpipe);
     }
@@ -285,7 +302,7 @@ mod tests {
         let e = parse_plan("tp4294967296,pp4294967296", 4)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("--workers is 4"), "{e}");
+        assert!(e.contains("`workers` is 4"), "{e}");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use plait_spec::ModelSpec;
 
-use crate::error::RuntimeError;
+use crate::error::{DoesNotFit, RuntimeError};
 
 type Result<T> = std::result::Result<T, RuntimeError>;
 
@@ -76,42 +76,34 @@ pub fn check_memory(m: &ModelSpec, seq: usize, activation_bytes: f64, replicas: 
     let state = BYTES_PER_PARAMETER - 4.0;
     let params = m.parameter_count() as f64
         * (state * replicas.max(1) as f64 + (BYTES_PER_PARAMETER - state));
-    let gib = |bytes: f64| bytes / f64::from(1u32 << 30);
+    let fit = |e: DoesNotFit| Err(RuntimeError::DoesNotFit(e));
     if replicas > 1 && params > budget {
-        return Err(RuntimeError::Config(format!(
-            "{} model copies of {} ({:.2} B parameters, one per data-parallel rank) need \
-             about {:.1} GiB (f32 weights, gradients and Adam states each) but this machine \
-             has {:.1} GiB available (a run may plan on {:.0} % of it); use fewer --workers",
+        return fit(DoesNotFit::Replicas {
+            model: m.name.clone(),
+            parameters: m.parameter_count(),
             replicas,
-            m.name,
-            m.parameter_count() as f64 / 1e9,
-            gib(params),
-            gib(avail),
-            MEMORY_HEADROOM * 100.0
-        )));
+            need_bytes: params,
+            available_bytes: avail,
+            headroom: MEMORY_HEADROOM,
+        });
     }
     if params > budget {
-        return Err(RuntimeError::Config(format!(
-            "{} has {:.2} B parameters: training it needs about {:.1} GiB (f32 weights, \
-             gradients and Adam states) but this machine has {:.1} GiB available",
-            m.name,
-            m.parameter_count() as f64 / 1e9,
-            gib(params),
-            gib(avail)
-        )));
+        return fit(DoesNotFit::Parameters {
+            model: m.name.clone(),
+            parameters: m.parameter_count(),
+            need_bytes: params,
+            available_bytes: avail,
+        });
     }
     if params + activation_bytes > budget {
-        return Err(RuntimeError::Config(format!(
-            "--seq {seq} is too long for this machine: {}'s attention activations need \
-             about {:.1} GiB (they grow with seq²), {:.1} GiB with its weights, gradients \
-             and Adam states, but this machine has {:.1} GiB available (a run may plan on \
-             {:.0} % of it); use a shorter --seq or a smaller micro-batch",
-            m.name,
-            gib(activation_bytes),
-            gib(params + activation_bytes),
-            gib(avail),
-            MEMORY_HEADROOM * 100.0
-        )));
+        return fit(DoesNotFit::Activations {
+            model: m.name.clone(),
+            seq,
+            activation_bytes,
+            need_bytes: params + activation_bytes,
+            available_bytes: avail,
+            headroom: MEMORY_HEADROOM,
+        });
     }
     Ok(())
 }

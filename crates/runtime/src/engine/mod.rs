@@ -55,6 +55,7 @@ type Result<T> = std::result::Result<T, RuntimeError>;
 
 /// One step's record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct StepLog {
     pub step: u64,
     /// Mean cross-entropy over the global batch's tokens (nats per byte).
@@ -69,6 +70,7 @@ pub struct StepLog {
 
 /// What a run returns.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct TrainReport {
     pub schedule: Schedule,
     pub logs: Vec<StepLog>,
@@ -104,19 +106,16 @@ pub fn train(
     let schedule = cfg.schedule()?;
     let topology = cfg.topology();
     let n = topology.world();
-    let (resume_step, manifest) = match (&cfg.checkpoint, cfg.resume) {
-        (Some(ck), true) => match checkpoint::latest(&ck.dir)? {
-            Some((path, manifest)) => {
-                manifest.check_compatible(cfg)?;
-                (manifest.step, Some((path, manifest)))
-            }
-            None => (0, None),
-        },
-        (Some(ck), false) => {
-            checkpoint::refuse_existing(&ck.dir)?;
-            (0, None)
+    let point = match &cfg.checkpoint {
+        Some(ck) => checkpoint::resume_point(&ck.dir, cfg.resume, None)?,
+        None => None,
+    };
+    let (resume_step, manifest) = match point {
+        Some(p) => {
+            p.manifest.check_compatible(cfg)?;
+            (p.step, Some((p.path, p.manifest)))
         }
-        (None, _) => (0, None),
+        None => (0, None),
     };
     let end = cfg.stop_after.unwrap_or(cfg.steps).min(cfg.steps);
     let world = World::new(n, cfg.timeout);
@@ -232,7 +231,7 @@ pub fn train(
         return Err(e);
     }
     if results.iter().any(Option::is_none) {
-        return Err(RuntimeError::Config(
+        return Err(RuntimeError::Stopped(
             world
                 .abort_reason()
                 .unwrap_or_else(|| "a worker thread could not start".into()),
@@ -300,7 +299,10 @@ pub(crate) fn rayon_pool(threads: usize, name: String) -> Result<rayon::ThreadPo
         .stack_size(RANK_STACK_BYTES)
         .thread_name(move |i| format!("{name}.{i}"))
         .build()
-        .map_err(|e| RuntimeError::Config(format!("cannot start worker threads: {e}")))
+        .map_err(|error| RuntimeError::PoolStart {
+            what: "worker threads",
+            error,
+        })
 }
 
 /// Runs `f` in `pool` (or on this thread without one).

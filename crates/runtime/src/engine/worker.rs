@@ -13,7 +13,7 @@ use plait_schedule::{Instr, Op, Schedule, Span, Stream};
 use crate::checkpoint::{self, Manifest};
 use crate::comm::{Communicator, ReduceOp, Tag};
 use crate::data::{Dataset, Sampler};
-use crate::error::RuntimeError;
+use crate::error::{Invariant, RuntimeError};
 use crate::model::{ParamDef, StageModel};
 use crate::optim::Optimizer;
 use crate::tp::TpGroup;
@@ -258,9 +258,10 @@ impl<'a> Worker<'a> {
         let input = if model.is_first() {
             StageIn::Tokens
         } else {
-            let data = self.inbox_act.remove(&(mb, c)).ok_or_else(|| {
-                RuntimeError::Config("forward before its activation was received".into())
-            })?;
+            let data = self
+                .inbox_act
+                .remove(&(mb, c))
+                .ok_or(RuntimeError::Invariant(Invariant::ForwardBeforeActivation))?;
             StageIn::Hidden(Var::from_vec(data, model.hidden_shape(), &Device::Cpu)?)
         };
         let n = model.blocks.len();
@@ -305,7 +306,7 @@ impl<'a> Worker<'a> {
         let ci = c as usize;
         let x = self.recompute[ci].min(self.models[ci].blocks.len());
         let Some(live) = self.live.get(&(mb, c)) else {
-            return Err(RuntimeError::Config("recompute before its forward".into()));
+            return Err(RuntimeError::Invariant(Invariant::RecomputeBeforeForward));
         };
         if live.boundary.is_none() || x == 0 {
             return Ok(());
@@ -329,14 +330,15 @@ impl<'a> Worker<'a> {
         let live = self
             .live
             .remove(&(mb, c))
-            .ok_or_else(|| RuntimeError::Config("backward before its forward".into()))?;
+            .ok_or(RuntimeError::Invariant(Invariant::BackwardBeforeForward))?;
         let model = &self.models[ci];
         let root = if model.is_last() {
             live.out.clone()
         } else {
-            let data = self.inbox_grad.remove(&(mb, c)).ok_or_else(|| {
-                RuntimeError::Config("backward before its output gradient was received".into())
-            })?;
+            let data = self
+                .inbox_grad
+                .remove(&(mb, c))
+                .ok_or(RuntimeError::Invariant(Invariant::BackwardBeforeGradient))?;
             let g = Tensor::from_vec(data, live.out.shape(), &Device::Cpu)?;
             (live.out.mul(&g))?.sum_all()?
         };
@@ -352,11 +354,9 @@ impl<'a> Worker<'a> {
                     Some(g) => g.clone(),
                     None => bv.as_tensor().zeros_like()?,
                 };
-                let a = live.recomputed.ok_or_else(|| {
-                    RuntimeError::Config(
-                        "backward of a recomputed chunk before its Recompute".into(),
-                    )
-                })?;
+                let a = live
+                    .recomputed
+                    .ok_or(RuntimeError::Invariant(Invariant::BackwardBeforeRecompute))?;
                 let g2 = a.mul(&gb)?.sum_all()?.backward()?;
                 for (slot, p) in contrib.iter_mut().zip(&model.params) {
                     if let Some(g) = g2.get(p.var.as_tensor()) {
@@ -397,9 +397,10 @@ impl<'a> Worker<'a> {
         let inputs: [Option<Var>; 2] = if m0.is_first() {
             [None, None]
         } else {
-            let data = self.inbox_act.remove(&(mb, c)).ok_or_else(|| {
-                RuntimeError::Config("forward before its activation was received".into())
-            })?;
+            let data = self
+                .inbox_act
+                .remove(&(mb, c))
+                .ok_or(RuntimeError::Invariant(Invariant::ForwardBeforeActivation))?;
             let full = Tensor::from_vec(data, self.models[ci].hidden_shape(), &Device::Cpu)?;
             [
                 Some(Var::from_tensor(&full.narrow(0, 0, half)?)?),
@@ -476,14 +477,15 @@ impl<'a> Worker<'a> {
         let [h0, h1] = self
             .live_halves
             .remove(&(mb, c))
-            .ok_or_else(|| RuntimeError::Config("backward before its forward".into()))?;
+            .ok_or(RuntimeError::Invariant(Invariant::BackwardBeforeForward))?;
         let model = &self.models[ci];
         let grads: [Option<Tensor>; 2] = if model.is_last() {
             [None, None]
         } else {
-            let data = self.inbox_grad.remove(&(mb, c)).ok_or_else(|| {
-                RuntimeError::Config("backward before its output gradient was received".into())
-            })?;
+            let data = self
+                .inbox_grad
+                .remove(&(mb, c))
+                .ok_or(RuntimeError::Invariant(Invariant::BackwardBeforeGradient))?;
             let g = Tensor::from_vec(data, model.hidden_shape(), &Device::Cpu)?;
             let half = model.mbs / 2;
             [Some(g.narrow(0, 0, half)?), Some(g.narrow(0, half, half)?)]
@@ -570,21 +572,23 @@ impl<'a> Worker<'a> {
             Op::Backward => self.backward(mb, c, false),
             Op::BackwardInput => self.backward(mb, c, true),
             Op::BackwardWeight => {
-                let contrib = self.stash.remove(&(mb, c)).ok_or_else(|| {
-                    RuntimeError::Config("weight backward before its input backward".into())
-                })?;
+                let contrib = self.stash.remove(&(mb, c)).ok_or(RuntimeError::Invariant(
+                    Invariant::WeightBeforeInputBackward,
+                ))?;
                 self.accumulate(c as usize, contrib)
             }
             Op::SendActivation => {
-                let data = self.outbox_act.remove(&(mb, c)).ok_or_else(|| {
-                    RuntimeError::Config("send of an activation that was not computed".into())
-                })?;
+                let data = self
+                    .outbox_act
+                    .remove(&(mb, c))
+                    .ok_or(RuntimeError::Invariant(Invariant::SendOfMissingActivation))?;
                 Ok(self.g.pp.send(next, Tag::Activation, data)?)
             }
             Op::SendGradient => {
-                let data = self.outbox_grad.remove(&(mb, c)).ok_or_else(|| {
-                    RuntimeError::Config("send of a gradient that was not computed".into())
-                })?;
+                let data = self
+                    .outbox_grad
+                    .remove(&(mb, c))
+                    .ok_or(RuntimeError::Invariant(Invariant::SendOfMissingGradient))?;
                 Ok(self.g.pp.send(prev, Tag::Gradient, data)?)
             }
             Op::RecvActivation => {
@@ -611,13 +615,15 @@ impl<'a> Worker<'a> {
         }
     }
 
-    pub(crate) fn check_len(&self, data: &[f32], what: &str) -> Result<()> {
+    pub(crate) fn check_len(&self, data: &[f32], what: &'static str) -> Result<()> {
         let (b, s, h) = self.models[0].hidden_shape();
         if data.len() != b * s * h {
-            return Err(RuntimeError::Config(format!(
-                "received an {what} of {} elements, expected {b}×{s}×{h}",
-                data.len()
-            )));
+            return Err(Invariant::MessageLength {
+                what,
+                got: data.len(),
+                expected: (b, s, h),
+            }
+            .into());
         }
         Ok(())
     }
@@ -672,9 +678,7 @@ impl<'a> Worker<'a> {
             && self.inbox_act.is_empty()
             && self.inbox_grad.is_empty())
         {
-            return Err(RuntimeError::Config(
-                "the program ended with micro-batches still in flight".into(),
-            ));
+            return Err(RuntimeError::Invariant(Invariant::InFlightAtEnd));
         }
         self.set_position(step, "loss reduction".into());
         let last = self.g.coords.pp + 1 == self.g.topology.pp && self.g.coords.tp == 0;
