@@ -224,7 +224,7 @@ pub fn mamba_block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload
         let ag = g.tp.all_gather_s(full_hidden_bytes);
         let rs = g.tp.reduce_scatter_s(full_hidden_bytes);
         let gemm = |gm: &plait_spec::Gemm| d.gemm_s(gm.m, gm.n, gm.k, gm.count);
-        if w.sp && w.engine.tp_comm_overlap && !g.tp.spans_nodes {
+        if super::userbuffers(w, g) {
             // Transformer Engine userbuffers, as for the attention half (`layer/mod.rs`):
             // ring-exchange all-gather before in_proj (1 SM), reduce-scatter after out_proj
             // in 4 splits on 16 SMs, one chunk of each exposed.
@@ -238,8 +238,11 @@ pub fn mamba_block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload
             };
             let (dg_out, _) = backward_gemms(&out_proj);
             fwd_phase.tp_comm_s =
-                overlapped(ag, t, gemm(&in_proj), 1.0) + overlapped(rs, 4.0, gemm(&out_proj), 16.0);
-            bwd_phase.tp_comm_s = overlapped(ag, t, gemm(&dg_out), 1.0) + column_parallel_exposed;
+                overlapped(ag, t, gemm(&in_proj), super::USERBUFFER_RING_EXCHANGE_SMS)
+                    + overlapped(rs, 4.0, gemm(&out_proj), super::USERBUFFER_PIPELINE_SMS);
+            bwd_phase.tp_comm_s =
+                overlapped(ag, t, gemm(&dg_out), super::USERBUFFER_RING_EXCHANGE_SMS)
+                    + column_parallel_exposed;
             fwd.fixed(contention, 0.0);
         } else {
             fwd_phase.tp_comm_s = if w.sp {

@@ -295,9 +295,15 @@ impl Kernels {
     ) -> f64 {
         let accumulate_s = d.memory_s(GRAD_ACCUMULATE_BYTES_PER_PARAM * trainable);
         self.fixed(accumulate_s, 0.0);
+        // Beside TE's userbuffers the backward's collectives are its bulk overlaps, on the
+        // SMs those are given; otherwise NCCL's channels.
+        let channels = if userbuffers(w, g) {
+            USERBUFFER_BULK_SMS
+        } else {
+            nccl_channels(g.tp.spans_nodes)
+        };
         self.fixed(
-            tp_hidden_s
-                * contention_per_overlap_s(w.level, nccl_channels(g.tp.spans_nodes), d.sms()),
+            tp_hidden_s * contention_per_overlap_s(w.level, channels, d.sms()),
             0.0,
         );
         accumulate_s
@@ -382,6 +388,23 @@ pub(crate) fn column_parallel_backward_comm(
         }
     }
     (exposed, hidden)
+}
+
+/// SMs Transformer Engine gives a userbuffers overlap it is not configured for: 1 for a
+/// ring exchange (the peers' chunks move by copy engine), 16 for a pipelined or bulk one
+/// (TE d0067d0 `pytorch/module/base.py:384`, `get_default_config`). The backward's
+/// all-gather beside the dgrad GEMM and reduce-scatter beside the wgrad GEMM are bulk
+/// overlaps (`qkv_dgrad`, `qkv_wgrad`, `fc1_dgrad`, `fc1_wgrad`, base.py:358); NeMo's
+/// per-model configurations give them 2–24 (`recipes/tp_overlap_configs/userbuffers.py`).
+pub(crate) const USERBUFFER_BULK_SMS: f64 = 16.0;
+pub(crate) const USERBUFFER_PIPELINE_SMS: f64 = 16.0;
+pub(crate) const USERBUFFER_RING_EXCHANGE_SMS: f64 = 1.0;
+
+/// Whether the tp collectives of `w` run in Transformer Engine's userbuffers: the engine
+/// overlaps them, with sequence parallelism, and the tp group sits in one node (the
+/// buffers map the peers' memory by CUDA IPC).
+pub(crate) fn userbuffers(w: &Workload, g: &Groups) -> bool {
+    w.tp > 1 && w.sp && w.engine.tp_comm_overlap && !g.tp.spans_nodes
 }
 
 /// A collective pipelined behind a GEMM by Transformer Engine's userbuffers (TE d0067d0

@@ -6,8 +6,9 @@
 use plait_spec::{Activation, AttentionImpl, Gemm, ModelSpec, Positions, Recompute, Shard};
 
 use super::{
-    backward_gemms, column_parallel_backward_comm, expert_gemm_s, userbuffer_overlap, Kernels,
-    LayerCost, Phase, Workload, FP32,
+    backward_gemms, column_parallel_backward_comm, expert_gemm_s, userbuffer_overlap, userbuffers,
+    Kernels, LayerCost, Phase, Workload, FP32, USERBUFFER_PIPELINE_SMS,
+    USERBUFFER_RING_EXCHANGE_SMS,
 };
 use crate::comm::Groups;
 use crate::device::DeviceModel;
@@ -379,8 +380,7 @@ pub(super) fn transformer_block_cost(
         let ag = g.tp.all_gather_s(full_hidden_bytes);
         let rs = g.tp.reduce_scatter_s(full_hidden_bytes);
         let gemm = |gm: &Gemm| d.gemm_s(gm.m, gm.n, gm.k, gm.count);
-        // Userbuffers map the peers' memory (CUDA IPC): the tp group must sit in one node.
-        if w.sp && w.engine.tp_comm_overlap && !g.tp.spans_nodes {
+        if userbuffers(w, g) {
             // Transformer Engine userbuffers (TE d0067d0 `module/base.py:373-392`): the
             // all-gather before a column-parallel GEMM runs as a ring exchange in tp chunks
             // (copy engines, 1 SM), the reduce-scatter after a row-parallel GEMM is pipelined
@@ -398,14 +398,14 @@ pub(super) fn transformer_block_cost(
             let (dg_down, _) = backward_gemms(&down);
             let mut row_parallel = 0.0;
             if has_attn {
-                fwd_phase.tp_comm_s =
-                    overlapped(ag, t, gemm(&qkv), 1.0) + overlapped(rs, 4.0, gemm(&attn_out), 16.0);
-                row_parallel += overlapped(ag, t, gemm(&dg_proj), 1.0);
+                fwd_phase.tp_comm_s = overlapped(ag, t, gemm(&qkv), USERBUFFER_RING_EXCHANGE_SMS)
+                    + overlapped(rs, 4.0, gemm(&attn_out), USERBUFFER_PIPELINE_SMS);
+                row_parallel += overlapped(ag, t, gemm(&dg_proj), USERBUFFER_RING_EXCHANGE_SMS);
             }
             if has_mlp && !moe_dispatch_over_tp {
-                fwd_phase.tp_comm_s +=
-                    overlapped(ag, t, gemm(&up), 1.0) + overlapped(rs, 4.0, gemm(&down), 16.0);
-                row_parallel += overlapped(ag, t, gemm(&dg_down), 1.0);
+                fwd_phase.tp_comm_s += overlapped(ag, t, gemm(&up), USERBUFFER_RING_EXCHANGE_SMS)
+                    + overlapped(rs, 4.0, gemm(&down), USERBUFFER_PIPELINE_SMS);
+                row_parallel += overlapped(ag, t, gemm(&dg_down), USERBUFFER_RING_EXCHANGE_SMS);
             }
             bwd_phase.tp_comm_s = row_parallel + column_parallel_exposed;
             fwd.fixed(contention, 0.0);
