@@ -272,8 +272,13 @@ fn schedules(layers: u64, pp: u64, micro: u64, pins: &Pins) -> Vec<(Schedule, u6
         }
     }
     if pins.schedule.is_none_or(|p| p == Schedule::Interleaved) && micro.is_multiple_of(pp) {
-        for v in 2..=MAX_VP {
-            if layers.is_multiple_of(pp * v) && pins.vp.is_none_or(|p| p == v) {
+        // A pinned chunk count is tried even above the searched range.
+        let tried = match pins.vp {
+            Some(p) => p..=p,
+            None => 2..=MAX_VP,
+        };
+        for v in tried.filter(|&v| v >= 2) {
+            if layers.is_multiple_of(pp * v) {
                 out.push((Schedule::Interleaved, v));
             }
         }

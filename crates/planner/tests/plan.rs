@@ -182,6 +182,28 @@ fn heavy_head_gets_fewer_blocks() {
     assert!(best.estimate.iteration_time_s < even.estimate.iteration_time_s);
 }
 
+/// A pinned chunk count is honoured above the range the search tries by itself: llama3-8b's
+/// 32 blocks on pp 2 as 16 chunks of one block.
+#[test]
+fn a_pinned_vp_above_the_searched_range_is_planned() {
+    let cluster = cluster_preset("dgx-h100").unwrap();
+    let m = model_preset("llama3-8b").unwrap();
+    let t = TrainSpec::new(64, 4096);
+    let d = device_for(&cluster, t.dtype).unwrap();
+    let mut req = Request::new(&m, &cluster, &t, &d, 8);
+    req.pins = plait_planner::Pins {
+        pp: Some(2),
+        vp: Some(16),
+        ..Default::default()
+    };
+    let out = plan(&req, &|_, _| {}).unwrap();
+    assert!(!out.plans.is_empty(), "{:?}", out.infeasible);
+    for p in &out.plans {
+        assert_eq!((p.config.pp, p.config.vp), (2, 16), "{}", p.config);
+        assert_eq!(p.config.schedule, Schedule::Interleaved);
+    }
+}
+
 /// Every answer is either plans or the reason there are none — also when the only
 /// candidates fail the simulator's memory check (here interleaved with m = p, where every
 /// forward runs before the first backward).
