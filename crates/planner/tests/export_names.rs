@@ -214,18 +214,7 @@ fn every_emitted_name_is_the_engines_own() {
     let mut selective = llama2_7b();
     selective.plan.config.recompute = Recompute::Selective;
     cases.push(selective);
-    cases.push(case(
-        "nemotron-h-8b",
-        64,
-        4096,
-        ParallelConfig {
-            dp: 2,
-            pp: 4,
-            mbs: 1,
-            zero: 1,
-            ..ParallelConfig::default()
-        },
-    ));
+    cases.push(pp4("nemotron-h-8b"));
     let mut seen = [0usize; 4];
     for k in &cases {
         if let Ok(files) = run(Engine::Megatron, k) {

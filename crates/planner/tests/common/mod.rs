@@ -98,8 +98,19 @@ pub fn llama2_7b() -> Case {
 
 /// Llama 2 7B on 8 GPUs as dp2 × pp4 with ZeRO-1 and the given stage map and recompute.
 pub fn llama2_7b_pp4(chunk_blocks: Vec<u64>, recompute_blocks: Vec<u64>) -> Case {
-    let mut k = case(
-        "llama2-7b",
+    let mut k = pp4("llama2-7b");
+    k.plan.stage_map = StageMap {
+        chunk_blocks,
+        recompute_blocks,
+    };
+    k.plan.stage_map.validate(32, &k.plan.config).unwrap();
+    k
+}
+
+/// `model` on 8 GPUs as dp2 × pp4 with ZeRO-1, its blocks split evenly, batch 64 × 4096.
+pub fn pp4(model: &str) -> Case {
+    case(
+        model,
         64,
         4096,
         ParallelConfig {
@@ -109,13 +120,7 @@ pub fn llama2_7b_pp4(chunk_blocks: Vec<u64>, recompute_blocks: Vec<u64>) -> Case
             zero: 1,
             ..ParallelConfig::default()
         },
-    );
-    k.plan.stage_map = StageMap {
-        chunk_blocks,
-        recompute_blocks,
-    };
-    k.plan.stage_map.validate(32, &k.plan.config).unwrap();
-    k
+    )
 }
 
 /// Llama 2 7B on 8 GPUs as dp4 × tp2 with ZeRO-1: DeepSpeed runs it with AutoTP.
