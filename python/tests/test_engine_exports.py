@@ -213,6 +213,8 @@ MEGATRON_PLANS = [
     pytest.param(dict(gpus=8, tp=1, pp=1, zero=3), id="fsdp"),
     pytest.param(dict(gpus=16, tp=2, pp=1, cp=2, zero=1, recompute="selective"), id="cp2"),
     pytest.param(dict(gpus=16, tp=2, pp=1, ep=8, zero=1, model="mixtral-8x7b"), id="moe-ep8"),
+    # Llama 3.1's RoPE rescaling (--use-rope-scaling --rope-scaling-factor 8).
+    pytest.param(dict(gpus=256, tp=8, pp=8, zero=1, model="llama3-405b"), id="llama31-rope"),
     # Mamba-2 hybrids: the layer pattern carries the layers and the pipeline segments.
     pytest.param(dict(gpus=16, tp=2, pp=2, zero=1, model="nemotron-h-8b"), id="hybrid-pp2"),
     pytest.param(
@@ -271,6 +273,9 @@ def test_megatron_parses_the_export(plait_bin, tmp_path, monkeypatch, pins):
     assert args.sequence_parallel == c["sp"]
     assert args.micro_batch_size == c["mbs"]
     assert args.global_batch_size == 64
+    if pins.get("model") == "llama3-405b":
+        assert args.use_rope_scaling and args.rope_scaling_factor == 8.0
+        assert args.rotary_base == 500000
     if pins.get("model") == "nemotron-h-8b":
         # Megatron derived the layers and the virtual stages from the pattern.
         assert args.hybrid_layer_pattern.replace("|", "") == NEMOTRON_H_8B_PATTERN

@@ -365,6 +365,7 @@ pub fn llmfoundry_fsdp(text: &str) -> Result<Table, SpecError> {
             moe: None,
             // Neither changes a cost.
             rope_theta: plait_spec::model::DEFAULT_ROPE_THETA,
+            rope_scaling: None,
             norm_eps: plait_spec::model::DEFAULT_NORM_EPS,
             attention_window: None,
             block_runs: Vec::new(),
@@ -538,6 +539,7 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
             causal: true,
             // Neither changes a cost.
             rope_theta: plait_spec::model::DEFAULT_ROPE_THETA,
+            rope_scaling: None,
             norm_eps: plait_spec::model::DEFAULT_NORM_EPS,
             attention_window: None,
             block_runs: Vec::new(),

@@ -32,6 +32,9 @@ const MEGATRON_FLAGS: &[&str] = &[
     "--swiglu",
     "--normalization",
     "--rotary-base",
+    "--use-rope-scaling",
+    "--rope-scaling-factor",
+    "--rotary-seq-len-interpolation-factor",
     "--norm-epsilon",
     "--disable-bias-linear",
     "--add-qkv-bias",
@@ -275,6 +278,55 @@ fn exported_theta_eps(model: ModelSpec) -> (BTreeMap<String, String>, ModelSpec)
     );
     let files = export(Engine::Megatron, &plan, &model, &t).unwrap();
     (megatron_flags(file(&files, "megatron_args.sh")), model)
+}
+
+#[test]
+fn megatron_exports_carry_the_rope_scaling_or_refuse_it() {
+    use plait_spec::RopeScaling;
+    let llama31 = |scaling| ModelSpec {
+        rope_scaling: Some(scaling),
+        ..model_preset("llama3-8b").unwrap()
+    };
+    // Llama 3.1's rescaling, as Megatron fixes its bounds.
+    let (flags, _) = exported_theta_eps(llama31(RopeScaling::Llama3 {
+        factor: 8.0,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_max_positions: 8192,
+    }));
+    assert!(flags.contains_key("--use-rope-scaling"));
+    assert_eq!(flags["--rope-scaling-factor"].parse::<f64>().unwrap(), 8.0);
+    let (flags, _) = exported_theta_eps(llama31(RopeScaling::Linear { factor: 4.0 }));
+    assert_eq!(flags["--rotary-seq-len-interpolation-factor"], "4");
+    // What Megatron's flags cannot say is refused, naming it.
+    let refused = |scaling, needle: &str| {
+        let k = Case {
+            model: llama31(scaling),
+            ..llama2_7b()
+        };
+        let err = run(Engine::Megatron, &k).unwrap_err();
+        assert!(err.contains(needle), "{err}");
+    };
+    refused(
+        RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 2.0,
+            high_freq_factor: 4.0,
+            original_max_positions: 8192,
+        },
+        "fixes them at 1, 4 and 8192",
+    );
+    refused(
+        RopeScaling::Yarn {
+            factor: 4.0,
+            original_max_positions: 4096,
+        },
+        "YaRN",
+    );
+    refused(RopeScaling::Linear { factor: 2.5 }, "not an integer");
+    // The llama3-405b preset is Llama 3.1.
+    let m = model_preset("llama3-405b").unwrap();
+    assert!(matches!(m.rope_scaling, Some(RopeScaling::Llama3 { factor, .. }) if factor == 8.0));
 }
 
 #[test]

@@ -39,6 +39,7 @@ pub(crate) fn gpt(
         moe: None,
         // Learned positions: θ unused. GPT-2's `layer_norm_epsilon` (HF gpt2 config.json).
         rope_theta: DEFAULT_ROPE_THETA,
+        rope_scaling: None,
         norm_eps: 1e-5,
         attention_window: None,
         block_runs: Vec::new(),
@@ -86,6 +87,7 @@ pub(crate) fn llama(
         causal: true,
         moe,
         rope_theta: DEFAULT_ROPE_THETA,
+        rope_scaling: None,
         norm_eps: DEFAULT_NORM_EPS,
         attention_window: None,
         block_runs: Vec::new(),
@@ -217,16 +219,26 @@ pub fn model_preset(name: &str) -> Result<ModelSpec> {
         // RoPE θ = 500,000 (paper §3.2; `rope_theta` in the config.json files), RMSNorm ε 1e-5.
         "llama3-8b" => llama3(llama("llama3-8b", 4096, 32, 32, 8, 14336, 128256, None)),
         "llama3-70b" => llama3(llama("llama3-70b", 8192, 80, 64, 8, 28672, 128256, None)),
-        "llama3-405b" => llama3(llama(
-            "llama3-405b",
-            16384,
-            126,
-            128,
-            8,
-            53248,
-            128256,
-            None,
-        )),
+        // 405B exists as Llama 3.1 only, whose config.json rescales RoPE (`rope_scaling`:
+        // llama3, factor 8, low_freq_factor 1, high_freq_factor 4, original context 8192).
+        "llama3-405b" => ModelSpec {
+            rope_scaling: Some(crate::model::RopeScaling::Llama3 {
+                factor: 8.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_max_positions: 8192,
+            }),
+            ..llama3(llama(
+                "llama3-405b",
+                16384,
+                126,
+                128,
+                8,
+                53248,
+                128256,
+                None,
+            ))
+        },
         // Jiang et al. 2024 (Mixtral of Experts), Table 1: 8 experts, top-2; RoPE θ = 10^6
         // (`rope_theta` of the released config.json).
         "mixtral-8x7b" => ModelSpec {

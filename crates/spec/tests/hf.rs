@@ -654,6 +654,72 @@ fn rope_theta_and_norm_eps_are_read() {
     error(&with(LLAMA2_7B, "rope_theta", json!("big")), "rope_theta");
 }
 
+#[test]
+fn rope_scaling_is_read_by_its_type() {
+    use plait_spec::RopeScaling;
+    // meta-llama/Llama-3.1-8B's config.json.
+    let llama31 = json!({
+        "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192, "rope_type": "llama3"
+    });
+    let m = parse(&with(LLAMA2_7B, "rope_scaling", llama31.clone()), "x.json");
+    assert_eq!(
+        m.rope_scaling,
+        Some(RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_positions: 8192
+        })
+    );
+    // transformers 5 keeps it, with θ, under rope_parameters.
+    let mut v5 = llama31;
+    v5["rope_theta"] = json!(500000.0);
+    let m = parse(
+        &with(
+            &with(LLAMA2_7B, "rope_theta", Value::Null),
+            "rope_parameters",
+            v5,
+        ),
+        "x.json",
+    );
+    assert!(matches!(m.rope_scaling, Some(RopeScaling::Llama3 { factor, .. }) if factor == 8.0));
+    assert_eq!(m.rope_theta, 500_000.0);
+    // Older configs name it `type`; YaRN's original context defaults to the model's.
+    let yarn = json!({"type": "yarn", "factor": 4.0});
+    let m = parse(&with(QWEN2_7B, "rope_scaling", yarn), "x.json");
+    assert!(
+        matches!(m.rope_scaling, Some(RopeScaling::Yarn { factor, original_max_positions })
+        if factor == 4.0 && original_max_positions == 131072)
+    );
+    // `default`, null and absent are no rescaling; an unknown method is kept by name.
+    let none = json!({"rope_type": "default"});
+    assert_eq!(
+        parse(&with(LLAMA2_7B, "rope_scaling", none), "x.json").rope_scaling,
+        None
+    );
+    assert_eq!(
+        parse(&with(LLAMA2_7B, "rope_scaling", Value::Null), "x.json").rope_scaling,
+        None
+    );
+    let other = json!({"rope_type": "longrope", "short_factor": [1.0]});
+    assert_eq!(
+        parse(&with(LLAMA2_7B, "rope_scaling", other), "x.json").rope_scaling,
+        Some(RopeScaling::Other {
+            name: "longrope".into()
+        })
+    );
+    // Bad numbers name their key.
+    let bad = json!({"rope_type": "linear", "factor": 1e308});
+    error(&with(LLAMA2_7B, "rope_scaling", bad), "rope_scaling.factor");
+    let missing = json!({"rope_type": "llama3", "factor": 8.0});
+    error(
+        &with(LLAMA2_7B, "rope_scaling", missing),
+        "rope_scaling.low_freq_factor",
+    );
+    error(&with(LLAMA2_7B, "rope_scaling", json!(3)), "rope_scaling");
+}
+
 /// nvidia/Nemotron-H-8B-Base-8K's config.json (the keys plait reads, as released; the
 /// same shape as Megatron-Bridge's Nemotron-H 8B test fixture); also a fuzz seed.
 fn nemotron_h_8b() -> Value {

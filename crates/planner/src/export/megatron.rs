@@ -131,6 +131,9 @@ pub(super) fn model_reasons(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -
     if model.is_hybrid() {
         out.extend(hybrid_reasons(model));
     }
+    if let Err(reason) = rope_scaling_flags(model) {
+        out.push(reason);
+    }
     if model.linear_bias && !model.qkv_bias {
         out.push(
             "Megatron's linear biases (on unless --disable-bias-linear) include the q/k/v \
@@ -139,6 +142,65 @@ pub(super) fn model_reasons(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -
         );
     }
     out
+}
+
+/// Llama 3.1's RoPE rescaling as Megatron applies it: only the factor is a flag; the
+/// frequency bounds and the original context are the constructor's defaults (Megatron-LM
+/// d98e8a6 `megatron/core/models/common/embeddings/rotary_pos_embedding.py`
+/// `_apply_scaling`: `low_freq_factor=1`, `high_freq_factor=4`,
+/// `original_max_position_embeddings=8192`).
+const MEGATRON_LLAMA3_ROPE: (f64, f64, u64) = (1.0, 4.0, 8192);
+
+/// The flags of `model`'s RoPE rescaling, or why Megatron cannot apply it as the model
+/// does: `--use-rope-scaling --rope-scaling-factor` (Llama 3.1's method with Megatron's
+/// fixed bounds) and `--rotary-seq-len-interpolation-factor` (linear, `type=int`), from
+/// arguments.py.
+fn rope_scaling_flags(model: &ModelSpec) -> Result<Vec<(&'static str, String)>, String> {
+    use plait_spec::RopeScaling;
+    let Some(scaling) = &model.rope_scaling else {
+        return Ok(vec![]);
+    };
+    match scaling {
+        RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_positions,
+        } if (*low_freq_factor, *high_freq_factor, *original_max_positions)
+            == MEGATRON_LLAMA3_ROPE =>
+        {
+            Ok(vec![
+                ("--use-rope-scaling", String::new()),
+                ("--rope-scaling-factor", format!("{factor}")),
+            ])
+        }
+        RopeScaling::Llama3 {
+            low_freq_factor,
+            high_freq_factor,
+            original_max_positions,
+            ..
+        } => Err(format!(
+            "its Llama 3 RoPE scaling has low_freq_factor {low_freq_factor}, high_freq_factor \
+             {high_freq_factor} and original context {original_max_positions}, but Megatron fixes \
+             them at 1, 4 and 8192 (rotary_pos_embedding.py `_apply_scaling`)"
+        )),
+        RopeScaling::Linear { factor } if factor.fract() == 0.0 => Ok(vec![(
+            "--rotary-seq-len-interpolation-factor",
+            format!("{}", *factor as u64),
+        )]),
+        RopeScaling::Linear { factor } => Err(format!(
+            "its linear RoPE scaling factor {factor} is not an integer, as Megatron's \
+             --rotary-seq-len-interpolation-factor (type=int) needs"
+        )),
+        RopeScaling::Yarn { .. } => Err(
+            "its YaRN RoPE scaling is not written by the Megatron export yet (Megatron-LM takes \
+             it through --position-embedding-type yarn and the MLA configuration)"
+                .to_string(),
+        ),
+        RopeScaling::Other { name } => Err(format!(
+            "its RoPE scaling `{name}` has no Megatron-LM equivalent"
+        )),
+    }
 }
 
 /// Mamba-2 mixer settings that `MambaMixer` fixes in its constructor rather than taking
@@ -367,6 +429,8 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     if model.positions == Positions::Rotary {
         // `--rotary-base` is `type=int` (arguments.py); `model_reasons` refuses other θ.
         m.push(("--rotary-base", format!("{}", model.rope_theta as u64)));
+        // `model_reasons` has accepted the rescaling.
+        m.extend(rope_scaling_flags(model).unwrap_or_default());
     }
     match model.activation {
         plait_spec::Activation::SwiGlu => m.push(flag("--swiglu")),

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 use super::READ_KEYS;
 use crate::error::{Result, SpecError};
+use crate::model::RopeScaling;
 /// The parsed document and its source, with typed accessors that fail naming the key.
 pub(super) struct Config<'a> {
     pub(super) source: &'a str,
@@ -161,6 +162,89 @@ impl Config<'_> {
         }
     }
 }
+
+impl Config<'_> {
+    /// The RoPE rescaling: `rope_scaling`, else `rope_parameters` (transformers 5), by its
+    /// `rope_type` (older configs: `type`); `default` or absent → none. Numbers are checked
+    /// as `rope_scaling.<key>`.
+    pub(super) fn rope_scaling(&self, max_positions: u64) -> Result<Option<RopeScaling>> {
+        let (key, m) = match (self.get("rope_scaling"), self.get("rope_parameters")) {
+            (Some(Value::Object(m)), _) => ("rope_scaling", m),
+            (Some(v), _) => {
+                return Err(self.err(
+                    "rope_scaling",
+                    format!("must be an object, got {}", show(v)),
+                    "an object with `rope_type` and its parameters, or null",
+                ))
+            }
+            (None, Some(Value::Object(m))) => ("rope_parameters", m),
+            _ => return Ok(None),
+        };
+        let kind = match m.get("rope_type").or_else(|| m.get("type")) {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::String(s)) => s.as_str(),
+            Some(v) => {
+                return Err(self.err(
+                    &format!("{key}.rope_type"),
+                    format!("must be a string, got {}", show(v)),
+                    "llama3, yarn, linear, default, …",
+                ))
+            }
+        };
+        let number = |name: &str, default: Option<f64>| -> Result<f64> {
+            let field = format!("{key}.{name}");
+            match m.get(name).filter(|v| !v.is_null()) {
+                Some(v) => match v.as_f64() {
+                    Some(x) if x.is_finite() && x > 0.0 && x <= MAX_ROPE_FACTOR => Ok(x),
+                    _ => Err(self.err(
+                        &field,
+                        format!(
+                            "must be a positive number ≤ {MAX_ROPE_FACTOR}, got {}",
+                            show(v)
+                        ),
+                        format!("a number in (0, {MAX_ROPE_FACTOR}]"),
+                    )),
+                },
+                None => default.ok_or_else(|| {
+                    self.err(
+                        &field,
+                        "missing",
+                        format!("a number in (0, {MAX_ROPE_FACTOR}]"),
+                    )
+                }),
+            }
+        };
+        let original = || -> Result<u64> {
+            let name = "original_max_position_embeddings";
+            match m.get(name).filter(|v| !v.is_null()) {
+                Some(v) => self.check_int(&format!("{key}.{name}"), v, MAX_ROPE_POSITIONS),
+                None => Ok(max_positions),
+            }
+        };
+        Ok(Some(match kind {
+            "default" => return Ok(None),
+            "llama3" => RopeScaling::Llama3 {
+                factor: number("factor", None)?,
+                low_freq_factor: number("low_freq_factor", None)?,
+                high_freq_factor: number("high_freq_factor", None)?,
+                original_max_positions: original()?,
+            },
+            "yarn" => RopeScaling::Yarn {
+                factor: number("factor", None)?,
+                original_max_positions: original()?,
+            },
+            "linear" => RopeScaling::Linear {
+                factor: number("factor", None)?,
+            },
+            other => RopeScaling::Other { name: quote(other) },
+        }))
+    }
+}
+
+/// Bounds of a RoPE rescaling's numbers (far above any published model's: Llama 3.1's
+/// factor is 8, DeepSeek-V3's 40).
+const MAX_ROPE_FACTOR: f64 = 1e6;
+const MAX_ROPE_POSITIONS: u64 = 1 << 40;
 
 pub(super) fn int_allowed(max: u64) -> String {
     format!("a positive integer ≤ {max}")

@@ -79,6 +79,7 @@ const READ_KEYS: &[&str] = &[
     "add_cross_attention",
     "rope_theta",
     "rope_parameters",
+    "rope_scaling",
     "rotary_emb_base",
     "rms_norm_eps",
     "layer_norm_eps",
@@ -221,7 +222,21 @@ pub fn model_from_hf_config(text: &str, source: &str) -> Result<ModelSpec> {
         }
     };
     let name = model_name(map, source, model_type);
-    Ok(ModelSpec { name, ..spec })
+    let rope_scaling = if spec.positions == crate::model::Positions::Rotary {
+        let context = cfg
+            .opt_int("max_position_embeddings", 1 << 40)
+            .ok()
+            .flatten()
+            .unwrap_or(spec.max_positions);
+        cfg.rope_scaling(context)?
+    } else {
+        None
+    };
+    Ok(ModelSpec {
+        name,
+        rope_scaling,
+        ..spec
+    })
 }
 
 /// The model's name: `_name_or_path`, else the directory holding a `config.json` or the

@@ -56,6 +56,30 @@ pub enum Positions {
     None,
 }
 
+/// A RoPE frequency rescaling (transformers `modeling_rope_utils.py`, by `rope_type`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum RopeScaling {
+    /// Llama 3.1's: wavelengths above `original_max_positions / low_freq_factor` divided by
+    /// `factor`, those below `original_max_positions / high_freq_factor` kept, smoothly in
+    /// between (`_compute_llama3_parameters`).
+    Llama3 {
+        factor: f64,
+        low_freq_factor: f64,
+        high_freq_factor: f64,
+        original_max_positions: u64,
+    },
+    /// YaRN (Peng et al. 2023), as DeepSeek-V3 and GPT-OSS use it.
+    Yarn {
+        factor: f64,
+        original_max_positions: u64,
+    },
+    /// Position interpolation: every frequency divided by `factor`.
+    Linear { factor: f64 },
+    /// Another method, by its `rope_type` (kept so that an export can refuse it by name).
+    Other { name: String },
+}
+
 /// Routed experts of a mixture-of-experts MLP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MoeSpec {
@@ -131,6 +155,10 @@ pub struct ModelSpec {
     /// of the RoFormer paper, transformers' and Megatron's default).
     #[serde(default = "default_rope_theta")]
     pub rope_theta: f64,
+    /// How the RoPE frequencies are rescaled past the pre-training context (transformers'
+    /// `rope_scaling`). No time or memory depends on it; the exports must carry it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_scaling: Option<RopeScaling>,
     /// ε of every LayerNorm/RMSNorm (`rms_norm_eps` / `layer_norm_eps`, Megatron
     /// `--norm-epsilon`). Defaults to 1e-5 (Megatron's `layernorm_epsilon` default).
     #[serde(default = "default_norm_eps")]
