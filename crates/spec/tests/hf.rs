@@ -685,6 +685,13 @@ fn rope_scaling_is_read_by_its_type() {
     );
     assert!(matches!(m.rope_scaling, Some(RopeScaling::Llama3 { factor, .. }) if factor == 8.0));
     assert_eq!(m.rope_theta, 500_000.0);
+    // The released file: the same rescaling, and Llama 3.1 8B's 8.03 B parameters.
+    let m = parse(
+        include_str!("fixtures/hf/llama-3.1-8b.json"),
+        "Llama-3.1-8B/config.json",
+    );
+    assert!(matches!(m.rope_scaling, Some(RopeScaling::Llama3 { factor, .. }) if factor == 8.0));
+    assert_eq!(m.parameter_count(), 8_030_261_248);
     // Older configs name it `type`; YaRN's original context defaults to the model's.
     let yarn = json!({"type": "yarn", "factor": 4.0});
     let m = parse(&with(QWEN2_7B, "rope_scaling", yarn), "x.json");
