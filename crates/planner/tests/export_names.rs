@@ -285,7 +285,7 @@ fn megatron_exports_carry_the_rope_scaling_or_refuse_it() {
     use plait_spec::RopeScaling;
     let llama31 = |scaling| ModelSpec {
         rope_scaling: Some(scaling),
-        ..model_preset("llama3-8b").unwrap()
+        ..model_preset("llama2-7b").unwrap()
     };
     // Llama 3.1's rescaling, as Megatron fixes its bounds.
     let (flags, _) = exported_theta_eps(llama31(RopeScaling::Llama3 {
@@ -324,9 +324,14 @@ fn megatron_exports_carry_the_rope_scaling_or_refuse_it() {
         "YaRN",
     );
     refused(RopeScaling::Linear { factor: 2.5 }, "not an integer");
-    // The llama3-405b preset is Llama 3.1.
-    let m = model_preset("llama3-405b").unwrap();
-    assert!(matches!(m.rope_scaling, Some(RopeScaling::Llama3 { factor, .. }) if factor == 8.0));
+    // The Llama 3 presets are the herd paper's, Llama 3.1.
+    for name in ["llama3-8b", "llama3-70b", "llama3-405b"] {
+        let m = model_preset(name).unwrap();
+        assert!(
+            matches!(m.rope_scaling, Some(RopeScaling::Llama3 { factor, .. }) if factor == 8.0),
+            "{name}"
+        );
+    }
 }
 
 #[test]

@@ -159,10 +159,20 @@ pub(crate) fn nemotron_h(
 /// provider): 24 Mamba-2, 24 MLP and 4 attention layers.
 pub const NEMOTRON_H_8B_PATTERN: &str = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-";
 
-/// Llama 3's RoPE base (Dubey et al. 2024, §3.2: θ = 500,000).
+/// Llama 3.1 (the herd paper's models, Dubey et al. 2024): RoPE base θ = 500,000 (§3.2)
+/// and the RoPE rescaling of the released config.json files (`rope_scaling`: llama3,
+/// factor 8, low_freq_factor 1, high_freq_factor 4, original context 8192), which
+/// torchtitan's llama3 also applies (v0.2.2 `models/llama3/model/args.py`,
+/// `RoPEScalingArgs`).
 fn llama3(m: ModelSpec) -> ModelSpec {
     ModelSpec {
         rope_theta: 500_000.0,
+        rope_scaling: Some(crate::model::RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_positions: 8192,
+        }),
         ..m
     }
 }
@@ -219,26 +229,16 @@ pub fn model_preset(name: &str) -> Result<ModelSpec> {
         // RoPE θ = 500,000 (paper §3.2; `rope_theta` in the config.json files), RMSNorm ε 1e-5.
         "llama3-8b" => llama3(llama("llama3-8b", 4096, 32, 32, 8, 14336, 128256, None)),
         "llama3-70b" => llama3(llama("llama3-70b", 8192, 80, 64, 8, 28672, 128256, None)),
-        // 405B exists as Llama 3.1 only, whose config.json rescales RoPE (`rope_scaling`:
-        // llama3, factor 8, low_freq_factor 1, high_freq_factor 4, original context 8192).
-        "llama3-405b" => ModelSpec {
-            rope_scaling: Some(crate::model::RopeScaling::Llama3 {
-                factor: 8.0,
-                low_freq_factor: 1.0,
-                high_freq_factor: 4.0,
-                original_max_positions: 8192,
-            }),
-            ..llama3(llama(
-                "llama3-405b",
-                16384,
-                126,
-                128,
-                8,
-                53248,
-                128256,
-                None,
-            ))
-        },
+        "llama3-405b" => llama3(llama(
+            "llama3-405b",
+            16384,
+            126,
+            128,
+            8,
+            53248,
+            128256,
+            None,
+        )),
         // Jiang et al. 2024 (Mixtral of Experts), Table 1: 8 experts, top-2; RoPE θ = 10^6
         // (`rope_theta` of the released config.json).
         "mixtral-8x7b" => ModelSpec {
