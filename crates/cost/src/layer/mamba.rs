@@ -239,7 +239,12 @@ pub fn mamba_block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload
             let (dg_out, _) = backward_gemms(&out_proj);
             fwd_phase.tp_comm_s =
                 overlapped(ag, t, gemm(&in_proj), super::USERBUFFER_RING_EXCHANGE_SMS)
-                    + overlapped(rs, 4.0, gemm(&out_proj), super::USERBUFFER_PIPELINE_SMS);
+                    + overlapped(
+                        rs,
+                        super::USERBUFFER_PIPELINE_SPLITS,
+                        gemm(&out_proj),
+                        super::USERBUFFER_PIPELINE_SMS,
+                    );
             bwd_phase.tp_comm_s =
                 overlapped(ag, t, gemm(&dg_out), super::USERBUFFER_RING_EXCHANGE_SMS)
                     + column_parallel_exposed;

@@ -399,6 +399,8 @@ pub(crate) fn column_parallel_backward_comm(
 pub(crate) const USERBUFFER_BULK_SMS: f64 = 16.0;
 pub(crate) const USERBUFFER_PIPELINE_SMS: f64 = 16.0;
 pub(crate) const USERBUFFER_RING_EXCHANGE_SMS: f64 = 1.0;
+/// Chunks of a pipelined userbuffers reduce-scatter (TE's default `num_splits`, base.py:387).
+pub(crate) const USERBUFFER_PIPELINE_SPLITS: f64 = 4.0;
 
 /// Whether the tp collectives of `w` run in Transformer Engine's userbuffers: the engine
 /// overlaps them, with sequence parallelism, and the tp group sits in one node (the

@@ -7,7 +7,7 @@ use plait_spec::{Activation, AttentionImpl, Gemm, ModelSpec, Positions, Recomput
 
 use super::{
     backward_gemms, column_parallel_backward_comm, expert_gemm_s, userbuffer_overlap, userbuffers,
-    Kernels, LayerCost, Phase, Workload, FP32, USERBUFFER_PIPELINE_SMS,
+    Kernels, LayerCost, Phase, Workload, FP32, USERBUFFER_PIPELINE_SMS, USERBUFFER_PIPELINE_SPLITS,
     USERBUFFER_RING_EXCHANGE_SMS,
 };
 use crate::comm::Groups;
@@ -399,12 +399,22 @@ pub(super) fn transformer_block_cost(
             let mut row_parallel = 0.0;
             if has_attn {
                 fwd_phase.tp_comm_s = overlapped(ag, t, gemm(&qkv), USERBUFFER_RING_EXCHANGE_SMS)
-                    + overlapped(rs, 4.0, gemm(&attn_out), USERBUFFER_PIPELINE_SMS);
+                    + overlapped(
+                        rs,
+                        USERBUFFER_PIPELINE_SPLITS,
+                        gemm(&attn_out),
+                        USERBUFFER_PIPELINE_SMS,
+                    );
                 row_parallel += overlapped(ag, t, gemm(&dg_proj), USERBUFFER_RING_EXCHANGE_SMS);
             }
             if has_mlp && !moe_dispatch_over_tp {
                 fwd_phase.tp_comm_s += overlapped(ag, t, gemm(&up), USERBUFFER_RING_EXCHANGE_SMS)
-                    + overlapped(rs, 4.0, gemm(&down), USERBUFFER_PIPELINE_SMS);
+                    + overlapped(
+                        rs,
+                        USERBUFFER_PIPELINE_SPLITS,
+                        gemm(&down),
+                        USERBUFFER_PIPELINE_SMS,
+                    );
                 row_parallel += overlapped(ag, t, gemm(&dg_down), USERBUFFER_RING_EXCHANGE_SMS);
             }
             bwd_phase.tp_comm_s = row_parallel + column_parallel_exposed;
