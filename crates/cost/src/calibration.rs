@@ -560,11 +560,11 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
             train: TrainSpec {
                 dtype: Dtype::Fp8,
                 engine: Engine::Megatron,
-                // NeMo's GPTConfig5B and GPTConfig20B leave Megatron's dropout defaults
-                // (hidden and attention 0.1, `transformer_config.py:188-191`); its 175B,
-                // Llama and Nemotron configs set 0 (NeMo 8cfedd7, `gpt/model/base.py`,
-                // `nemotron.py:50-51`).
-                dropout: matches!(row.str("model")?, "GPT3-5B" | "GPT3-20B"),
+                // The 24.07 runs are NeMo-Framework-Launcher's (tag 24.07, 8325688d): its
+                // `conf/training/gpt3/{5b,20b,175b}.yaml` set hidden and attention dropout
+                // 0.1, the Llama and Nemotron configs 0.0. (NeMo 2.0's recipes, 8cfedd7
+                // `gpt/model/base.py`, later set 0 for 175B.)
+                dropout: row.str("model")?.starts_with("GPT3"),
                 task,
                 lora,
                 ..TrainSpec::new(gbs, seq)
@@ -577,9 +577,19 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
                 cp,
                 ep,
                 mbs,
-                zero: 1,
+                // The launcher's PEFT examples run LoRA on `fused_adam` (the distributed
+                // optimizer's keys removed, `examples/peft/llama/h100/*_lora.sh`); every other
+                // run on the distributed optimizer.
+                zero: if task == Task::Lora { 0 } else { 1 },
                 sp: tp > 1,
-                recompute: Recompute::None,
+                // Activation recomputation as the launcher's model configs set it: selective
+                // for Nemotron-340B (`conf/training/nemotron/nemotron_340b.yaml`), none in the
+                // other 24.07 configs and example scripts.
+                recompute: if row.str("model")? == "Nemotron-340B" {
+                    Recompute::Selective
+                } else {
+                    Recompute::None
+                },
                 schedule: Schedule::megatron_for_chunks(vp),
             },
             measured_step_s: row.num("step_s")?,

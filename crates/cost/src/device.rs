@@ -19,6 +19,16 @@ const TILE_N: f64 = 256.0;
 /// rate (max error 22 % over shapes from 1024×1536×512 to 16384×36864×12288; without it,
 /// thin-k GEMMs such as k = 512 are predicted 2× too fast).
 const GEMM_TILE_OVERHEAD_K: f64 = 500.0;
+/// Shortest k loop a split-K GEMM gives one split, chosen on OpenXLA's measured H100 bf16
+/// GEMMs (tensorflow 372d578b, `xla/service/gpu/model/matmul_interpolator_data.h`,
+/// "sm_90"; shapes 256–4096 in m, n, k, batch 1–4; the 41 of them in
+/// `tests/data/xla_h100_bf16_gemms.csv`): of {128, 256, 512, 1024} the least biased
+/// (mean log error −0.165; mean |error| 19.9 %, against 18.7 % at 128, 19.8 % at 512,
+/// 23.0 % at 1024, and 34.7 % with a worst of 77 % without split-K, where few output
+/// tiles leave SMs idle).
+const SPLIT_K_MIN_K: f64 = 256.0;
+/// Bytes per element of an fp32 accumulator that a GEMM epilogue reads and writes back.
+const FP32_ACCUMULATOR_BYTES: f64 = 8.0;
 
 /// CPU-side cost of issuing one kernel from eager PyTorch (dispatch + launch), fitted as the
 /// fixed term of the same H200 GEMM sample (12 µs). A stream of kernels cannot run faster
@@ -295,10 +305,26 @@ impl DeviceModel {
 
     fn gemm_raw_at_s(&self, m: f64, n: f64, k: f64, count: f64, rate: f64, bytes: f64) -> f64 {
         let tiles = (m / TILE_M).ceil() * (n / TILE_N).ceil() * count;
-        let waves = (tiles / self.sms).ceil();
-        let quantisation = waves * self.sms / tiles;
-        let compute = quantisation * 2.0 * m * n * (k + self.tile_overhead_k(rate)) * count / rate;
-        let traffic = bytes * (m * k + k * n + m * n) * count / self.memory_bytes_per_s;
+        // Split-K: with fewer output tiles than SMs the library splits the k loop so that
+        // every SM has work (cuBLAS heuristics, CUTLASS split-K / stream-K), each split a
+        // tile of its own with its own fixed work, the partial sums reduced in fp32.
+        let splits = if tiles < self.sms {
+            (self.sms / tiles).floor().min((k / SPLIT_K_MIN_K).floor()).max(1.0)
+        } else {
+            1.0
+        };
+        let work_tiles = tiles * splits;
+        let waves = (work_tiles / self.sms).ceil();
+        let quantisation = waves * self.sms / work_tiles;
+        let compute = quantisation * 2.0 * m * n * (k + splits * self.tile_overhead_k(rate)) * count
+            / rate;
+        let partials = if splits > 1.0 {
+            FP32_ACCUMULATOR_BYTES * m * n * splits
+        } else {
+            0.0
+        };
+        let traffic =
+            (bytes * (m * k + k * n + m * n) + partials) * count / self.memory_bytes_per_s;
         compute.max(traffic)
     }
 
@@ -337,6 +363,18 @@ impl DeviceModel {
             acc += w * ln_ratio;
         }
         raw * (acc / wsum).exp()
+    }
+
+    /// Device time of `count` weight-gradient GEMMs that accumulate their `[m×n]` result
+    /// into an fp32 main gradient in the epilogue (beta = 1): the GEMM's roofline with the
+    /// accumulator's read and write (4 + 4 bytes per element) in its traffic.
+    pub fn gemm_accumulate_s(&self, m: u64, n: u64, k: u64, count: u64) -> f64 {
+        let gemm = self.gemm_burst_s(m, n, k, count);
+        let (mf, nf, kf, c) = (m as f64, n as f64, k as f64, count as f64);
+        let traffic = (self.element_bytes * (mf * kf + kf * nf) + FP32_ACCUMULATOR_BYTES * mf * nf)
+            * c
+            / self.memory_bytes_per_s;
+        gemm.max(traffic) / self.sustained
     }
 
     /// Device time of `count` 16-bit GEMMs inside a training step: the GEMMs an fp8 run

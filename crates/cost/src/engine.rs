@@ -139,8 +139,8 @@ pub struct EngineProfile {
     /// torchao casts on the fly and keeps none).
     pub fp8_weight_copy_bytes: f64,
     /// Bytes per element of gradients in the data-parallel reduction with 16-bit training:
-    /// Megatron reduces fp32 main gradients with bf16 (`grad_reduce_in_fp32` in NeMo's
-    /// recipes), Composer's FSDP `mixed_precision: DEFAULT` reduces in fp32
+    /// Megatron-LM reduces fp32 main gradients with bf16, NVIDIA's performance recipes bf16
+    /// ones (sources at the `megatron` profile), Composer's FSDP `mixed_precision: DEFAULT` reduces in fp32
     /// (`mosaic_parallelism.py:59-98`), torchtitan's `mixed_precision_reduce = "float32"`,
     /// DeepSpeed's `communication_data_type` defaults to the model dtype.
     pub grad_reduce_bf16_bytes: f64,
@@ -178,6 +178,14 @@ pub struct EngineProfile {
     /// `moe_grouped_gemm=False` (`transformer_config.py:850`), as NeMo's Mixtral recipe leaves
     /// it; none of the other profiles groups them by default.
     pub grouped_expert_gemm: bool,
+    /// The weight-gradient GEMMs accumulate into the fp32 main gradient in their epilogue
+    /// (cuBLAS with beta = 1), so the accumulation's traffic is part of the GEMM's roofline
+    /// rather than a pass of its own: Megatron-LM's `gradient_accumulation_fusion`, on by
+    /// default (d98e8a6 `arguments.py`, `--no-gradient-accumulation-fusion`; Transformer
+    /// Engine's `fuse_wgrad_accumulation`), added on 2022-02-16 (83b1e42f30), after SC'21.
+    /// DeepSpeed's ZeRO hooks, FSDP and eager PyTorch add each gradient in a kernel of
+    /// their own.
+    pub fused_grad_accumulation: bool,
     /// The loss kernel(s) after the LM head.
     pub cross_entropy: CrossEntropy,
 }
@@ -196,7 +204,14 @@ impl EngineProfile {
             // column-wise, 2 bytes like the 16-bit weight they replace) next to the fp32
             // master weights of the optimizer: no extra bytes.
             fp8_weight_copy_bytes: 0.0,
-            grad_reduce_bf16_bytes: 4.0,
+            // NVIDIA's performance configurations reduce gradients in bf16: NeMo 8cfedd7
+            // `scripts/performance/helpers.py` `set_precision_configs`
+            // (`grad_reduce_in_fp32 = False`; for fp8 runs since 81d94d1501, Feb 2025, and
+            // in Mixtral's `pretrain_performance_optimizations`), and the NeMo launcher's
+            // `conf/training/gpt3/175b_fp8_performance.yaml` (`grad_sync_dtype: bf16`).
+            // Megatron-LM alone reduces bf16 runs in fp32 (`arguments.py` sets
+            // `accumulate_allreduce_grads_in_fp32`); `megatron-2021` keeps that.
+            grad_reduce_bf16_bytes: 2.0,
             overlaps_zero12_reduce: true,
             sharded: ShardedParams {
                 regather_in_backward: true,
@@ -212,6 +227,7 @@ impl EngineProfile {
             overlaps_interleaved_p2p: true,
             grouped_expert_gemm: false,
             fp8_param_gather: true,
+            fused_grad_accumulation: true,
             cross_entropy: CrossEntropy::MEGATRON_UNFUSED,
         };
         match engine {
@@ -241,11 +257,13 @@ impl EngineProfile {
                 tp_comm_overlap: false,
                 overlaps_interleaved_p2p: false,
                 fp8_param_gather: false,
+                fused_grad_accumulation: false,
                 ..megatron
             },
             // llm-foundry on Composer: eager PyTorch, Triton flash attention, TE linears for
             // fp8 (`fc_type='te'`) without the norm fusion.
             Engine::Fsdp => EngineProfile {
+                grad_reduce_bf16_bytes: 4.0,
                 attention: AttentionKernel::Triton,
                 cross_entropy: CrossEntropy::FLASH_FUSED,
                 // TE linears keep the 16-bit weight and cache its fp8 copies.
@@ -255,11 +273,13 @@ impl EngineProfile {
                 tp_comm_overlap: false,
                 overlaps_interleaved_p2p: false,
                 fp8_param_gather: false,
+                fused_grad_accumulation: false,
                 ..megatron
             },
             // torchtitan: SDPA's flash backend, eager, torchao float8 (dynamic tensor-wise
             // scaling: amax pass + cast + transposed cast), DTensor TP in line.
             Engine::Torchtitan => EngineProfile {
+                grad_reduce_bf16_bytes: 4.0,
                 attention: AttentionKernel::Flash2,
                 fused_elementwise: false,
                 fp8_cast_fused_into_norm: false,
@@ -274,6 +294,7 @@ impl EngineProfile {
                 tp_comm_overlap: false,
                 overlaps_interleaved_p2p: false,
                 fp8_param_gather: false,
+                fused_grad_accumulation: false,
                 ..megatron
             },
             // Megatron-LM of 2021–22 (SC'21, Korthikanti et al.): Megatron's fused kernels
@@ -281,9 +302,11 @@ impl EngineProfile {
             // in 2022) nor `overlap_p2p_comm` (added with Megatron-Core).
             Engine::MegatronLm2021 => EngineProfile {
                 attention: AttentionKernel::Flash2,
+                grad_reduce_bf16_bytes: 4.0,
                 tp_comm_overlap: false,
                 overlaps_interleaved_p2p: false,
                 fp8_param_gather: false,
+                fused_grad_accumulation: false,
                 ..megatron
             },
             // DeepSpeed of March 2021 driving Megatron-LM's GPT (SC'21 Table 2): that
@@ -296,10 +319,12 @@ impl EngineProfile {
                 tp_comm_overlap: false,
                 overlaps_interleaved_p2p: false,
                 fp8_param_gather: false,
+                fused_grad_accumulation: false,
                 ..megatron
             },
             // plait's runtime: eager, in-line collectives.
             Engine::Plait => EngineProfile {
+                grad_reduce_bf16_bytes: 4.0,
                 attention: AttentionKernel::Flash2,
                 cross_entropy: CrossEntropy::TORCH,
                 fused_elementwise: false,
@@ -308,6 +333,7 @@ impl EngineProfile {
                 tp_comm_overlap: false,
                 overlaps_interleaved_p2p: false,
                 fp8_param_gather: false,
+                fused_grad_accumulation: false,
                 ..megatron
             },
         }

@@ -27,9 +27,11 @@ fn lora_skips_weight_gradients_and_optimizer_states() {
     let full = run(Task::Pretrain, Lora::default(), None);
     let lora = run(Task::Lora, Lora::default(), None);
     // Frozen linears compute input gradients only: the backward loses about half its GEMM
-    // work, so the step is about two thirds of full training (1 + 1 of 1 + 2 passes).
+    // work, so the GEMMs take two thirds of full training's time (1 + 1 of 1 + 2 passes).
+    // Attention, the elementwise kernels and the adapters' own GEMMs and output adds stay,
+    // which puts the step above two thirds but well below a full one.
     let ratio = lora.iteration_time_s / full.iteration_time_s;
-    assert!((0.6..0.8).contains(&ratio), "LoRA/full step {ratio}");
+    assert!((0.6..0.85).contains(&ratio), "LoRA/full step {ratio}");
     // No gradients or Adam states for the 6.7 B frozen weights: only their 16-bit copy.
     let saved = full.peak_memory_bytes - lora.peak_memory_bytes;
     assert!(

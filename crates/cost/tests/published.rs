@@ -135,7 +135,13 @@ fn h200_errors(profile_for_row: impl Fn(usize) -> Profile) -> Vec<(String, f64, 
             mbs: s.mbs,
             ..ParallelConfig::default()
         };
-        let t = TrainSpec::new(s.mbs, s.seq);
+        // The layers were measured in eager PyTorch (`h200_layer_measure.py`: SDPA's flash
+        // kernel, unfused elementwise kernels, autograd adding each gradient into `.grad`):
+        // the `plait` engine's profile.
+        let t = TrainSpec {
+            engine: plait_spec::Engine::Plait,
+            ..TrainSpec::new(s.mbs, s.seq)
+        };
         // The measured layers are single-GPU shards: no communication.
         let g = Groups::new(&cluster, &ParallelConfig::default());
         let l = layer_costs(&m, &device, &g, &Workload::new(&cfg, &t)).block;

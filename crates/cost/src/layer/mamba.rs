@@ -194,13 +194,16 @@ pub fn mamba_block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload
     let mut weight_grad_s = 0.0;
     let mut column_parallel_exposed = 0.0;
     let mut column_parallel_hidden = 0.0;
+    let mut fused_accumulated = 0.0;
     for (i, gm) in [in_proj, out_proj].iter().enumerate() {
         let (dg, wg) = backward_gemms(gm);
         let dg_s = d.gemm_s(dg.m, dg.n, dg.k, dg.count);
         let wg_s = if w.lora.is_some() {
             0.0
         } else {
-            d.gemm_s(wg.m, wg.n, wg.k, wg.count)
+            let (s, fused) = super::weight_grad_gemm_s(d, w, &wg, true);
+            fused_accumulated += fused;
+            s
         };
         bwd.gpu_s += dg_s + wg_s;
         bwd.count += if w.lora.is_some() { 1.0 } else { 2.0 };
@@ -217,7 +220,13 @@ pub fn mamba_block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload
     let norms = (m.block_params() - m.mixer_params()) as f64;
     let params = m.mixer_params() as f64 / t + norms;
     let trainable_params = if w.lora.is_some() { 0.0 } else { params };
-    weight_grad_s += bwd.accumulate_and_contend(d, w, g, trainable_params, column_parallel_hidden);
+    weight_grad_s += bwd.accumulate_and_contend(
+        d,
+        w,
+        g,
+        (trainable_params - fused_accumulated).max(0.0),
+        column_parallel_hidden,
+    );
 
     // --- communication: that of an attention half (in_proj column-, out_proj row-parallel)
     if w.tp > 1 {

@@ -282,7 +282,8 @@ impl Kernels {
         self.gpu_s += seconds;
         self.count += kernels;
     }
-    /// The backward's gradient accumulation of `trainable` parameters, and the slowdown of
+    /// The backward's gradient accumulation of `trainable` parameters (those no fused
+    /// weight-gradient GEMM accumulated, [`weight_grad_gemm_s`]), and the slowdown of
     /// the GEMMs that run beside `tp_hidden_s` of hidden tp collectives (they lose the SMs
     /// those use). Returns the accumulation's time (part of the weight-gradient pass).
     fn accumulate_and_contend(
@@ -322,6 +323,34 @@ fn expert_gemm_s(d: &DeviceModel, g: &Gemm, grouped: bool) -> f64 {
     } else {
         g.count as f64 * d.gemm_s(g.m, g.n, g.k, 1)
     }
+}
+
+/// Time of the weight-gradient GEMM `wg` (experts grouped or not, as [`expert_gemm_s`]),
+/// and the parameters whose gradient it accumulates into the fp32 main gradient in its
+/// epilogue (`EngineProfile::fused_grad_accumulation`; zero where a pass of its own adds
+/// them, [`Kernels::accumulate_and_contend`]).
+///
+/// Whether the epilogue's accumulator traffic hides behind the other tiles' main loops
+/// depends on the kernel cuBLAS picks (a warp-specialised ping-pong kernel overlaps them, a
+/// cooperative or multistage one runs each tile's epilogue after its loop): the
+/// optimistic and central ends take the roofline of the whole GEMM, the pessimistic end
+/// the accumulator's traffic in series with the GEMM.
+fn weight_grad_gemm_s(d: &DeviceModel, w: &Workload, wg: &Gemm, grouped: bool) -> (f64, f64) {
+    if !w.engine.fused_grad_accumulation {
+        return (expert_gemm_s(d, wg, grouped), 0.0);
+    }
+    let accumulated = (wg.m * wg.n * wg.count) as f64;
+    if w.level >= 2 {
+        let serial = expert_gemm_s(d, wg, grouped)
+            + d.memory_s(GRAD_ACCUMULATE_BYTES_PER_PARAM * accumulated);
+        return (serial, accumulated);
+    }
+    let s = if grouped || wg.count <= 1 {
+        d.gemm_accumulate_s(wg.m, wg.n, wg.k, wg.count)
+    } else {
+        wg.count as f64 * d.gemm_accumulate_s(wg.m, wg.n, wg.k, 1)
+    };
+    (s, accumulated)
 }
 
 /// Backward GEMMs of a forward GEMM `[m×k]·[k×n]`: input gradient and weight gradient.

@@ -7,7 +7,7 @@ use plait_spec::{Activation, AttentionImpl, Gemm, ModelSpec, Positions, Recomput
 
 use super::{
     backward_gemms, column_parallel_backward_comm, expert_gemm_s, userbuffer_overlap, userbuffers,
-    Kernels, LayerCost, Phase, Workload, FP32, USERBUFFER_PIPELINE_SMS, USERBUFFER_PIPELINE_SPLITS,
+    weight_grad_gemm_s, Kernels, LayerCost, Phase, Workload, FP32, USERBUFFER_PIPELINE_SMS, USERBUFFER_PIPELINE_SPLITS,
     USERBUFFER_RING_EXCHANGE_SMS,
 };
 use crate::comm::Groups;
@@ -281,6 +281,8 @@ pub(super) fn transformer_block_cost(
     let mut column_parallel_exposed = 0.0;
     let mut column_parallel_hidden = 0.0;
     let mut weight_grad_s = 0.0;
+    // Parameters whose gradient a weight-gradient GEMM accumulated in its epilogue.
+    let mut fused_accumulated = 0.0;
     // LoRA (Hu et al. 2021): frozen linears compute only their input gradient; each
     // adapted linear adds x·A (k → r) and (x·A)·B (r → n) in 16-bit, their input and
     // weight gradients, and the add of the adapter's output into the linear's.
@@ -294,7 +296,9 @@ pub(super) fn transformer_block_cost(
         let wg_s = if w.lora.is_some() {
             0.0
         } else {
-            expert_gemm_s(d, &wg, grouped)
+            let (s, fused) = weight_grad_gemm_s(d, w, &wg, grouped);
+            fused_accumulated += fused;
+            s
         };
         bwd.gpu_s += dg_s + wg_s;
         bwd.count += if w.lora.is_some() { 1.0 } else { 2.0 } * dg.count as f64;
@@ -344,7 +348,8 @@ pub(super) fn transformer_block_cost(
         let (dg, wg) = backward_gemms(gm);
         bwd.gemm(d, &dg);
         if w.lora.is_none() {
-            let wg_s = d.gemm_s(wg.m, wg.n, wg.k, wg.count);
+            let (wg_s, fused) = weight_grad_gemm_s(d, w, &wg, true);
+            fused_accumulated += fused;
             bwd.fixed(wg_s, 1.0);
             weight_grad_s += wg_s;
         }
@@ -371,7 +376,7 @@ pub(super) fn transformer_block_cost(
         d,
         w,
         g,
-        trainable_params + trainable_expert_params,
+        (trainable_params + trainable_expert_params - fused_accumulated).max(0.0),
         column_parallel_hidden,
     );
 

@@ -236,9 +236,15 @@ pub fn h200() -> GpuSpec {
     }
 }
 
+/// B200 MAMF: OpenXLA's measured GEMM table for "sm_100" (B200), commit 1088d5ab ("Update
+/// GEMM cost model for B200", `xla/service/gpu/model/matmul_interpolator_data.h`): bf16 at
+/// most 1,690.7 TFLOP/s over its 375 shapes (b = 4, 4096³) = 75.1 %. The same table's H100
+/// maximum, 810.5 TFLOP/s, is within 2.3 % of Bekman's H100 MAMF.
+const B200_MATMUL_EFFICIENCY: f64 = 1690.7 / 2250.0;
+
 /// B200 (DGX B200). Peaks: NVIDIA DGX B200 datasheet, per GPU, dense (half the quoted
 /// sparse figures): 2.25 PFLOP/s bf16, 4.5 PFLOP/s fp8; 180 GB HBM3e at 8 TB/s; 148 SMs.
-/// No public MAMF measurement was available: assumes H100's measured 80.1 %.
+/// MAMF measured by OpenXLA (`B200_MATMUL_EFFICIENCY`).
 pub fn b200() -> GpuSpec {
     GpuSpec {
         name: "B200-180GB".into(),
@@ -247,8 +253,9 @@ pub fn b200() -> GpuSpec {
         peak_fp8_flops_per_s: Some(4500.0 * TERA),
         // DGX B200 datasheet: FP4 tensor core 144 PFLOP/s for 8 GPUs with sparsity.
         peak_fp4_flops_per_s: Some(9000.0 * TERA),
-        matmul_efficiency: 0.801,
-        // No public fp8 MAMF: assumes H100's measured 70.9 %.
+        matmul_efficiency: B200_MATMUL_EFFICIENCY,
+        // No trustworthy public fp8 MAMF (OpenXLA's fp8 rows put H100 above its dense fp8
+        // peak): assumes H100's measured 70.9 %.
         fp8_matmul_efficiency: Some(1402.6 / 1978.9),
         // No public measurement: assumes Hopper's.
         sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
@@ -261,7 +268,7 @@ pub fn b200() -> GpuSpec {
 /// B200 in a GB200 superchip (GB200 NVL72 datasheet, per GPU = rack figures / 72: dense
 /// bf16 2.5 PFLOP/s and fp8 5 PFLOP/s (half the sparse 360 / 720 PFLOP/s per rack ÷ 72),
 /// HBM3e 13.4 TB / 72 = 186 GB at 576 TB/s / 72 = 8 TB/s); 148 SMs as B200. No public MAMF
-/// measurement: assumes H100's measured 80.1 %, and Hopper's sustained clock.
+/// measurement of the GB200's B200: assumes the B200's, and Hopper's sustained clock.
 pub fn gb200() -> GpuSpec {
     GpuSpec {
         name: "B200-GB200-186GB".into(),
@@ -280,8 +287,8 @@ pub fn gb200() -> GpuSpec {
 /// 4.5 PFLOP/s dense per GPU. 288 GB HBM3e at 8 TB/s and 160 SMs: NVIDIA technical blog
 /// "Inside NVIDIA Blackwell Ultra: The Chip Powering the AI Factory Era" (Aug 2025; 160 SMs
 /// is its full implementation, the one its 15 PFLOP/s dense NVFP4 figure is quoted for).
-/// No public MAMF measurement (ml-engineering lists B300 as "??"): assumes H100's 80.1 %,
-/// and Hopper's sustained clock.
+/// No public MAMF measurement (ml-engineering lists B300 as "??"): assumes the B200's
+/// (`B200_MATMUL_EFFICIENCY`), and Hopper's sustained clock.
 pub fn b300() -> GpuSpec {
     GpuSpec {
         name: "B300-288GB".into(),
@@ -291,7 +298,7 @@ pub fn b300() -> GpuSpec {
         // HGX B300 specifications: FP4 tensor core 108 PFLOP/s dense for 8 GPUs (144 with
         // sparsity).
         peak_fp4_flops_per_s: Some(13500.0 * TERA),
-        matmul_efficiency: 0.801,
+        matmul_efficiency: B200_MATMUL_EFFICIENCY,
         // No public fp8 MAMF: assumes H100's measured 70.9 %.
         fp8_matmul_efficiency: Some(1402.6 / 1978.9),
         sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
