@@ -309,15 +309,18 @@ impl DeviceModel {
         // every SM has work (cuBLAS heuristics, CUTLASS split-K / stream-K), each split a
         // tile of its own with its own fixed work, the partial sums reduced in fp32.
         let splits = if tiles < self.sms {
-            (self.sms / tiles).floor().min((k / SPLIT_K_MIN_K).floor()).max(1.0)
+            (self.sms / tiles)
+                .floor()
+                .min((k / SPLIT_K_MIN_K).floor())
+                .max(1.0)
         } else {
             1.0
         };
         let work_tiles = tiles * splits;
         let waves = (work_tiles / self.sms).ceil();
         let quantisation = waves * self.sms / work_tiles;
-        let compute = quantisation * 2.0 * m * n * (k + splits * self.tile_overhead_k(rate)) * count
-            / rate;
+        let compute =
+            quantisation * 2.0 * m * n * (k + splits * self.tile_overhead_k(rate)) * count / rate;
         let partials = if splits > 1.0 {
             FP32_ACCUMULATOR_BYTES * m * n * splits
         } else {

@@ -369,3 +369,67 @@ fn megatron_exports_carry_rope_theta_and_norm_epsilon() {
     let err = run(Engine::Megatron, &k).unwrap_err();
     assert!(err.contains("--rotary-base"), "{err}");
 }
+
+/// The torchtitan 0.2.2 TOML export of `model` on 8 GPUs, or the export's refusal.
+fn torchtitan_toml(model: ModelSpec) -> Result<String, String> {
+    let c = ParallelConfig {
+        dp: 8,
+        mbs: 1,
+        zero: 3,
+        ..ParallelConfig::default()
+    };
+    let t = TrainSpec::new(64, 4096);
+    let cluster = cluster_preset("dgx-h100").unwrap();
+    c.validate(&model, &t, c.gpus()).unwrap();
+    let d = plait_cost::device_for(&cluster, t.dtype).unwrap();
+    let est = plait_cost::estimate(&model, &cluster, &t, &c, &d).unwrap();
+    let plan = Plan::new(
+        c,
+        StageMap::uniform(model.layers, &c),
+        c.microbatches(&t),
+        est.clone(),
+        est.iteration_time_s,
+    );
+    export(Engine::TorchtitanToml, &plan, &model, &t)
+        .map(|files| file(&files, "torchtitan.toml").to_string())
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn torchtitan_exports_rope_as_the_model_does() {
+    use plait_spec::RopeScaling;
+    // torchtitan 0.2.2's llama3 always applies a RoPE scaling (Llama 3.1's by default): the
+    // stock 8B flavor is Llama 3.1 8B, so the preset (Llama 3.1) runs on it.
+    let llama31 = model_preset("llama3-8b").unwrap();
+    let toml = torchtitan_toml(llama31.clone()).unwrap();
+    assert!(toml.contains("flavor = \"8B\""), "{toml}");
+    // Llama 3 8B (no rescaling) has the same shape but needs its own flavor, with the
+    // scaling set to factor 1 (every frequency kept).
+    let llama3 = ModelSpec {
+        rope_scaling: None,
+        ..llama31.clone()
+    };
+    let toml = torchtitan_toml(llama3).unwrap();
+    assert!(!toml.contains("flavor = \"8B\""), "{toml}");
+    assert!(toml.contains("rope_theta=500000"), "{toml}");
+    assert!(toml.contains("RoPEScalingArgs(scaling_factor=1,"), "{toml}");
+    // Llama 2 (θ = 10000, no scaling) likewise.
+    let toml = torchtitan_toml(model_preset("llama2-7b").unwrap()).unwrap();
+    assert!(
+        toml.contains("rope_theta=10000, rope_scaling_args=RoPEScalingArgs(scaling_factor=1,"),
+        "{toml}"
+    );
+    // Another method is refused by name.
+    let yarn = ModelSpec {
+        rope_scaling: Some(RopeScaling::Yarn {
+            factor: 40.0,
+            original_max_positions: 4096,
+        }),
+        ..llama31
+    };
+    let err = torchtitan_toml(yarn).unwrap_err();
+    assert!(
+        err.contains("RoPE scaling") && err.contains("Yarn"),
+        "{err}"
+    );
+}

@@ -7,8 +7,8 @@ use plait_spec::{Activation, AttentionImpl, Gemm, ModelSpec, Positions, Recomput
 
 use super::{
     backward_gemms, column_parallel_backward_comm, expert_gemm_s, userbuffer_overlap, userbuffers,
-    weight_grad_gemm_s, Kernels, LayerCost, Phase, Workload, FP32, USERBUFFER_PIPELINE_SMS, USERBUFFER_PIPELINE_SPLITS,
-    USERBUFFER_RING_EXCHANGE_SMS,
+    weight_grad_gemm_s, Kernels, LayerCost, Phase, Workload, FP32, USERBUFFER_PIPELINE_SMS,
+    USERBUFFER_PIPELINE_SPLITS, USERBUFFER_RING_EXCHANGE_SMS,
 };
 use crate::comm::Groups;
 use crate::device::DeviceModel;

@@ -144,6 +144,17 @@ pub(super) fn model_reasons(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -
                     model.name
                 ));
             }
+            if let Some(scaling) = model
+                .rope_scaling
+                .as_ref()
+                .filter(|r| !matches!(r, plait_spec::RopeScaling::Llama3 { .. }))
+            {
+                out.push(format!(
+                    "{}'s RoPE scaling ({scaling:?}): torchtitan's llama3 knows only Llama \
+                     3.1's (`RoPEScalingArgs`, models/llama3/model/args.py)",
+                    model.name
+                ));
+            }
         }
     }
     if train.dtype == Dtype::Fp16 {
@@ -187,10 +198,44 @@ pub(super) fn flavor(model: &ModelSpec) -> Option<&'static str> {
         model.ffn_hidden,
         model.vocab,
     );
+    // The stock flavors rope at θ = 500000 with Llama 3.1's scaling (torchtitan 0.2.2
+    // `models/llama3/__init__.py`, `RoPEScalingArgs` defaults in `model/args.py`); a model
+    // of the same shape that ropes otherwise needs a definition of its own.
+    let stock_rope =
+        model.rope_theta == 500000.0 && rope_scaling_args(model) == rope_scaling_args_default();
     LLAMA3_FLAVORS
         .iter()
+        .filter(|_| stock_rope)
         .find(|f| (f.1, f.2, f.3, f.4, f.5, f.6) == key)
         .map(|f| f.0)
+}
+
+/// torchtitan 0.2.2's `RoPEScalingArgs` defaults: Llama 3.1's scaling (`model/args.py`).
+fn rope_scaling_args_default() -> String {
+    "RoPEScalingArgs(scaling_factor=8, low_freq_factor=1, high_freq_factor=4, \
+     original_max_position_embeddings=8192)"
+        .into()
+}
+
+/// `rope_scaling_args` for `model` in torchtitan 0.2.2, which applies a scaling always:
+/// the model's Llama 3.1 scaling, or factor 1 (every frequency kept) for a model without.
+/// (`model_reasons` refuses the other methods.)
+pub(super) fn rope_scaling_args(model: &ModelSpec) -> String {
+    match model.rope_scaling {
+        Some(plait_spec::RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_positions,
+        }) => format!(
+            "RoPEScalingArgs(scaling_factor={factor}, low_freq_factor={low_freq_factor}, \
+             high_freq_factor={high_freq_factor}, \
+             original_max_position_embeddings={original_max_positions})"
+        ),
+        _ => "RoPEScalingArgs(scaling_factor=1, low_freq_factor=1, high_freq_factor=4, \
+              original_max_position_embeddings=8192)"
+            .into(),
+    }
 }
 
 /// The MLP width as torchtitan's arguments give it: `multiple_of` (and `ffn_dim_multiplier`),
@@ -218,14 +263,15 @@ pub(super) fn mlp_args(model: &ModelSpec) -> String {
 fn definition(model: &ModelSpec) -> String {
     format!(
         "TransformerModelArgs(dim={}, n_layers={}, n_heads={}, n_kv_heads={}, vocab_size={}, \
-         {}, rope_theta={})",
+         {}, rope_theta={}, rope_scaling_args={})",
         model.hidden,
         model.layers,
         model.heads,
         model.kv_heads,
         model.vocab,
         mlp_args(model),
-        model.rope_theta
+        model.rope_theta,
+        rope_scaling_args(model)
     )
 }
 

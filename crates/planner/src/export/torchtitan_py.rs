@@ -68,8 +68,8 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
             "torchtitan has no llama3 flavor with this shape: add \"{}\" to llama3_configs in \
              torchtitan/models/llama3/__init__.py, a builder like _8b with dim={}, \
              n_layers={}, n_heads={}, n_kv_heads={}, vocab_size={}, \
-             compute_ffn_hidden_dim(dim, {}), rope theta={}; the rest of the recipe is \
-             {base}'s",
+             compute_ffn_hidden_dim(dim, {}), rope theta={}, RoPE scaling {}; the rest of \
+             the recipe is {base}'s",
             model.name,
             model.hidden,
             model.layers,
@@ -77,7 +77,10 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
             model.kv_heads,
             model.vocab,
             mlp_args(model),
-            model.rope_theta
+            model.rope_theta,
+            super::torchtitan::rope_scaling_args(model)
+                .trim_start_matches("RoPEScalingArgs(")
+                .trim_end_matches(')')
         ));
     }
     notes.extend(shared_notes(plan, train, "SelectiveAC", "FlexAttention"));
