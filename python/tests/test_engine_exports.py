@@ -213,6 +213,10 @@ MEGATRON_PLANS = [
     pytest.param(dict(gpus=8, tp=1, pp=1, zero=3), id="fsdp"),
     pytest.param(dict(gpus=16, tp=2, pp=1, cp=2, zero=1, recompute="selective"), id="cp2"),
     pytest.param(dict(gpus=16, tp=2, pp=1, ep=8, zero=1, model="mixtral-8x7b"), id="moe-ep8"),
+    # Experts unsplit beside tp 2 (--expert-tensor-parallel-size 1): ep 8 takes tp ranks too.
+    pytest.param(
+        dict(gpus=16, tp=2, pp=1, ep=8, etp=1, zero=1, model="mixtral-8x7b"), id="moe-etp1"
+    ),
     # Llama 3.1's RoPE rescaling (--use-rope-scaling --rope-scaling-factor 8).
     pytest.param(dict(gpus=256, tp=8, pp=8, zero=1, model="llama3-405b"), id="llama31-rope"),
     # Mamba-2 hybrids: the layer pattern carries the layers and the pipeline segments.
@@ -269,6 +273,7 @@ def test_megatron_parses_the_export(plait_bin, tmp_path, monkeypatch, pins):
     assert args.pipeline_model_parallel_size == c["pp"]
     assert args.context_parallel_size == c["cp"]
     assert args.expert_model_parallel_size == c["ep"]
+    assert args.expert_tensor_parallel_size == (c["etp"] or c["tp"])
     assert args.data_parallel_size == c["dp"]
     assert args.sequence_parallel == c["sp"]
     assert args.micro_batch_size == c["mbs"]

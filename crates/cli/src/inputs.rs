@@ -105,6 +105,11 @@ pub struct KnobArgs {
     /// searched).
     #[arg(long, allow_negative_numbers = true)]
     pub ep: Option<i64>,
+    /// Tensor parallelism of the expert MLPs (MoE models), a divisor of tp; below tp, ep
+    /// may take the rest of the tp ranks (Megatron's --expert-tensor-parallel-size;
+    /// default: = tp; plan: tp or 1, searched).
+    #[arg(long, allow_negative_numbers = true)]
+    pub etp: Option<i64>,
     /// Micro-batch size in sequences (default: 1; plan: searched).
     #[arg(long, allow_negative_numbers = true)]
     pub mbs: Option<i64>,
@@ -135,6 +140,7 @@ impl KnobArgs {
             *p.degree_mut(d) = opt(d.name(), self.degree(d))?;
         }
         p.mbs = opt("mbs", self.mbs)?;
+        p.etp = opt("etp", self.etp)?.map(Some);
         Ok(p)
     }
 }
@@ -145,7 +151,7 @@ pub struct ConfigArgs {
     /// The whole configuration as `plait plan` prints it, e.g. "dp32 tp8 pp4 vp8 mbs4 zero1
     /// sp recompute=selective interleaved" (instead of the flags below; dp may be left to
     /// --gpus).
-    #[arg(long, conflicts_with_all = ["dp", "tp", "pp", "vp", "cp", "ep", "mbs", "zero", "sp", "recompute", "schedule"])]
+    #[arg(long, conflicts_with_all = ["dp", "tp", "pp", "vp", "cp", "ep", "etp", "mbs", "zero", "sp", "recompute", "schedule"])]
     pub config: Option<String>,
     #[command(flatten)]
     pub knobs: KnobArgs,
@@ -449,6 +455,11 @@ impl ConfigArgs {
             *c.degree_mut(d) = given(d)?;
         }
         c.mbs = positive("mbs", k.mbs.unwrap_or(1))?;
+        c.etp = k
+            .etp
+            .map(|e| positive("etp", e))
+            .transpose()?
+            .filter(|&e| e != c.tp);
         if c.vp > 1 && self.schedule == Schedule::OneFOneB {
             c.schedule = Schedule::Interleaved;
         } else {

@@ -576,6 +576,12 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
                 vp,
                 cp,
                 ep,
+                // NeMo's Mixtral 8x22B runs its experts without tensor parallelism (expert
+                // tp 1 beside tp 2: `etp_size` 1 in NeMo 8cfedd7
+                // `scripts/performance/recommended_model_configs/model_configs_b200.csv`;
+                // the GB200 file lists no 8x22B, taken to be the same); the other rows leave
+                // it at tp.
+                etp: (row.str("model")? == "Mixtral-8x22B").then_some(1),
                 mbs,
                 // The launcher's PEFT examples run LoRA on `fused_adam` (the distributed
                 // optimizer's keys removed, `examples/peft/llama/h100/*_lora.sh`); every other

@@ -205,6 +205,8 @@ pub struct Groups {
     /// Data parallel (with context parallel folded in: gradients reduce over dp × cp).
     pub dp: Group,
     pub ep: Group,
+    /// The expert MLPs' tensor-parallel group (the first `etp` ranks of a tp group).
+    pub etp: Group,
     /// Neighbouring pipeline stages.
     pub pp: Group,
 }
@@ -219,12 +221,13 @@ impl Groups {
             cp: Group::place(cluster, c.cp, stride(Dim::Cp)),
             // Gradients reduce over the dp × cp block, which starts at cp's stride.
             dp: Group::place(cluster, c.dp * c.cp, stride(Dim::Cp)),
-            // Expert layers have a rank order of their own: expert-tp (= tp), ep, expert-dp,
-            // pp, with cp folded into ep × expert-dp (Megatron-LM d98e8a6
+            // Expert layers have a rank order of their own: expert-tp (tp unless set), ep,
+            // expert-dp, pp, with cp folded into ep × expert-dp (Megatron-LM d98e8a6
             // `parallel_state.py:871-893`: `expert_tensor_parallel_size` defaults to tp and
             // `expert_decoder_rank_generator` is built with `cp=1`): an expert group is
-            // every tp-th rank.
-            ep: Group::place(cluster, c.ep, c.tp),
+            // every expert-tp-th rank.
+            ep: Group::place(cluster, c.ep, c.expert_tp()),
+            etp: Group::place(cluster, c.expert_tp(), 1),
             pp: Group::place(cluster, c.pp.min(2), stride(Dim::Pp)),
         }
     }

@@ -159,6 +159,7 @@ prop_compose! {
                 vp,
                 cp,
                 ep,
+                etp: None,
                 mbs,
                 zero,
                 sp,

@@ -110,6 +110,22 @@ pub fn check_pins(req: &Request) -> Result<(), SpecError> {
             _ => {}
         }
     }
+    if let Some(Some(etp)) = p.etp {
+        if m.moe.is_none() && p.tp.is_none_or(|tp| tp != etp) {
+            return err(
+                "etp",
+                format!("{} has no experts", m.name),
+                "tp, or leave it unset".into(),
+            );
+        }
+        if let Some(tp) = p.tp.filter(|tp| !tp.is_multiple_of(etp)) {
+            return err(
+                "etp",
+                format!("expert tp = {etp} must divide tp = {tp}"),
+                format!("divisors of {tp}"),
+            );
+        }
+    }
     if let Some(mbs) = p.mbs {
         if !t.gbs.is_multiple_of(mbs) {
             return err(

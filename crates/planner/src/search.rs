@@ -174,20 +174,38 @@ fn step_cp_dp(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
     out
 }
 
-/// Expert-parallel degrees that split the experts and dp × cp (1 without experts); none
-/// when the batch does not split over dp.
+/// Expert-parallel degrees with the experts' tensor parallelism (1 without experts): the
+/// experts split as the dense layers (expert tp = tp, ep dividing dp × cp) or, with tp,
+/// unsplit (expert tp 1, ep dividing tp × dp × cp, Megatron's choice for fine-grained
+/// experts); none when the batch does not split over dp.
 fn step_ep(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
     if !req.train.gbs.is_multiple_of(c.dp) {
         return Vec::new();
     }
-    let eps = match req.model.moe {
-        Some(moe) => divisors(moe.experts)
-            .into_iter()
-            .filter(|e| (c.dp * c.cp).is_multiple_of(*e))
-            .collect(),
-        None => vec![1],
+    let Some(moe) = req.model.moe else {
+        return each(c, req.pins.ep, [1], |c, v| c.ep = v);
     };
-    each(c, req.pins.ep, eps, |c, v| c.ep = v)
+    // A pinned expert tp equal to tp is the default.
+    let etps: Vec<Option<u64>> = match req.pins.etp {
+        Some(pin) => vec![pin.filter(|&v| v != c.tp)],
+        None if c.tp > 1 => vec![None, Some(1)],
+        None => vec![None],
+    };
+    let mut out = Vec::new();
+    for etp in etps {
+        if etp.is_some_and(|e| e == 0 || !c.tp.is_multiple_of(e)) {
+            continue;
+        }
+        let room = c.tp / etp.unwrap_or(c.tp) * c.dp * c.cp;
+        let eps = divisors(moe.experts)
+            .into_iter()
+            .filter(|e| room.is_multiple_of(*e));
+        out.extend(each(c, req.pins.ep, eps, |c, v| {
+            c.ep = v;
+            c.etp = etp;
+        }));
+    }
+    out
 }
 
 /// Micro-batches that divide each replica's share of the batch.

@@ -64,6 +64,10 @@ fn check_megatron(k: &Case, files: &[ExportFile]) {
     assert_eq!(num(&f, "--pipeline-model-parallel-size", 1), c.pp);
     assert_eq!(num(&f, "--context-parallel-size", 1), c.cp);
     assert_eq!(num(&f, "--expert-model-parallel-size", 1), c.ep);
+    assert_eq!(
+        num(&f, "--expert-tensor-parallel-size", c.tp),
+        c.expert_tp()
+    );
     // Megatron derives dp from the world size the header states.
     assert!(text.contains(&format!(
         "world size = dp×tp×pp×cp = {}×{}×{}×{} = {}",
@@ -386,6 +390,7 @@ fn every_export_reads_back_as_its_plan() {
         llama2_7b_pp4(vec![8, 6, 10, 8], vec![0; 4]),
         llama2_7b_pp4(vec![8, 8, 8, 8], vec![3; 4]),
         mixtral_ep(),
+        mixtral_etp1(),
         llama3_8b_cp(),
         llama2_7b_autotp(),
     ];

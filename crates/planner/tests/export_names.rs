@@ -52,6 +52,7 @@ const MEGATRON_FLAGS: &[&str] = &[
     "--pipeline-model-parallel-layout",
     "--context-parallel-size",
     "--expert-model-parallel-size",
+    "--expert-tensor-parallel-size",
     "--sequence-parallel",
     "--use-distributed-optimizer",
     "--use-megatron-fsdp",

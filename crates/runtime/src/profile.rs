@@ -293,7 +293,7 @@ fn model_shapes(m: &ModelSpec, seq: u64, mbs: u64, tp: u64) -> Vec<(u64, u64, u6
             }
         }
     };
-    for g in m.block_gemms(tokens, Shard { tp, ep: 1 }).iter() {
+    for g in m.block_gemms(tokens, Shard::new(tp, 1)).iter() {
         add(g.m, g.n, g.k);
     }
     add(tokens, m.vocab.div_ceil(tp), m.hidden);

@@ -1,8 +1,8 @@
 //! The device mesh: parallel degrees and the rank order, in one place (as Megatron-Core's
 //! `RankGenerator` and torchtitan's `ParallelDims` are). Ranks run tensor parallel fastest,
 //! then context parallel, then data parallel, then pipeline stages (Megatron-LM's order,
-//! `order="tp-cp-ep-dp-pp"`); expert-parallel groups are consecutive ranks of the dp × cp
-//! block. The cost model places its groups by [`Mesh::stride`]; the runtime maps ranks to
+//! `order="tp-cp-ep-dp-pp"`); the expert layers order the same tp × cp × dp ranks as
+//! expert-tp (tp unless `ParallelConfig::etp` sets it), ep, expert-dp. The cost model places its groups by [`Mesh::stride`]; the runtime maps ranks to
 //! coordinates by [`Mesh::coords`].
 
 use serde::{Deserialize, Serialize};

@@ -1,5 +1,5 @@
 //! The knobs of a parallel configuration, declared once: [`Parallel`] holds the degrees
-//! (dp, tp, pp, vp, cp, ep), the micro-batch, ZeRO, sequence parallelism, recompute and the
+//! (dp, tp, pp, vp, cp, ep, and the experts' own tp), the micro-batch, ZeRO, sequence parallelism, recompute and the
 //! schedule, each as `F::Of<T>` for a [`Form`] `F`. [`Exact`] gives the configuration itself
 //! ([`ParallelConfig`](crate::ParallelConfig): every knob has its value); [`Pinned`] gives
 //! the planner's pins ([`ParallelPins`]: every knob `Option`al, `None` = search it). A new
@@ -72,6 +72,11 @@ pub struct Parallel<F: Form> {
     pub cp: F::Of<u64>,
     /// Expert parallel degree (MoE), carved out of the data-parallel ranks.
     pub ep: F::Of<u64>,
+    /// Tensor parallelism of the expert MLPs (MoE), a divisor of tp; `None` = tp, as in
+    /// Megatron-Core (`expert_tensor_parallel_size` defaults to the tensor-parallel size,
+    /// Megatron-LM d98e8a6 `arguments.py`). Below tp, the expert layers' rank order
+    /// (expert-tp, ep, expert-dp) lets ep take the rest of the tp ranks.
+    pub etp: F::Of<Option<u64>>,
     /// Micro-batch size in sequences.
     pub mbs: F::Of<u64>,
     /// ZeRO stage 0–3 over the data-parallel group.
@@ -95,6 +100,7 @@ impl Default for Parallel<Exact> {
             vp: 1,
             cp: 1,
             ep: 1,
+            etp: None,
             mbs: 1,
             zero: 0,
             sp: false,
@@ -113,6 +119,7 @@ impl Default for Parallel<Pinned> {
             vp: None,
             cp: None,
             ep: None,
+            etp: None,
             mbs: None,
             zero: None,
             sp: None,
@@ -212,6 +219,13 @@ impl Parallel<Exact> {
             .filter(|d| d.splits_replica())
             .map(|&d| self.degree(d))
             .product()
+    }
+}
+
+impl Parallel<Exact> {
+    /// The expert MLPs' tensor-parallel degree ([`Parallel::etp`]; tp unless set).
+    pub fn expert_tp(&self) -> u64 {
+        self.etp.unwrap_or(self.tp)
     }
 }
 

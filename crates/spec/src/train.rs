@@ -469,16 +469,49 @@ impl ParallelConfig {
                         format!("divisors of {}", moe.experts),
                     );
                 }
-                if !(self.dp * self.cp).is_multiple_of(self.ep) {
+                let etp = self.expert_tp();
+                if etp != self.tp && !(self.sp && self.tp > 1) {
+                    return err(
+                        "etp",
+                        format!(
+                            "expert tp = {etp} differs from tp = {} without sequence \
+                             parallelism (the dispatcher hands each tp rank its own \
+                             sequence slice)",
+                            self.tp
+                        ),
+                        format!("{} (= tp), or add sp", self.tp),
+                    );
+                }
+                if etp == 0 || !self.tp.is_multiple_of(etp) {
+                    return err(
+                        "etp",
+                        format!("expert tp = {etp} must divide tp = {}", self.tp),
+                        format!("divisors of {}", self.tp),
+                    );
+                }
+                // The expert layers' ranks (expert-tp, ep, expert-dp) are the dense layers'
+                // tp × cp × dp ranks in another order: ep takes what expert-tp leaves.
+                let room = self.tp / etp * self.dp * self.cp;
+                if !room.is_multiple_of(self.ep) {
                     return err(
                         "ep",
-                        format!("ep = {} must divide dp×cp = {}", self.ep, self.dp * self.cp),
-                        format!("divisors of {}", self.dp * self.cp),
+                        format!(
+                            "ep = {} must divide (tp / expert tp)×dp×cp = {room}",
+                            self.ep
+                        ),
+                        format!("divisors of {room}"),
                     );
                 }
             }
             None if self.ep > 1 => {
                 return err("ep", format!("{} has no experts", model.name), "1".into());
+            }
+            None if self.etp.is_some_and(|e| e != self.tp) => {
+                return err(
+                    "etp",
+                    format!("{} has no experts", model.name),
+                    format!("{} (= tp) or unset", self.tp),
+                );
             }
             None => {}
         }
@@ -529,7 +562,7 @@ pub fn parse_config_items(
     let mut seen: Vec<String> = Vec::new();
     let degrees: Vec<String> = Degree::ALL.iter().map(|d| format!("{d}2")).collect();
     let expected = format!(
-        "items like {} mbs1 zero1 sp recompute=full 1f1b",
+        "items like {} etp1 mbs1 zero1 sp recompute=full 1f1b",
         degrees.join(" ")
     );
     for part in text
@@ -571,6 +604,7 @@ pub fn parse_config_items(
         match (key, Degree::named(key)) {
             (_, Some(Degree::Dp)) => dp = Some(value),
             (_, Some(d)) => *c.degree_mut(d) = value,
+            ("etp", _) => c.etp = Some(value),
             ("mbs", _) => c.mbs = value,
             ("zero", _) if value <= 3 => c.zero = value as u8,
             ("zero", _) => {
@@ -583,6 +617,10 @@ pub fn parse_config_items(
     }
     if c.vp > 1 && c.schedule == Schedule::OneFOneB {
         c.schedule = Schedule::Interleaved;
+    }
+    // An expert tp equal to tp is the default, written or not.
+    if c.etp == Some(c.tp) {
+        c.etp = None;
     }
     c.dp = dp.unwrap_or(1);
     Ok((c, dp))
@@ -604,6 +642,10 @@ impl fmt::Display for ParallelConfig {
                 write!(f, "{sep}{d}{v}")?;
                 sep = " ";
             }
+        }
+        if let Some(etp) = self.etp.filter(|&e| e != self.tp) {
+            write!(f, "{sep}etp{etp}")?;
+            sep = " ";
         }
         write!(f, "{sep}mbs{}", self.mbs)?;
         if self.zero > 0 {
@@ -721,6 +763,30 @@ mod tests {
     }
 
     #[test]
+    fn expert_tensor_parallelism_is_checked_against_tp_and_the_experts() {
+        let m = model_preset("mixtral-8x7b").unwrap();
+        let t = TrainSpec::new(64, 4096);
+        let c = ParallelConfig {
+            dp: 4,
+            tp: 2,
+            ep: 8,
+            etp: Some(1),
+            sp: true,
+            ..Default::default()
+        };
+        // ep 8 takes the tp ranks too: 8 divides (tp / etp)·dp = 8, not dp = 4.
+        c.validate(&m, &t, 8).unwrap();
+        assert_eq!(c.validate(&m, &t, 8).ok(), Some(()));
+        let field =
+            |c: ParallelConfig, m: &ModelSpec| c.validate(m, &t, c.gpus()).unwrap_err().field;
+        assert_eq!(field(ParallelConfig { etp: None, ..c }, &m), "ep");
+        assert_eq!(field(ParallelConfig { etp: Some(3), ..c }, &m), "etp");
+        assert_eq!(field(ParallelConfig { sp: false, ..c }, &m), "etp");
+        let dense = model_preset("llama2-7b").unwrap();
+        assert_eq!(field(ParallelConfig { ep: 1, ..c }, &dense), "etp");
+    }
+
+    #[test]
     fn configurations_parse_from_their_display() {
         let c = ParallelConfig {
             dp: 32,
@@ -729,6 +795,7 @@ mod tests {
             vp: 8,
             cp: 2,
             ep: 2,
+            etp: Some(1),
             mbs: 4,
             zero: 1,
             sp: true,
@@ -736,8 +803,13 @@ mod tests {
             schedule: Schedule::Interleaved,
         };
         assert_eq!(c.to_string().parse::<ParallelConfig>(), Ok(c));
+        assert!(c.to_string().contains("ep2 etp1 mbs4"), "{c}");
         let d = ParallelConfig::default();
         assert_eq!(d.to_string().parse::<ParallelConfig>(), Ok(d));
+        // An expert tp equal to tp is the default: neither written nor kept.
+        let same = ParallelConfig { etp: None, ..c };
+        assert!(!same.to_string().contains("etp"));
+        assert_eq!("tp8 etp8".parse::<ParallelConfig>().unwrap().etp, None);
         let (c, dp) = parse_config_items("tp2,pp2,schedule=gpipe").unwrap();
         assert_eq!((c.tp, c.pp, c.schedule, dp), (2, 2, Schedule::Gpipe, None));
         assert!("tp2 tp4"

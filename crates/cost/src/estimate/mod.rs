@@ -152,6 +152,7 @@ fn layer_sample_factors(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> Option<
         cp: Group::place_single(),
         dp: Group::place_single(),
         ep: Group::place_single(),
+        etp: Group::place_single(),
         pp: Group::place_single(),
     };
     let modelled = block_cost(m, d, &none, &measured_shape);
@@ -453,10 +454,13 @@ fn assemble(
     // Dense parameters are reduced over dp × cp; expert parameters over the dp × cp / ep
     // replicas of each expert.
     let dense_dp = (c.dp * c.cp) as f64;
-    let expert_dp = (c.dp * c.cp / c.ep) as f64;
     // Replicas of one expert: the expert-dp dimension of the expert layers' rank order
-    // (expert-tp = tp, ep, expert-dp; `comm::Groups::new`), every tp·ep-th rank.
-    let expert_group = Group::place(cluster, c.dp * c.cp / c.ep, c.tp * c.ep);
+    // (expert-tp, ep, expert-dp; `comm::Groups::new`), every expert-tp·ep-th rank of the
+    // tp × cp × dp block.
+    let etp = c.expert_tp();
+    let expert_replicas = (c.tp * c.cp * c.dp / (etp * c.ep)).max(1);
+    let expert_dp = expert_replicas as f64;
+    let expert_group = Group::place(cluster, expert_replicas, etp * c.ep);
     let engine = &w.engine;
     let grad_reduce_bytes = match t.dtype {
         // 16-bit gradients with fp16 (loss scaling); with bf16 the engine's choice.
@@ -610,12 +614,16 @@ fn assemble(
             0.0
         };
         let exposed = if overlap_dp {
-            // Buckets reduce while the last micro-batch's backward runs; the last bucket
-            // cannot hide. The parameter all-gather of ZeRO-1/2 overlaps the next forward
-            // the same way, so one window of backward + forward is available.
-            let last_bucket = dp_total
+            // Buckets reduce while the last micro-batch's backward runs (Megatron's
+            // `overlap_grad_reduce`: a bucket's collective starts once its gradients are
+            // ready); the last bucket cannot hide. The parameter all-gather of ZeRO-1/2
+            // overlaps the first forward of the next step (`overlap_param_gather`: each
+            // bucket is gathered in the forward pre-hook of the module before it), so
+            // each has its own window: the reduction the backward, the gather the forward.
+            let reduce = dp_total - param_gather;
+            let last_bucket = reduce
                 * (grad_bucket_params(dense_dp) / (trainable + trainable_expert).max(1.0)).min(1.0);
-            (dp_total - (bwd + if c.zero >= 1 { fwd } else { 0.0 })).max(last_bucket)
+            (reduce - bwd).max(last_bucket) + (param_gather - fwd).max(0.0)
         } else {
             dp_total
         };

@@ -136,6 +136,8 @@ pub struct Workload {
     pub seq_local: f64,
     pub tp: u64,
     pub ep: u64,
+    /// Tensor parallelism of the expert MLPs (a divisor of tp).
+    pub etp: u64,
     pub sp: bool,
     pub recompute: Recompute,
     pub attention: AttentionImpl,
@@ -163,6 +165,7 @@ impl Workload {
             seq_local: (t.seq / c.cp) as f64,
             tp: c.tp,
             ep: c.ep,
+            etp: c.expert_tp(),
             sp: c.sp && c.tp > 1,
             recompute: c.recompute,
             attention: t.attention,

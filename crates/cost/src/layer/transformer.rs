@@ -107,7 +107,14 @@ pub(super) fn transformer_block_cost(
     let tokens = w.tokens();
     let rep = w.replicated(h);
     let full_hidden_bytes = tokens * h * e;
-    let mut gemms = m.block_gemms(tokens as u64, Shard { tp: w.tp, ep: w.ep });
+    let mut gemms = m.block_gemms(
+        tokens as u64,
+        Shard {
+            tp: w.tp,
+            ep: w.ep,
+            etp: w.etp,
+        },
+    );
     let skew = if m.moe.is_some() { w.skew() } else { 1.0 };
     // The busiest expert rank's share of the routed tokens sets everyone's pace.
     for g in gemms.mlp.iter_mut() {
@@ -132,7 +139,14 @@ pub(super) fn transformer_block_cost(
         Some(mla) => ((m.heads / w.tp + 1) * mla.qk_rope_head_dim) as f64,
         None => q_local + kv_local,
     };
-    let f_local = (m.ffn_hidden / w.tp) as f64;
+    // The MLP's width on this GPU: the experts split by expert tp, a dense MLP by tp; and
+    // the share of the tp group's tokens the experts here see (expert tp / tp: an expert
+    // tp below tp gathers the routed tokens over fewer ranks).
+    let (f_local, expert_token_share) = if m.moe.is_some() {
+        ((m.ffn_hidden / w.etp) as f64, w.etp as f64 / w.tp as f64)
+    } else {
+        ((m.ffn_hidden / w.tp) as f64, 1.0)
+    };
     let dropout_mask = if w.dropout { rep } else { 0.0 };
     let (topk, experts_local) = match m.moe {
         Some(moe) => (moe.top_k as f64, (moe.experts / w.ep) as f64),
@@ -184,7 +198,11 @@ pub(super) fn transformer_block_cost(
 
     // --- MLP half ---
     let [up, down] = gemms.mlp;
-    let routed_tokens = if has_mlp { tokens * topk * skew } else { 0.0 };
+    let routed_tokens = if has_mlp {
+        tokens * topk * skew * expert_token_share
+    } else {
+        0.0
+    };
     let grouped = w.engine.grouped_expert_gemm;
     let mut shared_f = 0.0;
     if has_mlp {
@@ -360,7 +378,7 @@ pub(super) fn transformer_block_cost(
     let params = (m.attention_params() + m.mlp_params() - m.expert_params()) as f64 / t
         + norms
         + router * (1.0 - 1.0 / t);
-    let expert_params = m.expert_params() as f64 / (t * w.ep as f64);
+    let expert_params = m.expert_params() as f64 / (w.etp * w.ep) as f64;
     let (trainable_params, trainable_expert_params) = if w.lora.is_some() {
         (adapter_params, 0.0)
     } else {
@@ -467,15 +485,15 @@ pub(super) fn transformer_block_cost(
         // Token dispatch and combine, forward and backward (the backward runs the mirror
         // image). Megatron's all-to-all dispatcher with sequence parallelism sends each tp
         // rank's own slice of the sequence over the expert group, then gathers the tokens
-        // its experts received over the expert-tp group (= tp) and reduce-scatters the
-        // expert output back before the combine (Megatron-LM d98e8a6
-        // `moe/token_dispatcher.py`, `MoEAlltoAllTokenDispatcher.token_dispatch` /
+        // its experts received over the expert-tp group (tp unless set; none at expert tp
+        // 1) and reduce-scatters the expert output back before the combine (Megatron-LM
+        // d98e8a6 `moe/token_dispatcher.py`, `MoEAlltoAllTokenDispatcher.token_dispatch` /
         // `dispatch_postprocess` / `combine_preprocess`).
         let gathered = routed_tokens * h * e;
-        let tp_slices = if w.sp { g.tp.size as f64 } else { 1.0 };
-        let a2a = g.ep.all_to_all_s(gathered / tp_slices);
-        let etp = if moe_dispatch_over_tp {
-            g.tp.all_gather_s(gathered) + g.tp.reduce_scatter_s(gathered)
+        let etp_slices = if w.sp { g.etp.size as f64 } else { 1.0 };
+        let a2a = g.ep.all_to_all_s(gathered / etp_slices);
+        let etp = if moe_dispatch_over_tp && g.etp.size > 1 {
+            g.etp.all_gather_s(gathered) + g.etp.reduce_scatter_s(gathered)
         } else {
             0.0
         };

@@ -530,6 +530,11 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     if c.ep > 1 {
         par.push(("--expert-model-parallel-size", c.ep.to_string()));
     }
+    // Megatron-Core's expert tp defaults to tp (`ModelParallelConfig.
+    // expert_tensor_parallel_size`, `arguments.py:587-588`): written only where it differs.
+    if let Some(etp) = c.etp.filter(|&e| e != c.tp) {
+        par.push(("--expert-tensor-parallel-size", etp.to_string()));
+    }
     if c.sp && c.tp > 1 {
         par.push(flag("--sequence-parallel"));
     }

@@ -112,6 +112,7 @@ fn enumerate(req: &MixedRequest) -> (Vec<ParallelConfig>, Vec<String>) {
                                     vp: 1,
                                     cp: 1,
                                     ep: 1,
+                                    etp: None,
                                     mbs,
                                     zero,
                                     sp,

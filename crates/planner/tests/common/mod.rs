@@ -158,6 +158,27 @@ pub fn mixtral_ep() -> Case {
     )
 }
 
+/// Mixtral 8x7B with its experts unsplit beside tp 2 (expert tp 1, as NeMo runs Mixtral
+/// 8x22B): ep 8 takes the tp ranks too, dp4 tp2 ep8 etp1 on 8 GPUs.
+pub fn mixtral_etp1() -> Case {
+    case(
+        "mixtral-8x7b",
+        256,
+        4096,
+        ParallelConfig {
+            dp: 4,
+            tp: 2,
+            ep: 8,
+            etp: Some(1),
+            mbs: 1,
+            zero: 1,
+            sp: true,
+            recompute: Recompute::Full,
+            ..ParallelConfig::default()
+        },
+    )
+}
+
 /// Llama 3 8B with context parallelism: dp2 cp2 tp2 on 8 GPUs.
 pub fn llama3_8b_cp() -> Case {
     case(

@@ -238,15 +238,26 @@ impl Gemm {
     }
 }
 
-/// How a block's weights are split across GPUs: tensor parallel `tp`, expert parallel `ep`.
+/// How a block's weights are split across GPUs: tensor parallel `tp`, expert parallel `ep`,
+/// and the experts' own tensor parallelism `etp` (a divisor of tp; = tp by default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shard {
     pub tp: u64,
     pub ep: u64,
+    pub etp: u64,
 }
 
 impl Shard {
-    pub const NONE: Shard = Shard { tp: 1, ep: 1 };
+    pub const NONE: Shard = Shard {
+        tp: 1,
+        ep: 1,
+        etp: 1,
+    };
+
+    /// Experts split as the dense layers are (expert tp = tp).
+    pub fn new(tp: u64, ep: u64) -> Shard {
+        Shard { tp, ep, etp: tp }
+    }
 }
 
 impl ModelSpec {
@@ -627,8 +638,10 @@ impl ModelSpec {
     /// GEMMs here: their shape is given by [`ModelSpec::attention_shape`].
     ///
     /// For MoE the routed tokens are assumed balanced over experts: each of the
-    /// `experts/ep` local experts sees `tokens·top_k·ep/experts` tokens (tokens arrive from
-    /// the `ep` ranks of the expert group through the all-to-all).
+    /// `experts/ep` local experts sees `tokens·top_k·ep/experts` tokens at expert tp = tp
+    /// (tokens arrive from the `ep` ranks of the expert group through the all-to-all, and
+    /// are gathered over the expert-tp group); an expert tp below tp gathers over fewer
+    /// ranks (`etp/tp` of that) and splits the expert's width `ffn/etp` ways.
     pub fn block_gemms(&self, tokens: u64, shard: Shard) -> BlockGemms {
         let h = self.hidden;
         let t = shard.tp;
@@ -676,13 +689,14 @@ impl ModelSpec {
                 None,
             ),
         };
-        let f = self.ffn_hidden / t;
-        let (mlp_tokens, experts, router) = match self.moe {
-            None => (tokens, 1, None),
+        let (f, mlp_tokens, experts, router) = match self.moe {
+            None => (self.ffn_hidden / t, tokens, 1, None),
             Some(moe) => {
+                let etp = shard.etp.clamp(1, t.max(1));
                 let local = (moe.experts / shard.ep).max(1);
-                let routed = (tokens * moe.top_k * shard.ep).div_ceil(moe.experts);
+                let routed = (tokens * moe.top_k * shard.ep * etp).div_ceil(moe.experts * t);
                 (
+                    self.ffn_hidden / etp,
                     routed,
                     local,
                     Some(Gemm {
