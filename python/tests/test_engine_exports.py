@@ -207,12 +207,28 @@ def test_torchtitan_rejects_a_pipeline_with_cuda_graphs(plait_bin, tmp_path, tor
 
 # --- Megatron-LM ----------------------------------------------------------------------
 
+FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "crates/spec/tests/fixtures/hf"
+
+# A small Qwen3-MoE whose first two layers are dense (`mlp_only_layers`): the Megatron
+# export writes --moe-layer-freq, both widths and --qk-layernorm.
+QWEN3_MOE_MIXED = {
+    "model_type": "qwen3_moe", "hidden_size": 1024, "intermediate_size": 3072,
+    "moe_intermediate_size": 512, "num_hidden_layers": 8, "num_attention_heads": 16,
+    "num_key_value_heads": 4, "head_dim": 128, "num_experts": 8, "num_experts_per_tok": 2,
+    "mlp_only_layers": [0, 1], "decoder_sparse_step": 1, "vocab_size": 32000,
+    "rope_theta": 1000000, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+    "hidden_act": "silu", "norm_topk_prob": True,
+}
+
 MEGATRON_PLANS = [
     pytest.param(dict(gpus=8, tp=2, pp=1, zero=1), id="tp2"),
     pytest.param(dict(gpus=16, tp=2, pp=4, zero=1, vp=2, schedule="interleaved"), id="pp4-vp2"),
     pytest.param(dict(gpus=8, tp=1, pp=1, zero=3), id="fsdp"),
     pytest.param(dict(gpus=16, tp=2, pp=1, cp=2, zero=1, recompute="selective"), id="cp2"),
     pytest.param(dict(gpus=16, tp=2, pp=1, ep=8, zero=1, model="mixtral-8x7b"), id="moe-ep8"),
+    # Qwen3: RMSNorm on each head's q and k (--qk-layernorm).
+    pytest.param(dict(gpus=8, tp=2, pp=1, zero=1, model=str(FIXTURES / "qwen3-8b.json")), id="qwen3"),
+    pytest.param(dict(gpus=8, tp=1, pp=1, ep=4, zero=1, model="qwen3-moe-mixed"), id="qwen3-moe-mixed"),
     # Experts unsplit beside tp 2 (--expert-tensor-parallel-size 1): ep 8 takes tp ranks too.
     pytest.param(
         dict(gpus=16, tp=2, pp=1, ep=8, etp=1, zero=1, model="mixtral-8x7b"), id="moe-etp1"
@@ -228,6 +244,8 @@ MEGATRON_PLANS = [
 ]
 
 NEMOTRON_H_8B_PATTERN = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
+
+
 
 
 def megatron_args(path):
@@ -250,6 +268,10 @@ def test_megatron_parses_the_export(plait_bin, tmp_path, monkeypatch, pins):
             "Megatron-LM's megatron/training/arguments.py is not importable (PyPI's "
             f"megatron-core ships megatron/core only; put a Megatron-LM checkout on PYTHONPATH): {e}"
         )
+    if pins.get("model") == "qwen3-moe-mixed":
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(QWEN3_MOE_MIXED))
+        pins = {**pins, "model": str(path)}
     best, out = export(plait_bin, tmp_path, "megatron", **pins)
     script = out / "megatron_args.sh"
     argv = megatron_args(script)
@@ -281,6 +303,12 @@ def test_megatron_parses_the_export(plait_bin, tmp_path, monkeypatch, pins):
     if pins.get("model") == "llama3-405b":
         assert args.use_rope_scaling and args.rope_scaling_factor == 8.0
         assert args.rotary_base == 500000
+    if "qwen3" in pins.get("model", ""):
+        assert args.qk_layernorm
+    if pins.get("model", "").endswith("config.json"):
+        # Megatron built the layer mix plait costed: two dense layers, then six MoE ones.
+        assert args.moe_layer_freq == [0, 0, 1, 1, 1, 1, 1, 1]
+        assert (args.ffn_hidden_size, args.moe_ffn_hidden_size) == (3072, 512)
     if pins.get("model") == "nemotron-h-8b":
         # Megatron derived the layers and the virtual stages from the pattern.
         assert args.hybrid_layer_pattern.replace("|", "") == NEMOTRON_H_8B_PATTERN

@@ -53,6 +53,11 @@ const MEGATRON_FLAGS: &[&str] = &[
     "--context-parallel-size",
     "--expert-model-parallel-size",
     "--expert-tensor-parallel-size",
+    "--qk-layernorm",
+    "--moe-ffn-hidden-size",
+    "--moe-layer-freq",
+    "--moe-shared-expert-intermediate-size",
+    "--mtp-num-layers",
     "--sequence-parallel",
     "--use-distributed-optimizer",
     "--use-megatron-fsdp",
@@ -433,4 +438,115 @@ fn torchtitan_exports_rope_as_the_model_does() {
         err.contains("RoPE scaling") && err.contains("Yarn"),
         "{err}"
     );
+}
+
+/// The Megatron export of `model` on 8 GPUs (dp8), or its refusal.
+fn megatron_export(model: ModelSpec) -> Result<BTreeMap<String, String>, String> {
+    let c = ParallelConfig {
+        dp: 8,
+        mbs: 1,
+        zero: 1,
+        ..ParallelConfig::default()
+    };
+    let t = TrainSpec::new(64, 4096);
+    let cluster = cluster_preset("dgx-h100").unwrap();
+    c.validate(&model, &t, c.gpus()).unwrap();
+    let d = plait_cost::device_for(&cluster, t.dtype).unwrap();
+    let est = plait_cost::estimate(&model, &cluster, &t, &c, &d).unwrap();
+    let plan = Plan::new(
+        c,
+        StageMap::uniform(model.layers, &c),
+        c.microbatches(&t),
+        est.clone(),
+        est.iteration_time_s,
+    );
+    export(Engine::Megatron, &plan, &model, &t)
+        .map(|files| megatron_flags(file(&files, "megatron_args.sh")))
+        .map_err(|e| e.to_string())
+}
+
+fn hf(json: serde_json::Value) -> ModelSpec {
+    plait_spec::model_from_hf_config(&json.to_string(), "config.json").unwrap()
+}
+
+#[test]
+fn megatron_exports_build_the_model_the_config_describes_or_refuse() {
+    use plait_spec::{BlockRun, QkNorm};
+    // Qwen3: RMSNorm on each head's q and k (`--qk-layernorm`).
+    let qwen3 = hf(serde_json::json!({
+        "model_type": "qwen3", "hidden_size": 4096, "intermediate_size": 12288,
+        "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "head_dim": 128, "vocab_size": 151936, "rope_theta": 1000000, "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": false, "hidden_act": "silu"
+    }));
+    assert_eq!(qwen3.qk_norm, Some(QkNorm::PerHead));
+    let f = megatron_export(qwen3.clone()).unwrap();
+    assert!(f.contains_key("--qk-layernorm"), "{f:?}");
+    // Dense layers among MoE ones (DeepSeek's first_k_dense_replace, Qwen3-MoE's
+    // mlp_only_layers): the dense width in --ffn-hidden-size, the experts' in
+    // --moe-ffn-hidden-size, which layers are MoE in --moe-layer-freq; shared experts by
+    // their width; MTP layers.
+    let moe = ModelSpec {
+        moe: Some(plait_spec::MoeSpec {
+            experts: 8,
+            top_k: 2,
+            shared_experts: 1,
+        }),
+        ffn_hidden: 1024,
+        block_runs: vec![
+            BlockRun {
+                count: 2,
+                kind: Default::default(),
+                window: None,
+                dense_ffn: Some(12288),
+            },
+            BlockRun {
+                count: 34,
+                kind: Default::default(),
+                window: None,
+                dense_ffn: None,
+            },
+        ],
+        mtp_layers: 1,
+        ..qwen3.clone()
+    };
+    let f = megatron_export(moe).unwrap();
+    assert_eq!(f["--ffn-hidden-size"], "12288");
+    assert_eq!(f["--moe-ffn-hidden-size"], "1024");
+    let freq = f["--moe-layer-freq"].trim_matches('"');
+    assert_eq!(freq, format!("[0,0,{}]", vec!["1"; 34].join(",")));
+    assert_eq!(f["--moe-shared-expert-intermediate-size"], "1024");
+    assert_eq!(f["--mtp-num-layers"], "1");
+    // What Megatron's flags cannot say, or the export does not write yet, is refused.
+    let olmo2 = ModelSpec {
+        qk_norm: Some(QkNorm::FullWidth),
+        ..qwen3.clone()
+    };
+    assert!(megatron_export(olmo2).unwrap_err().contains("full width"));
+    let windowed = ModelSpec {
+        attention_window: Some(1024),
+        ..qwen3.clone()
+    };
+    assert!(megatron_export(windowed)
+        .unwrap_err()
+        .contains("sliding-window"));
+    // A window as long as the sequence is full attention.
+    let long_window = ModelSpec {
+        attention_window: Some(4096),
+        ..qwen3.clone()
+    };
+    assert!(megatron_export(long_window).is_ok());
+    let mla = ModelSpec {
+        mla: Some(plait_spec::MlaSpec {
+            q_lora_rank: 1536,
+            kv_lora_rank: 512,
+            qk_nope_head_dim: 128,
+            qk_rope_head_dim: 64,
+            v_head_dim: 128,
+        }),
+        ..qwen3
+    };
+    assert!(megatron_export(mla)
+        .unwrap_err()
+        .contains("multi-latent attention"));
 }

@@ -149,7 +149,7 @@ fn models_with_windowed_or_mixed_blocks_are_refused_with_the_reason() {
         plait_spec::BlockRun {
             kind: plait_spec::BlockKind::Transformer,
             count: 16,
-            window: Some(4096),
+            window: Some(1024),
             dense_ffn: None,
         },
         plait_spec::BlockRun {
@@ -179,10 +179,10 @@ fn models_with_windowed_or_mixed_blocks_are_refused_with_the_reason() {
         let e = run(engine, &k).unwrap_err();
         assert!(e.contains("LoRA"), "{e}");
     }
+    // Multi-token prediction: Megatron writes it (`--mtp-num-layers`); the others refuse.
     let mut k = llama2_7b();
     k.model.mtp_layers = 1;
     for engine in [
-        Engine::Megatron,
         Engine::DeepSpeed,
         Engine::Torchtitan,
         Engine::TorchtitanToml,
@@ -190,4 +190,9 @@ fn models_with_windowed_or_mixed_blocks_are_refused_with_the_reason() {
         let e = run(engine, &k).unwrap_err();
         assert!(e.contains("multi-token prediction"), "{e}");
     }
+    let f = megatron_flags(file(
+        &run(Engine::Megatron, &k).unwrap(),
+        "megatron_args.sh",
+    ));
+    assert_eq!(f["--mtp-num-layers"], "1");
 }

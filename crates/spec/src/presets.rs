@@ -44,6 +44,7 @@ pub(crate) fn gpt(
         attention_window: None,
         block_runs: Vec::new(),
         mla: None,
+        qk_norm: None,
         mtp_layers: 0,
         block: BlockKind::Transformer,
         mamba: None,
@@ -92,6 +93,7 @@ pub(crate) fn llama(
         attention_window: None,
         block_runs: Vec::new(),
         mla: None,
+        qk_norm: None,
         mtp_layers: 0,
         block: BlockKind::Transformer,
         mamba: None,
@@ -116,6 +118,7 @@ pub(crate) fn bert(
         attention_window: None,
         block_runs: Vec::new(),
         mla: None,
+        qk_norm: None,
         mtp_layers: 0,
         ..gpt(name, hidden, layers, heads, vocab, seq)
     }

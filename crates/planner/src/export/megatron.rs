@@ -141,7 +141,90 @@ pub(super) fn model_reasons(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -
                 .to_string(),
         );
     }
+    if model.mla.is_some() {
+        out.push(format!(
+            "{} uses multi-latent attention, which the Megatron export does not write yet \
+             (--multi-latent-attention with --q-lora-rank, --kv-lora-rank, --qk-head-dim, \
+             --qk-pos-emb-head-dim, --v-head-dim)",
+            model.name
+        ));
+    }
+    if model.qk_norm == Some(plait_spec::QkNorm::FullWidth) {
+        out.push(format!(
+            "{} normalises q and k over their full width; Megatron's --qk-layernorm \
+             normalises each head",
+            model.name
+        ));
+    }
+    // Sliding-window attention that bites at this sequence length (a window at least as
+    // long as the sequence is full attention).
+    let bites = |w: Option<u64>| w.is_some_and(|w| w < train.seq);
+    if !model.is_hybrid()
+        && (bites(model.attention_window) || model.block_runs.iter().any(|r| bites(r.window)))
+    {
+        out.push(format!(
+            "{} has sliding-window attention over fewer keys than the sequence ({}); the \
+             Megatron export writes full causal attention only",
+            model.name, train.seq
+        ));
+    }
+    if let Err(reason) = moe_layer_flags(model) {
+        out.push(reason);
+    }
     out
+}
+
+/// Flags of a MoE model's layer mix and expert sizes: `--moe-ffn-hidden-size` where dense
+/// layers (`--ffn-hidden-size`) sit among the MoE ones, `--moe-layer-freq` as the list of
+/// which layers are MoE (`moe_freq_type` in arguments.py), the shared experts' width
+/// (`--moe-shared-expert-intermediate-size`), or why the mix has no flags (dense layers of
+/// more than one width).
+fn moe_layer_flags(model: &ModelSpec) -> Result<Vec<(&'static str, String)>, String> {
+    let Some(moe) = model.moe else {
+        if model.block_runs.iter().any(|r| r.dense_ffn.is_some()) {
+            return Err(format!(
+                "{} has MLPs of several widths; Megatron gives a dense model one \
+                 --ffn-hidden-size",
+                model.name
+            ));
+        }
+        return Ok(vec![]);
+    };
+    let mut out = Vec::new();
+    let dense_widths: Vec<u64> = model
+        .block_runs
+        .iter()
+        .filter_map(|r| r.dense_ffn)
+        .collect();
+    if let Some(&dense) = dense_widths.first() {
+        if dense_widths.iter().any(|&w| w != dense) {
+            return Err(format!(
+                "{} has dense layers of several widths; Megatron gives them one \
+                 --ffn-hidden-size",
+                model.name
+            ));
+        }
+        let pattern: Vec<&str> = model
+            .block_runs
+            .iter()
+            .flat_map(|r| {
+                std::iter::repeat_n(
+                    if r.dense_ffn.is_some() { "0" } else { "1" },
+                    r.count as usize,
+                )
+            })
+            .collect();
+        out.push(("--ffn-hidden-size", dense.to_string()));
+        out.push(("--moe-ffn-hidden-size", model.ffn_hidden.to_string()));
+        out.push(("--moe-layer-freq", format!("\"[{}]\"", pattern.join(","))));
+    }
+    if moe.shared_experts > 0 {
+        out.push((
+            "--moe-shared-expert-intermediate-size",
+            (moe.shared_experts * model.ffn_hidden).to_string(),
+        ));
+    }
+    Ok(out)
 }
 
 /// Llama 3.1's RoPE rescaling as Megatron applies it: only the factor is a flag; the
@@ -469,6 +552,25 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     if let Some(moe) = model.moe {
         m.push(("--num-experts", moe.experts.to_string()));
         m.push(("--moe-router-topk", moe.top_k.to_string()));
+        // `model_reasons` has accepted the layer mix.
+        let layer_flags = moe_layer_flags(model).unwrap_or_default();
+        if let Some(dense) = layer_flags.iter().find(|(f, _)| *f == "--ffn-hidden-size") {
+            // Dense layers set --ffn-hidden-size; the experts' width moves to its own flag.
+            if let Some(slot) = m.iter_mut().find(|(f, _)| *f == "--ffn-hidden-size") {
+                slot.1 = dense.1.clone();
+            }
+        }
+        m.extend(
+            layer_flags
+                .into_iter()
+                .filter(|(f, _)| *f != "--ffn-hidden-size"),
+        );
+    }
+    if model.qk_norm == Some(plait_spec::QkNorm::PerHead) {
+        m.push(flag("--qk-layernorm"));
+    }
+    if model.mtp_layers > 0 {
+        m.push(("--mtp-num-layers", model.mtp_layers.to_string()));
     }
     if !train.dropout {
         m.push(("--hidden-dropout", "0.0".into()));

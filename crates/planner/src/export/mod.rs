@@ -214,6 +214,7 @@ pub fn export(
             engine
         ));
     } else if !model.is_hybrid()
+        && engine != Engine::Megatron
         && (!model.block_runs.is_empty() || model.attention_window.is_some())
     {
         reasons.push(format!(
@@ -234,9 +235,11 @@ pub fn export(
              adapters (NeMo's `llm.peft.LoRA` runs those)"
         ));
     }
-    if model.mla.is_some()
-        || model.mtp_layers > 0
-        || model.moe.is_some_and(|m| m.shared_experts > 0)
+    // Megatron's export writes shared experts and MTP layers (and refuses MLA itself).
+    if engine != Engine::Megatron
+        && (model.mla.is_some()
+            || model.mtp_layers > 0
+            || model.moe.is_some_and(|m| m.shared_experts > 0))
     {
         reasons.push(format!(
             "{} uses multi-head latent attention, shared experts or multi-token prediction, \

@@ -138,6 +138,14 @@ impl Config<'_> {
             norm_eps,
             attention_window,
             block_runs,
+            // Qwen3's `q_norm`/`k_norm` are RMSNorms over head_dim (transformers'
+            // `Qwen3Attention`); OLMo 2's over the projections' full width
+            // (`Olmo2Attention`).
+            qk_norm: match model_type {
+                "qwen3" | "qwen3_moe" => Some(crate::model::QkNorm::PerHead),
+                "olmo2" => Some(crate::model::QkNorm::FullWidth),
+                _ => None,
+            },
             ..presets::llama("", hidden, layers, heads, kv_heads, ffn, vocab, moe)
         };
         self.check_size(

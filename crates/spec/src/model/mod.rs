@@ -80,6 +80,16 @@ pub enum RopeScaling {
     Other { name: String },
 }
 
+/// Where a q/k norm normalises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QkNorm {
+    /// Over each head's `head_dim` (Qwen3's `q_norm`/`k_norm`; Megatron's `--qk-layernorm`).
+    PerHead,
+    /// Over all heads' width at once (OLMo 2).
+    FullWidth,
+}
+
 /// Routed experts of a mixture-of-experts MLP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MoeSpec {
@@ -174,6 +184,10 @@ pub struct ModelSpec {
     /// Multi-head latent attention in place of q/k/v/o over `heads × head_dim`.
     #[serde(default)]
     pub mla: Option<MlaSpec>,
+    /// RMSNorm on the queries and keys before RoPE (Qwen3 per head, OLMo 2 over their full
+    /// width); its few weights are left out of the count and the time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qk_norm: Option<QkNorm>,
     /// Multi-token-prediction modules trained beside the model (DeepSeek-V3's
     /// `num_nextn_predict_layers`, Megatron's `mtp_num_layers`): each one more block of the
     /// last block's kind, a projection of [embedding; hidden] (2h → h) and a pass through
