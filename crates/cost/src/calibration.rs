@@ -486,13 +486,24 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
             row.int("mbs")?,
             row.int("seq")?,
         );
-        let (tp, pp, cp, vp, ep) = (
+        let (tp, pp, cp, mut vp, ep) = (
             row.int("tp")?,
             row.int("pp")?,
             row.int("cp")?,
             row.int("vp")?,
             row.int("ep")?,
         );
+        // NeMo's fine-tuning table publishes tp and pp only (no VP column); the launcher's
+        // example scripts that ran them interleave the pipelined SFT runs
+        // (NeMo-Framework-Launcher 24.07, 8325688d, `examples/peft/llama/h100/`:
+        // `llama2_13b_1node.sh` VP 10, `llama2_70b_2node.sh` VP 20).
+        if task == Task::Sft && vp == 1 {
+            vp = match row.str("model")? {
+                "LLAMA2-13B" => 10,
+                "LLAMA2-70B" => 20,
+                _ => vp,
+            };
+        }
         let hidden = row.int("hidden")?;
         let heads = row.int("heads")?;
         let experts = row.int("experts")?;
