@@ -262,19 +262,20 @@ fn every_emitted_name_is_the_engines_own() {
     assert!(seen.iter().all(|&n| n >= 4), "{seen:?}");
 }
 
-/// The model flags of a Megatron export carry the config's RoPE θ and norm ε.
-fn exported_theta_eps(model: ModelSpec) -> (BTreeMap<String, String>, ModelSpec) {
+/// `model` planned as dp8 on one DGX H100 (batch 64 × 4096) at ZeRO `zero`, with its
+/// train spec: the plan the single-model export tests write.
+fn dp8_plan(model: &ModelSpec, zero: u8) -> (Plan, TrainSpec) {
     let c = ParallelConfig {
         dp: 8,
         mbs: 1,
-        zero: 1,
+        zero,
         ..ParallelConfig::default()
     };
     let t = TrainSpec::new(64, 4096);
     let cluster = cluster_preset("dgx-h100").unwrap();
-    c.validate(&model, &t, c.gpus()).unwrap();
+    c.validate(model, &t, c.gpus()).unwrap();
     let d = plait_cost::device_for(&cluster, t.dtype).unwrap();
-    let est = plait_cost::estimate(&model, &cluster, &t, &c, &d).unwrap();
+    let est = plait_cost::estimate(model, &cluster, &t, &c, &d).unwrap();
     let plan = Plan::new(
         c,
         StageMap::uniform(model.layers, &c),
@@ -282,6 +283,12 @@ fn exported_theta_eps(model: ModelSpec) -> (BTreeMap<String, String>, ModelSpec)
         est.clone(),
         est.iteration_time_s,
     );
+    (plan, t)
+}
+
+/// The model flags of a Megatron export carry the config's RoPE θ and norm ε.
+fn exported_theta_eps(model: ModelSpec) -> (BTreeMap<String, String>, ModelSpec) {
+    let (plan, t) = dp8_plan(&model, 1);
     let files = export(Engine::Megatron, &plan, &model, &t).unwrap();
     (megatron_flags(file(&files, "megatron_args.sh")), model)
 }
@@ -378,24 +385,7 @@ fn megatron_exports_carry_rope_theta_and_norm_epsilon() {
 
 /// The torchtitan 0.2.2 TOML export of `model` on 8 GPUs, or the export's refusal.
 fn torchtitan_toml(model: ModelSpec) -> Result<String, String> {
-    let c = ParallelConfig {
-        dp: 8,
-        mbs: 1,
-        zero: 3,
-        ..ParallelConfig::default()
-    };
-    let t = TrainSpec::new(64, 4096);
-    let cluster = cluster_preset("dgx-h100").unwrap();
-    c.validate(&model, &t, c.gpus()).unwrap();
-    let d = plait_cost::device_for(&cluster, t.dtype).unwrap();
-    let est = plait_cost::estimate(&model, &cluster, &t, &c, &d).unwrap();
-    let plan = Plan::new(
-        c,
-        StageMap::uniform(model.layers, &c),
-        c.microbatches(&t),
-        est.clone(),
-        est.iteration_time_s,
-    );
+    let (plan, t) = dp8_plan(&model, 3);
     export(Engine::TorchtitanToml, &plan, &model, &t)
         .map(|files| file(&files, "torchtitan.toml").to_string())
         .map_err(|e| e.to_string())
@@ -442,24 +432,7 @@ fn torchtitan_exports_rope_as_the_model_does() {
 
 /// The Megatron export of `model` on 8 GPUs (dp8), or its refusal.
 fn megatron_export(model: ModelSpec) -> Result<BTreeMap<String, String>, String> {
-    let c = ParallelConfig {
-        dp: 8,
-        mbs: 1,
-        zero: 1,
-        ..ParallelConfig::default()
-    };
-    let t = TrainSpec::new(64, 4096);
-    let cluster = cluster_preset("dgx-h100").unwrap();
-    c.validate(&model, &t, c.gpus()).unwrap();
-    let d = plait_cost::device_for(&cluster, t.dtype).unwrap();
-    let est = plait_cost::estimate(&model, &cluster, &t, &c, &d).unwrap();
-    let plan = Plan::new(
-        c,
-        StageMap::uniform(model.layers, &c),
-        c.microbatches(&t),
-        est.clone(),
-        est.iteration_time_s,
-    );
+    let (plan, t) = dp8_plan(&model, 1);
     export(Engine::Megatron, &plan, &model, &t)
         .map(|files| megatron_flags(file(&files, "megatron_args.sh")))
         .map_err(|e| e.to_string())

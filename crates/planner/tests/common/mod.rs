@@ -139,8 +139,8 @@ pub fn llama2_7b_autotp() -> Case {
     )
 }
 
-/// Mixtral 8x7B on 8 GPUs with experts spread over the data-parallel ranks.
-pub fn mixtral_ep() -> Case {
+/// Mixtral 8x7B on 8 GPUs, dp4 tp2 with expert parallel `ep` and expert tp `etp`.
+fn mixtral(ep: u64, etp: Option<u64>) -> Case {
     case(
         "mixtral-8x7b",
         256,
@@ -148,7 +148,8 @@ pub fn mixtral_ep() -> Case {
         ParallelConfig {
             dp: 4,
             tp: 2,
-            ep: 4,
+            ep,
+            etp,
             mbs: 1,
             zero: 1,
             sp: true,
@@ -158,25 +159,15 @@ pub fn mixtral_ep() -> Case {
     )
 }
 
+/// Mixtral 8x7B with expert parallelism: dp4 tp2 ep4 on 8 GPUs.
+pub fn mixtral_ep() -> Case {
+    mixtral(4, None)
+}
+
 /// Mixtral 8x7B with its experts unsplit beside tp 2 (expert tp 1, as NeMo runs Mixtral
 /// 8x22B): ep 8 takes the tp ranks too, dp4 tp2 ep8 etp1 on 8 GPUs.
 pub fn mixtral_etp1() -> Case {
-    case(
-        "mixtral-8x7b",
-        256,
-        4096,
-        ParallelConfig {
-            dp: 4,
-            tp: 2,
-            ep: 8,
-            etp: Some(1),
-            mbs: 1,
-            zero: 1,
-            sp: true,
-            recompute: Recompute::Full,
-            ..ParallelConfig::default()
-        },
-    )
+    mixtral(8, Some(1))
 }
 
 /// Llama 3 8B with context parallelism: dp2 cp2 tp2 on 8 GPUs.
