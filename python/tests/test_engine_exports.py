@@ -220,6 +220,23 @@ QWEN3_MOE_MIXED = {
     "hidden_act": "silu", "norm_topk_prob": True,
 }
 
+# A small DeepSeek-V3: MLA with YaRN, sigmoid routing with expert bias over groups, a dense
+# first layer, a shared expert and one MTP layer.
+DEEPSEEK_V3_SMALL = {
+    "model_type": "deepseek_v3", "hidden_size": 1024, "intermediate_size": 2816,
+    "moe_intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8,
+    "num_key_value_heads": 8, "q_lora_rank": 256, "kv_lora_rank": 128,
+    "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 64,
+    "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1,
+    "first_k_dense_replace": 1, "moe_layer_freq": 1, "n_group": 4, "topk_group": 1,
+    "topk_method": "noaux_tc", "scoring_func": "sigmoid", "norm_topk_prob": True,
+    "routed_scaling_factor": 2.5, "num_nextn_predict_layers": 1, "vocab_size": 32000,
+    "max_position_embeddings": 16384, "rope_theta": 10000, "rms_norm_eps": 1e-6,
+    "rope_scaling": {"type": "yarn", "factor": 4, "original_max_position_embeddings": 4096,
+                     "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+    "tie_word_embeddings": False, "hidden_act": "silu",
+}
+
 MEGATRON_PLANS = [
     pytest.param(dict(gpus=8, tp=2, pp=1, zero=1), id="tp2"),
     pytest.param(dict(gpus=16, tp=2, pp=4, zero=1, vp=2, schedule="interleaved"), id="pp4-vp2"),
@@ -229,6 +246,7 @@ MEGATRON_PLANS = [
     # Qwen3: RMSNorm on each head's q and k (--qk-layernorm).
     pytest.param(dict(gpus=8, tp=2, pp=1, zero=1, model=str(FIXTURES / "qwen3-8b.json")), id="qwen3"),
     pytest.param(dict(gpus=8, tp=1, pp=1, ep=4, zero=1, model="qwen3-moe-mixed"), id="qwen3-moe-mixed"),
+    pytest.param(dict(gpus=8, tp=1, pp=1, ep=4, zero=1, model="deepseek-v3-small"), id="deepseek-v3"),
     # Experts unsplit beside tp 2 (--expert-tensor-parallel-size 1): ep 8 takes tp ranks too.
     pytest.param(
         dict(gpus=16, tp=2, pp=1, ep=8, etp=1, zero=1, model="mixtral-8x7b"), id="moe-etp1"
@@ -268,9 +286,12 @@ def test_megatron_parses_the_export(plait_bin, tmp_path, monkeypatch, pins):
             "Megatron-LM's megatron/training/arguments.py is not importable (PyPI's "
             f"megatron-core ships megatron/core only; put a Megatron-LM checkout on PYTHONPATH): {e}"
         )
-    if pins.get("model") == "qwen3-moe-mixed":
-        path = tmp_path / "config.json"
-        path.write_text(json.dumps(QWEN3_MOE_MIXED))
+    configs = {"qwen3-moe-mixed": QWEN3_MOE_MIXED, "deepseek-v3-small": DEEPSEEK_V3_SMALL}
+    name = pins.get("model")
+    if name in configs:
+        path = tmp_path / name / "config.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps(configs[name]))
         pins = {**pins, "model": str(path)}
     best, out = export(plait_bin, tmp_path, "megatron", **pins)
     script = out / "megatron_args.sh"
@@ -303,12 +324,26 @@ def test_megatron_parses_the_export(plait_bin, tmp_path, monkeypatch, pins):
     if pins.get("model") == "llama3-405b":
         assert args.use_rope_scaling and args.rope_scaling_factor == 8.0
         assert args.rotary_base == 500000
-    if "qwen3" in pins.get("model", ""):
+    if "qwen3" in (name or ""):
         assert args.qk_layernorm
-    if pins.get("model", "").endswith("config.json"):
+    if name == "qwen3-moe-mixed":
         # Megatron built the layer mix plait costed: two dense layers, then six MoE ones.
         assert args.moe_layer_freq == [0, 0, 1, 1, 1, 1, 1, 1]
         assert (args.ffn_hidden_size, args.moe_ffn_hidden_size) == (3072, 512)
+    if name == "deepseek-v3-small":
+        assert args.multi_latent_attention and args.qk_layernorm
+        assert (args.q_lora_rank, args.kv_lora_rank) == (256, 128)
+        assert (args.qk_head_dim, args.qk_pos_emb_head_dim, args.v_head_dim) == (64, 32, 64)
+        assert args.rope_type == "yarn" and args.rotary_scaling_factor == 4
+        assert (args.mscale, args.mscale_all_dim) == (1.0, 1.0)
+        assert args.moe_router_score_function == "sigmoid"
+        assert args.moe_router_enable_expert_bias
+        assert (args.moe_router_num_groups, args.moe_router_group_topk) == (4, 1)
+        assert args.moe_router_topk_scaling_factor == 2.5
+        assert args.moe_layer_freq == [0, 1, 1, 1]
+        assert (args.ffn_hidden_size, args.moe_ffn_hidden_size) == (2816, 512)
+        assert args.moe_shared_expert_intermediate_size == 512
+        assert args.mtp_num_layers == 1
     if pins.get("model") == "nemotron-h-8b":
         # Megatron derived the layers and the virtual stages from the pattern.
         assert args.hybrid_layer_pattern.replace("|", "") == NEMOTRON_H_8B_PATTERN

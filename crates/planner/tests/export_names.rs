@@ -329,13 +329,7 @@ fn megatron_exports_carry_the_rope_scaling_or_refuse_it() {
         },
         "fixes them at 1, 4 and 8192",
     );
-    refused(
-        RopeScaling::Yarn {
-            factor: 4.0,
-            original_max_positions: 4096,
-        },
-        "YaRN",
-    );
+    refused(RopeScaling::yarn(4.0, 4096), "YaRN");
     refused(RopeScaling::Linear { factor: 2.5 }, "not an integer");
     // The Llama 3 presets are the herd paper's, Llama 3.1.
     for name in ["llama3-8b", "llama3-70b", "llama3-405b"] {
@@ -417,10 +411,7 @@ fn torchtitan_exports_rope_as_the_model_does() {
     );
     // Another method is refused by name.
     let yarn = ModelSpec {
-        rope_scaling: Some(RopeScaling::Yarn {
-            factor: 40.0,
-            original_max_positions: 4096,
-        }),
+        rope_scaling: Some(RopeScaling::yarn(40.0, 4096)),
         ..llama31
     };
     let err = torchtitan_toml(yarn).unwrap_err();
@@ -509,7 +500,25 @@ fn megatron_exports_build_the_model_the_config_describes_or_refuse() {
         ..qwen3.clone()
     };
     assert!(megatron_export(long_window).is_ok());
-    let mla = ModelSpec {
+    // Multi-latent attention with DeepSeek-V3's router and YaRN (Megatron-LM d98e8a6
+    // parses these flags in python/tests/test_engine_exports.py).
+    let router = plait_spec::RouterSpec {
+        sigmoid: true,
+        expert_bias: true,
+        groups: Some((4, 1)),
+        group_score_top2: true,
+        normalize_topk: true,
+        scaling: 2.5,
+    };
+    let yarn = |beta_fast: f64| plait_spec::RopeScaling::Yarn {
+        factor: 40.0,
+        original_max_positions: 4096,
+        beta_fast,
+        beta_slow: 1.0,
+        mscale: Some(1.0),
+        mscale_all_dim: Some(1.0),
+    };
+    let deepseek = ModelSpec {
         mla: Some(plait_spec::MlaSpec {
             q_lora_rank: 1536,
             kv_lora_rank: 512,
@@ -517,9 +526,53 @@ fn megatron_exports_build_the_model_the_config_describes_or_refuse() {
             qk_rope_head_dim: 64,
             v_head_dim: 128,
         }),
+        qk_norm: None,
+        router: Some(router),
+        rope_scaling: Some(yarn(32.0)),
+        moe: Some(plait_spec::MoeSpec {
+            experts: 8,
+            top_k: 2,
+            shared_experts: 1,
+        }),
         ..qwen3
     };
-    assert!(megatron_export(mla)
-        .unwrap_err()
-        .contains("multi-latent attention"));
+    let f = megatron_export(deepseek.clone()).unwrap();
+    for flag in [
+        "--multi-latent-attention",
+        "--qk-layernorm",
+        "--moe-router-enable-expert-bias",
+    ] {
+        assert!(f.contains_key(flag), "{flag}: {f:?}");
+    }
+    assert_eq!(f["--q-lora-rank"], "1536");
+    assert_eq!(f["--rope-type"], "yarn");
+    assert_eq!(f["--rotary-scaling-factor"], "40");
+    assert_eq!(f["--mscale-all-dim"], "1");
+    assert_eq!(f["--moe-router-score-function"], "sigmoid");
+    assert_eq!(f["--moe-router-group-topk"], "1");
+    assert_eq!(f["--moe-router-topk-scaling-factor"], "2.5");
+    // What Megatron's MLA and router cannot do as the model does is refused by name.
+    let refusal = |m: ModelSpec| megatron_export(m).unwrap_err();
+    let other_beta = ModelSpec {
+        rope_scaling: Some(yarn(16.0)),
+        ..deepseek.clone()
+    };
+    assert!(refusal(other_beta).contains("beta_fast 16"));
+    let unnormalised = ModelSpec {
+        router: Some(plait_spec::RouterSpec {
+            normalize_topk: false,
+            ..router
+        }),
+        ..deepseek.clone()
+    };
+    assert!(refusal(unnormalised).contains("unnormalised sigmoid"));
+    // DeepSeek-V2's group score (each group's best expert), at top 2 of 1 kept group.
+    let v2_groups = ModelSpec {
+        router: Some(plait_spec::RouterSpec {
+            group_score_top2: false,
+            ..router
+        }),
+        ..deepseek
+    };
+    assert!(refusal(v2_groups).contains("group"));
 }

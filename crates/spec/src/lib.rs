@@ -24,7 +24,8 @@ pub use mesh::{DeviceMeshShape, Dim, Mesh, MeshCoords};
 pub use mixed::{mixed_from_inline, mixed_from_toml, MixedCluster, NodeGroup};
 pub use model::{
     Activation, BlockKind, BlockRun, Family, Gemm, Layer, LayerKind, MambaSpec, MlaSpec, ModelSpec,
-    MoeSpec, Norm, Positions, QkNorm, RopeScaling, Shard, DEFAULT_MAMBA_CHUNK, MAX_BLOCK_KINDS,
+    MoeSpec, Norm, Positions, QkNorm, RopeScaling, RouterSpec, Shard, DEFAULT_MAMBA_CHUNK,
+    MAX_BLOCK_KINDS,
 };
 pub use parallel::{Degree, Exact, Form, Parallel, ParallelPins, Pinned, Value};
 pub use plait_schedule::virtual_stage;

@@ -45,6 +45,7 @@ pub(crate) fn gpt(
         block_runs: Vec::new(),
         mla: None,
         qk_norm: None,
+        router: None,
         mtp_layers: 0,
         block: BlockKind::Transformer,
         mamba: None,
@@ -94,6 +95,7 @@ pub(crate) fn llama(
         block_runs: Vec::new(),
         mla: None,
         qk_norm: None,
+        router: None,
         mtp_layers: 0,
         block: BlockKind::Transformer,
         mamba: None,
@@ -119,6 +121,7 @@ pub(crate) fn bert(
         block_runs: Vec::new(),
         mla: None,
         qk_norm: None,
+        router: None,
         mtp_layers: 0,
         ..gpt(name, hidden, layers, heads, vocab, seq)
     }

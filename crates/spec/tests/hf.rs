@@ -695,9 +695,21 @@ fn rope_scaling_is_read_by_its_type() {
     // Older configs name it `type`; YaRN's original context defaults to the model's.
     let yarn = json!({"type": "yarn", "factor": 4.0});
     let m = parse(&with(QWEN2_7B, "rope_scaling", yarn), "x.json");
-    assert!(
-        matches!(m.rope_scaling, Some(RopeScaling::Yarn { factor, original_max_positions })
-        if factor == 4.0 && original_max_positions == 131072)
+    assert_eq!(m.rope_scaling, Some(RopeScaling::yarn(4.0, 131072)));
+    // DeepSeek's YaRN carries its band and temperature.
+    let yarn = json!({"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,
+        "beta_fast": 16, "beta_slow": 2, "mscale": 1.0, "mscale_all_dim": 0.707});
+    let m = parse(&with(QWEN2_7B, "rope_scaling", yarn), "x.json");
+    assert_eq!(
+        m.rope_scaling,
+        Some(RopeScaling::Yarn {
+            factor: 40.0,
+            original_max_positions: 4096,
+            beta_fast: 16.0,
+            beta_slow: 2.0,
+            mscale: Some(1.0),
+            mscale_all_dim: Some(0.707),
+        })
     );
     // `default`, null and absent are no rescaling; an unknown method is kept by name.
     let none = json!({"rope_type": "default"});
@@ -850,6 +862,23 @@ fn deepseek_latent_attention_and_dense_first_layers() {
     assert!(kinds[0].moe.is_none() && kinds[0].ffn_hidden == 18432);
     assert_eq!(kinds[1].moe.unwrap().shared_experts, 1);
     assert_eq!(&m.kind_counts(0, 61)[..2], &[3, 58]);
+    // Its router (as released: sigmoid scores, routing bias, 8 groups keeping 4, ×2.5).
+    let mut routed = v3.clone();
+    for (k, v) in [
+        ("scoring_func", json!("sigmoid")),
+        ("topk_method", json!("noaux_tc")),
+        ("n_group", json!(8)),
+        ("topk_group", json!(4)),
+        ("norm_topk_prob", json!(true)),
+        ("routed_scaling_factor", json!(2.5)),
+    ] {
+        routed[k] = v;
+    }
+    let r = parse(&routed.to_string(), "v3.json").router.unwrap();
+    assert!(r.sigmoid && r.expert_bias && r.normalize_topk && r.group_score_top2);
+    assert_eq!((r.groups, r.scaling), (Some((8, 4)), 2.5));
+    routed["topk_method"] = json!("top3");
+    error(&routed.to_string(), "topk_method");
     // deepseek-ai/DeepSeek-V2-Lite: 15.7 B, no query latent, two shared experts.
     let lite = json!({
         "model_type": "deepseek_v2", "hidden_size": 2048, "num_hidden_layers": 27,
@@ -862,6 +891,9 @@ fn deepseek_latent_attention_and_dense_first_layers() {
     let m = parse(&lite.to_string(), "lite.json");
     let p = m.parameter_count() as f64 / 1e9;
     assert!((p / 15.7 - 1.0).abs() < 0.01, "{p}");
+    // transformers' defaults: softmax over all experts, greedy top-k, not renormalised.
+    let r = m.router.unwrap();
+    assert!(!r.sigmoid && !r.expert_bias && !r.normalize_topk && r.groups.is_none());
     let mut bad = lite.clone();
     bad["num_experts_per_tok"] = json!(65);
     error(&bad.to_string(), "num_experts_per_tok");

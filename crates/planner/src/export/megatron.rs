@@ -141,13 +141,11 @@ pub(super) fn model_reasons(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -
                 .to_string(),
         );
     }
-    if model.mla.is_some() {
-        out.push(format!(
-            "{} uses multi-latent attention, which the Megatron export does not write yet \
-             (--multi-latent-attention with --q-lora-rank, --kv-lora-rank, --qk-head-dim, \
-             --qk-pos-emb-head-dim, --v-head-dim)",
-            model.name
-        ));
+    if let Err(reason) = mla_flags(model) {
+        out.push(reason);
+    }
+    if let Err(reason) = router_flags(model) {
+        out.push(reason);
     }
     if model.qk_norm == Some(plait_spec::QkNorm::FullWidth) {
         out.push(format!(
@@ -240,7 +238,7 @@ const MEGATRON_LLAMA3_ROPE: (f64, f64, u64) = (1.0, 4.0, 8192);
 /// arguments.py.
 fn rope_scaling_flags(model: &ModelSpec) -> Result<Vec<(&'static str, String)>, String> {
     use plait_spec::RopeScaling;
-    let Some(scaling) = &model.rope_scaling else {
+    let Some(scaling) = model.rope_scaling.as_ref().filter(|_| model.mla.is_none()) else {
         return Ok(vec![]);
     };
     match scaling {
@@ -284,6 +282,112 @@ fn rope_scaling_flags(model: &ModelSpec) -> Result<Vec<(&'static str, String)>, 
             "its RoPE scaling `{name}` has no Megatron-LM equivalent"
         )),
     }
+}
+
+/// What Megatron's `MLATransformerConfig` fixes for YaRN without a flag reaching it
+/// (d98e8a6 `transformer_config.py`: `original_max_position_embeddings = 4096`,
+/// `beta_fast = 32`, `beta_slow = 1`; the `--yarn-*` flags set the non-MLA path's
+/// `yarn_*` fields only, `argument_utils.py` `_apply_yarn_config_from_args`).
+const MEGATRON_MLA_YARN: (u64, f64, f64) = (4096, 32.0, 1.0);
+
+/// The flags of multi-latent attention (DeepSeek-V2/V3, Kimi K2), or why Megatron's MLA
+/// cannot build the model's: the latent ranks and head dims, the latents' RMSNorms
+/// (`--qk-layernorm`, DeepSeek's `q_a_layernorm`/`kv_a_layernorm`), and its RoPE (YaRN by
+/// default for MLA: `--rotary-scaling-factor`, `--mscale`, `--mscale-all-dim`; plain RoPE
+/// with `--rope-type rope`), as NVIDIA's DeepSeek-R1 arguments write them (Megatron-LM
+/// d98e8a6 `examples/post_training/modelopt/conf/deepseek-ai/DeepSeek-R1.sh`).
+fn mla_flags(model: &ModelSpec) -> Result<Vec<(&'static str, String)>, String> {
+    use plait_spec::RopeScaling;
+    let Some(mla) = model.mla else {
+        return Ok(vec![]);
+    };
+    let mut out = vec![("--multi-latent-attention", String::new())];
+    if mla.q_lora_rank > 0 {
+        out.push(("--q-lora-rank", mla.q_lora_rank.to_string()));
+    }
+    out.push(("--kv-lora-rank", mla.kv_lora_rank.to_string()));
+    out.push(("--qk-head-dim", mla.qk_nope_head_dim.to_string()));
+    out.push(("--qk-pos-emb-head-dim", mla.qk_rope_head_dim.to_string()));
+    out.push(("--v-head-dim", mla.v_head_dim.to_string()));
+    out.push(("--qk-layernorm", String::new()));
+    match &model.rope_scaling {
+        None => out.push(("--rope-type", "rope".into())),
+        Some(RopeScaling::Yarn {
+            factor,
+            original_max_positions,
+            beta_fast,
+            beta_slow,
+            mscale,
+            mscale_all_dim,
+        }) => {
+            if (*original_max_positions, *beta_fast, *beta_slow) != MEGATRON_MLA_YARN {
+                return Err(format!(
+                    "{}'s YaRN has original context {original_max_positions}, beta_fast \
+                     {beta_fast} and beta_slow {beta_slow}, but Megatron's MLA fixes them at \
+                     4096, 32 and 1 (MLATransformerConfig; no flag reaches them)",
+                    model.name
+                ));
+            }
+            out.push(("--rope-type", "yarn".into()));
+            out.push(("--rotary-scaling-factor", format!("{factor}")));
+            if let Some(m) = mscale {
+                out.push(("--mscale", format!("{m}")));
+            }
+            if let Some(m) = mscale_all_dim {
+                out.push(("--mscale-all-dim", format!("{m}")));
+            }
+        }
+        Some(other) => {
+            return Err(format!(
+                "{}'s RoPE scaling ({other:?}): Megatron's MLA ropes plain or with YaRN",
+                model.name
+            ))
+        }
+    }
+    Ok(out)
+}
+
+/// The flags of a router that is not Mixtral's (`plait_spec::RouterSpec`), or why
+/// Megatron's cannot route as it does (Megatron-LM d98e8a6 `moe/moe_utils.py`
+/// `topk_routing_with_score_function`: sigmoid scores are always renormalised over the
+/// top k; softmax ones are unless `--moe-router-pre-softmax`; `group_limited_topk` scores
+/// a group by its top topk/group_topk experts).
+fn router_flags(model: &ModelSpec) -> Result<Vec<(&'static str, String)>, String> {
+    let (Some(r), Some(moe)) = (model.router, model.moe) else {
+        return Ok(vec![]);
+    };
+    let mut out = Vec::new();
+    if r.sigmoid {
+        if !r.normalize_topk && moe.top_k > 1 {
+            return Err(format!(
+                "{} routes with unnormalised sigmoid scores; Megatron renormalises them over \
+                 the top k",
+                model.name
+            ));
+        }
+        out.push(("--moe-router-score-function", "sigmoid".into()));
+    } else if !r.normalize_topk {
+        out.push(("--moe-router-pre-softmax", String::new()));
+    }
+    if r.expert_bias {
+        out.push(("--moe-router-enable-expert-bias", String::new()));
+    }
+    if let Some((groups, kept)) = r.groups {
+        let per_group = if r.group_score_top2 { 2 } else { 1 };
+        if kept == 0 || moe.top_k / kept != per_group || !moe.top_k.is_multiple_of(kept) {
+            return Err(format!(
+                "{} scores an expert group by its top {per_group} expert(s), but Megatron's \
+                 group-limited routing sums the top top_k / topk_group = {} / {kept}",
+                model.name, moe.top_k
+            ));
+        }
+        out.push(("--moe-router-num-groups", groups.to_string()));
+        out.push(("--moe-router-group-topk", kept.to_string()));
+    }
+    if r.scaling != 1.0 {
+        out.push(("--moe-router-topk-scaling-factor", format!("{}", r.scaling)));
+    }
+    Ok(out)
 }
 
 /// Mamba-2 mixer settings that `MambaMixer` fixes in its constructor rather than taking
@@ -566,7 +670,10 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
                 .filter(|(f, _)| *f != "--ffn-hidden-size"),
         );
     }
-    if model.qk_norm == Some(plait_spec::QkNorm::PerHead) {
+    // `model_reasons` has accepted the router and the MLA configuration.
+    m.extend(router_flags(model).unwrap_or_default());
+    m.extend(mla_flags(model).unwrap_or_default());
+    if model.qk_norm == Some(plait_spec::QkNorm::PerHead) && model.mla.is_none() {
         m.push(flag("--qk-layernorm"));
     }
     if model.mtp_layers > 0 {

@@ -232,6 +232,18 @@ impl Config<'_> {
             "yarn" => RopeScaling::Yarn {
                 factor: number("factor", None)?,
                 original_max_positions: original()?,
+                beta_fast: number("beta_fast", Some(crate::model::DEFAULT_YARN_BETA_FAST))?,
+                beta_slow: number("beta_slow", Some(crate::model::DEFAULT_YARN_BETA_SLOW))?,
+                mscale: m
+                    .get("mscale")
+                    .filter(|v| !v.is_null())
+                    .map(|_| number("mscale", None))
+                    .transpose()?,
+                mscale_all_dim: m
+                    .get("mscale_all_dim")
+                    .filter(|v| !v.is_null())
+                    .map(|_| number("mscale_all_dim", None))
+                    .transpose()?,
             },
             "linear" => RopeScaling::Linear {
                 factor: number("factor", None)?,

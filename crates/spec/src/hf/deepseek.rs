@@ -75,7 +75,9 @@ impl Config<'_> {
         if runs.len() == 1 && runs[0].dense_ffn.is_none() {
             runs.clear();
         }
+        let router = self.deepseek_router(experts)?;
         let spec = ModelSpec {
+            router: Some(router),
             head_dim: mla.v_head_dim,
             tied_embeddings: self.flag("tie_word_embeddings", false)?,
             rope_theta: self.rope_theta("rope_theta", DEFAULT_ROPE_THETA)?,
@@ -112,5 +114,73 @@ impl Config<'_> {
             ],
         )?;
         Ok(spec)
+    }
+
+    /// DeepSeek's router (transformers' `DeepseekV3TopkRouter`, DeepSeek-V2's `MoEGate`):
+    /// `scoring_func` softmax or sigmoid; `topk_method` greedy, `group_limited_greedy`
+    /// (V2: a group scores by its best expert) or `noaux_tc` (V3: routing bias, a group
+    /// scores by its top two); `n_group`/`topk_group`; `norm_topk_prob`;
+    /// `routed_scaling_factor` (default 1).
+    fn deepseek_router(&self, experts: u64) -> Result<crate::model::RouterSpec> {
+        let text = |key: &str, default: &'static str| -> Result<String> {
+            match self.get(key) {
+                None | Some(Value::Null) => Ok(default.to_string()),
+                Some(Value::String(s)) => Ok(s.clone()),
+                Some(v) => Err(self.err(
+                    key,
+                    format!("must be a string, got {}", super::config::show(v)),
+                    "a string".to_string(),
+                )),
+            }
+        };
+        let scoring = text("scoring_func", "softmax")?;
+        let sigmoid = match scoring.as_str() {
+            "softmax" => false,
+            "sigmoid" => true,
+            other => {
+                return Err(self.err(
+                    "scoring_func",
+                    format!(
+                        "unknown scoring function \"{}\"",
+                        super::config::quote(other)
+                    ),
+                    "softmax|sigmoid".to_string(),
+                ))
+            }
+        };
+        let method = text("topk_method", "greedy")?;
+        let grouped = match method.as_str() {
+            "greedy" => false,
+            "group_limited_greedy" | "noaux_tc" => true,
+            other => {
+                return Err(self.err(
+                    "topk_method",
+                    format!("unknown routing method \"{}\"", super::config::quote(other)),
+                    "greedy|group_limited_greedy|noaux_tc".to_string(),
+                ))
+            }
+        };
+        let groups = if grouped {
+            let n = self.opt_int("n_group", experts)?.unwrap_or(1);
+            let kept = self.opt_int("topk_group", n)?.unwrap_or(n);
+            if !experts.is_multiple_of(n) {
+                return Err(self.err(
+                    "n_group",
+                    format!("{n} groups do not split n_routed_experts = {experts}"),
+                    format!("a divisor of {experts}"),
+                ));
+            }
+            (n > 1).then_some((n, kept))
+        } else {
+            None
+        };
+        Ok(crate::model::RouterSpec {
+            sigmoid,
+            expert_bias: method == "noaux_tc",
+            groups,
+            group_score_top2: method == "noaux_tc",
+            normalize_topk: self.flag("norm_topk_prob", false)?,
+            scaling: self.float("routed_scaling_factor", 1.0)?,
+        })
     }
 }

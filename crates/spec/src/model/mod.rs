@@ -69,15 +69,71 @@ pub enum RopeScaling {
         high_freq_factor: f64,
         original_max_positions: u64,
     },
-    /// YaRN (Peng et al. 2023), as DeepSeek-V3 and GPT-OSS use it.
+    /// YaRN (Peng et al. 2023), as DeepSeek-V3 and GPT-OSS use it: `beta_fast`/`beta_slow`
+    /// bound the interpolated band (transformers' defaults 32 and 1); DeepSeek's `mscale`
+    /// and `mscale_all_dim` set the attention temperature (`None` where not given).
     Yarn {
         factor: f64,
         original_max_positions: u64,
+        #[serde(default = "default_yarn_beta_fast")]
+        beta_fast: f64,
+        #[serde(default = "default_yarn_beta_slow")]
+        beta_slow: f64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mscale: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mscale_all_dim: Option<f64>,
     },
     /// Position interpolation: every frequency divided by `factor`.
     Linear { factor: f64 },
     /// Another method, by its `rope_type` (kept so that an export can refuse it by name).
     Other { name: String },
+}
+
+impl RopeScaling {
+    /// YaRN by `factor` over an original context, with transformers' defaults for the rest.
+    pub fn yarn(factor: f64, original_max_positions: u64) -> RopeScaling {
+        RopeScaling::Yarn {
+            factor,
+            original_max_positions,
+            beta_fast: DEFAULT_YARN_BETA_FAST,
+            beta_slow: DEFAULT_YARN_BETA_SLOW,
+            mscale: None,
+            mscale_all_dim: None,
+        }
+    }
+}
+
+/// transformers' `_compute_yarn_parameters` defaults (`modeling_rope_utils.py`).
+pub const DEFAULT_YARN_BETA_FAST: f64 = 32.0;
+pub const DEFAULT_YARN_BETA_SLOW: f64 = 1.0;
+
+fn default_yarn_beta_fast() -> f64 {
+    DEFAULT_YARN_BETA_FAST
+}
+
+fn default_yarn_beta_slow() -> f64 {
+    DEFAULT_YARN_BETA_SLOW
+}
+
+/// How a MoE router scores and picks experts where it departs from softmax top-k with
+/// the top-k probabilities renormalised (Mixtral's, Megatron's default). It costs nothing
+/// the model counts; exports need it to build the same router.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RouterSpec {
+    /// `sigmoid` (DeepSeek-V3) or `softmax`.
+    pub sigmoid: bool,
+    /// A per-expert bias added for routing only (DeepSeek-V3's auxiliary-loss-free
+    /// balancing, `topk_method = "noaux_tc"`).
+    pub expert_bias: bool,
+    /// Group-limited routing: (groups, groups kept), and whether a group scores by the sum
+    /// of its top two experts (DeepSeek-V3) rather than its best one (DeepSeek-V2).
+    pub groups: Option<(u64, u64)>,
+    pub group_score_top2: bool,
+    /// The routed experts' weights are renormalised over the top k (`norm_topk_prob`).
+    pub normalize_topk: bool,
+    /// Factor on the routed experts' output (`routed_scaling_factor`).
+    pub scaling: f64,
 }
 
 /// Where a q/k norm normalises.
@@ -188,6 +244,9 @@ pub struct ModelSpec {
     /// width); its few weights are left out of the count and the time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qk_norm: Option<QkNorm>,
+    /// The MoE router where it is not Mixtral's (`None`: softmax top-k, renormalised).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router: Option<RouterSpec>,
     /// Multi-token-prediction modules trained beside the model (DeepSeek-V3's
     /// `num_nextn_predict_layers`, Megatron's `mtp_num_layers`): each one more block of the
     /// last block's kind, a projection of [embedding; hidden] (2h → h) and a pass through
