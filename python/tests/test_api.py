@@ -60,6 +60,10 @@ ESTIMATES = [
         ["--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16", "--tp", "2", "--ep", "4", "--gbs", "32", "--seq", "4096", "--dtype", "fp8", "--engine", "torchtitan", "--moe-skew", "1.5"],
     ),
     (
+        dict(model="mixtral-8x7b", cluster="dgx-h100", gpus=16, tp=2, ep=8, etp=1, sp=True, gbs=32, seq=4096),
+        ["--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16", "--tp", "2", "--ep", "8", "--etp", "1", "--sp", "--gbs", "32", "--seq", "4096"],
+    ),
+    (
         dict(model="llama2-7b", config="dp4 tp2 mbs2 zero3 recompute=full", gbs=32, dropout=True, no_overlap_grad_reduce=True, attention="unfused"),
         ["--model", "llama2-7b", "--config", "dp4 tp2 mbs2 zero3 recompute=full", "--gbs", "32", "--dropout", "--no-overlap-grad-reduce", "--attention", "unfused"],
     ),
