@@ -191,19 +191,15 @@ fn step_ep(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
         None if c.tp > 1 => vec![None, Some(1)],
         None => vec![None],
     };
+    // `enumerate` drops the expert tps `validate` refuses (not dividing tp).
     let mut out = Vec::new();
     for etp in etps {
-        if etp.is_some_and(|e| e == 0 || !c.tp.is_multiple_of(e)) {
-            continue;
-        }
-        let room = c.tp / etp.unwrap_or(c.tp) * c.dp * c.cp;
+        let c = ParallelConfig { etp, ..c };
+        let room = c.expert_ranks();
         let eps = divisors(moe.experts)
             .into_iter()
             .filter(|e| room.is_multiple_of(*e));
-        out.extend(each(c, req.pins.ep, eps, |c, v| {
-            c.ep = v;
-            c.etp = etp;
-        }));
+        out.extend(each(c, req.pins.ep, eps, |c, v| c.ep = v));
     }
     out
 }

@@ -474,7 +474,7 @@ fn megatron_exports_build_the_model_the_config_describes_or_refuse() {
         mtp_layers: 1,
         ..qwen3.clone()
     };
-    let f = megatron_export(moe).unwrap();
+    let f = megatron_export(moe.clone()).unwrap();
     assert_eq!(f["--ffn-hidden-size"], "12288");
     assert_eq!(f["--moe-ffn-hidden-size"], "1024");
     let freq = f["--moe-layer-freq"].trim_matches('"');
@@ -529,12 +529,7 @@ fn megatron_exports_build_the_model_the_config_describes_or_refuse() {
         qk_norm: None,
         router: Some(router),
         rope_scaling: Some(yarn(32.0)),
-        moe: Some(plait_spec::MoeSpec {
-            experts: 8,
-            top_k: 2,
-            shared_experts: 1,
-        }),
-        ..qwen3
+        ..moe
     };
     let f = megatron_export(deepseek.clone()).unwrap();
     for flag in [

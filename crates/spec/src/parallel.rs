@@ -227,6 +227,13 @@ impl Parallel<Exact> {
     pub fn expert_tp(&self) -> u64 {
         self.etp.unwrap_or(self.tp)
     }
+
+    /// Ranks of one pipeline stage that the expert layers' ep × expert-dp dimensions share:
+    /// the dense layers' tp × cp × dp in the expert order, less expert tp (tp / expert tp ×
+    /// cp × dp). ep must divide it; the replicas of one expert are it over ep.
+    pub fn expert_ranks(&self) -> u64 {
+        self.tp / self.expert_tp().max(1) * self.cp * self.dp
+    }
 }
 
 impl fmt::Display for Degree {

@@ -491,7 +491,7 @@ impl ParallelConfig {
                 }
                 // The expert layers' ranks (expert-tp, ep, expert-dp) are the dense layers'
                 // tp × cp × dp ranks in another order: ep takes what expert-tp leaves.
-                let room = self.tp / etp * self.dp * self.cp;
+                let room = self.expert_ranks();
                 if !room.is_multiple_of(self.ep) {
                     return err(
                         "ep",

@@ -457,10 +457,9 @@ fn assemble(
     // Replicas of one expert: the expert-dp dimension of the expert layers' rank order
     // (expert-tp, ep, expert-dp; `comm::Groups::new`), every expert-tp·ep-th rank of the
     // tp × cp × dp block.
-    let etp = c.expert_tp();
-    let expert_replicas = (c.tp * c.cp * c.dp / (etp * c.ep)).max(1);
+    let expert_replicas = (c.expert_ranks() / c.ep).max(1);
     let expert_dp = expert_replicas as f64;
-    let expert_group = Group::place(cluster, expert_replicas, etp * c.ep);
+    let expert_group = Group::place(cluster, expert_replicas, c.expert_tp() * c.ep);
     let engine = &w.engine;
     let grad_reduce_bytes = match t.dtype {
         // 16-bit gradients with fp16 (loss scaling); with bf16 the engine's choice.

@@ -172,8 +172,14 @@ pub(super) fn model_reasons(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -
     out
 }
 
+/// The width of the dense layers among a MoE model's (Megatron's `--ffn-hidden-size`, the
+/// experts' going to `--moe-ffn-hidden-size`); `None` when every layer is MoE.
+fn dense_layer_width(model: &ModelSpec) -> Option<u64> {
+    model.block_runs.iter().find_map(|r| r.dense_ffn)
+}
+
 /// Flags of a MoE model's layer mix and expert sizes: `--moe-ffn-hidden-size` where dense
-/// layers (`--ffn-hidden-size`) sit among the MoE ones, `--moe-layer-freq` as the list of
+/// layers (`--ffn-hidden-size`, [`dense_layer_width`]) sit among the MoE ones, `--moe-layer-freq` as the list of
 /// which layers are MoE (`moe_freq_type` in arguments.py), the shared experts' width
 /// (`--moe-shared-expert-intermediate-size`), or why the mix has no flags (dense layers of
 /// more than one width).
@@ -189,13 +195,12 @@ fn moe_layer_flags(model: &ModelSpec) -> Result<Vec<(&'static str, String)>, Str
         return Ok(vec![]);
     };
     let mut out = Vec::new();
-    let dense_widths: Vec<u64> = model
-        .block_runs
-        .iter()
-        .filter_map(|r| r.dense_ffn)
-        .collect();
-    if let Some(&dense) = dense_widths.first() {
-        if dense_widths.iter().any(|&w| w != dense) {
+    if let Some(dense) = dense_layer_width(model) {
+        if model
+            .block_runs
+            .iter()
+            .any(|r| r.dense_ffn.is_some_and(|w| w != dense))
+        {
             return Err(format!(
                 "{} has dense layers of several widths; Megatron gives them one \
                  --ffn-hidden-size",
@@ -212,7 +217,6 @@ fn moe_layer_flags(model: &ModelSpec) -> Result<Vec<(&'static str, String)>, Str
                 )
             })
             .collect();
-        out.push(("--ffn-hidden-size", dense.to_string()));
         out.push(("--moe-ffn-hidden-size", model.ffn_hidden.to_string()));
         out.push(("--moe-layer-freq", format!("\"[{}]\"", pattern.join(","))));
     }
@@ -274,8 +278,8 @@ fn rope_scaling_flags(model: &ModelSpec) -> Result<Vec<(&'static str, String)>, 
              --rotary-seq-len-interpolation-factor (type=int) needs"
         )),
         RopeScaling::Yarn { .. } => Err(
-            "its YaRN RoPE scaling is not written by the Megatron export yet (Megatron-LM takes \
-             it through --position-embedding-type yarn and the MLA configuration)"
+            "its YaRN RoPE scaling outside multi-latent attention is not written by the \
+             Megatron export yet (Megatron-LM takes it through --position-embedding-type yarn)"
                 .to_string(),
         ),
         RopeScaling::Other { name } => Err(format!(
@@ -598,7 +602,12 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     if model.head_dim * model.heads != model.hidden {
         m.push(("--kv-channels", model.head_dim.to_string()));
     }
-    m.push(("--ffn-hidden-size", model.ffn_hidden.to_string()));
+    // A MoE model's dense layers take this width, its experts `--moe-ffn-hidden-size`.
+    let ffn = match model.moe {
+        Some(_) => dense_layer_width(model).unwrap_or(model.ffn_hidden),
+        None => model.ffn_hidden,
+    };
+    m.push(("--ffn-hidden-size", ffn.to_string()));
     m.push(("--seq-length", train.seq.to_string()));
     m.push((
         "--max-position-embeddings",
@@ -657,18 +666,7 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
         m.push(("--num-experts", moe.experts.to_string()));
         m.push(("--moe-router-topk", moe.top_k.to_string()));
         // `model_reasons` has accepted the layer mix.
-        let layer_flags = moe_layer_flags(model).unwrap_or_default();
-        if let Some(dense) = layer_flags.iter().find(|(f, _)| *f == "--ffn-hidden-size") {
-            // Dense layers set --ffn-hidden-size; the experts' width moves to its own flag.
-            if let Some(slot) = m.iter_mut().find(|(f, _)| *f == "--ffn-hidden-size") {
-                slot.1 = dense.1.clone();
-            }
-        }
-        m.extend(
-            layer_flags
-                .into_iter()
-                .filter(|(f, _)| *f != "--ffn-hidden-size"),
-        );
+        m.extend(moe_layer_flags(model).unwrap_or_default());
     }
     // `model_reasons` has accepted the router and the MLA configuration.
     m.extend(router_flags(model).unwrap_or_default());
