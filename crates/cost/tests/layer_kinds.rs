@@ -32,12 +32,14 @@ fn runs_of_default_blocks_cost_what_a_uniform_model_costs() {
             count: 10,
             window: None,
             dense_ffn: None,
+            chunk: None,
         },
         BlockRun {
             kind: plait_spec::BlockKind::Transformer,
             count: 22,
             window: None,
             dense_ffn: None,
+            chunk: None,
         },
     ]);
     let a = estimate(&uniform, &cluster, &t, &c, &d).unwrap();
@@ -63,12 +65,14 @@ fn each_stage_costs_the_blocks_it_holds() {
             count: 16,
             window: Some(512),
             dense_ffn: None,
+            chunk: None,
         },
         BlockRun {
             kind: plait_spec::BlockKind::Transformer,
             count: 16,
             window: None,
             dense_ffn: None,
+            chunk: None,
         },
     ]);
     let e = estimate(&m, &cluster, &t, &c, &d).unwrap();
@@ -86,6 +90,7 @@ fn each_stage_costs_the_blocks_it_holds() {
         count: 32,
         window: Some(512),
         dense_ffn: None,
+        chunk: None,
     }]);
     let all_full = model_preset("llama3-8b").unwrap();
     let lo = estimate(&all_local, &cluster, &t, &c, &d)
@@ -130,12 +135,14 @@ fn dense_blocks_among_moe_ones_hold_their_own_parameters() {
                 count: 8,
                 window: None,
                 dense_ffn: Some(14336),
+                chunk: None,
             },
             BlockRun {
                 kind: plait_spec::BlockKind::Transformer,
                 count: 24,
                 window: None,
                 dense_ffn: None,
+                chunk: None,
             },
         ],
         ..moe.clone()

@@ -463,12 +463,14 @@ fn megatron_exports_build_the_model_the_config_describes_or_refuse() {
                 kind: Default::default(),
                 window: None,
                 dense_ffn: Some(12288),
+                chunk: None,
             },
             BlockRun {
                 count: 34,
                 kind: Default::default(),
                 window: None,
                 dense_ffn: None,
+                chunk: None,
             },
         ],
         mtp_layers: 1,
@@ -489,6 +491,7 @@ fn megatron_exports_build_the_model_the_config_describes_or_refuse() {
     assert!(megatron_export(olmo2).unwrap_err().contains("full width"));
     let windowed = ModelSpec {
         attention_window: Some(1024),
+        attention_chunk: None,
         ..qwen3.clone()
     };
     assert!(megatron_export(windowed)
@@ -497,6 +500,7 @@ fn megatron_exports_build_the_model_the_config_describes_or_refuse() {
     // A window as long as the sequence is full attention.
     let long_window = ModelSpec {
         attention_window: Some(4096),
+        attention_chunk: None,
         ..qwen3.clone()
     };
     assert!(megatron_export(long_window).is_ok());

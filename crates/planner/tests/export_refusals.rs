@@ -151,12 +151,14 @@ fn models_with_windowed_or_mixed_blocks_are_refused_with_the_reason() {
             count: 16,
             window: Some(1024),
             dense_ffn: None,
+            chunk: None,
         },
         plait_spec::BlockRun {
             kind: plait_spec::BlockKind::Transformer,
             count: 16,
             window: None,
             dense_ffn: None,
+            chunk: None,
         },
     ];
     for engine in [

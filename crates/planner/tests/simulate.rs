@@ -163,12 +163,14 @@ fn blocks_of_different_kinds_are_simulated_stage_by_stage() {
                 count: 16,
                 window: Some(512),
                 dense_ffn: None,
+                chunk: None,
             },
             plait_spec::BlockRun {
                 kind: plait_spec::BlockKind::Transformer,
                 count: 16,
                 window: None,
                 dense_ffn: None,
+                chunk: None,
             },
         ],
         ..model_preset("llama3-8b").unwrap()

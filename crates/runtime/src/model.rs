@@ -752,6 +752,7 @@ mod tests {
         assert!(check_model(&llama, 1, 64).is_ok());
         let windowed = ModelSpec {
             attention_window: Some(16),
+            attention_chunk: None,
             ..llama.clone()
         };
         let mtp = ModelSpec {

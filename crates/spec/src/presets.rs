@@ -42,6 +42,7 @@ pub(crate) fn gpt(
         rope_scaling: None,
         norm_eps: 1e-5,
         attention_window: None,
+        attention_chunk: None,
         block_runs: Vec::new(),
         mla: None,
         qk_norm: None,
@@ -92,6 +93,7 @@ pub(crate) fn llama(
         rope_scaling: None,
         norm_eps: DEFAULT_NORM_EPS,
         attention_window: None,
+        attention_chunk: None,
         block_runs: Vec::new(),
         mla: None,
         qk_norm: None,
@@ -118,6 +120,7 @@ pub(crate) fn bert(
         // BERT's `layer_norm_eps` (HF bert-large-uncased config.json).
         norm_eps: 1e-12,
         attention_window: None,
+        attention_chunk: None,
         block_runs: Vec::new(),
         mla: None,
         qk_norm: None,

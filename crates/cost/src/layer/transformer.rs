@@ -27,8 +27,12 @@ fn attention_core(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> AttentionCore
     let (heads, _kv, dim) = m.attention_shape(w.tp);
     let (heads, dim) = (heads as f64, dim as f64);
     // Score elements per GPU: local queries × the keys they attend over — the context (the
-    // sequence, or the packed sample) or the block's sliding window where it is shorter.
-    let context = w.seq.min(w.attention_span);
+    // sequence, the packed sample, or the block's attention chunk: a chunk is attended like
+    // a packed sample of its length) or the block's sliding window where it is shorter.
+    let context = w
+        .seq
+        .min(w.attention_span)
+        .min(m.attention_chunk.map_or(f64::INFINITY, |c| c as f64));
     let keys = m
         .attention_window
         .map_or(context, |win| context.min(win as f64));

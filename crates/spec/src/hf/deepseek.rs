@@ -69,6 +69,7 @@ impl Config<'_> {
                     count: 1,
                     window: None,
                     dense_ffn,
+                    chunk: None,
                 }),
             }
         }

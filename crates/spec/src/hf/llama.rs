@@ -279,6 +279,7 @@ impl Config<'_> {
                     count: 1,
                     window,
                     dense_ffn,
+                    chunk: None,
                 }),
             }
         }

@@ -18,12 +18,13 @@ mod config;
 mod deepseek;
 mod gpt;
 mod llama;
+mod llama4;
 mod nemotron;
 mod size;
 
 use config::{quote, show, Config};
 /// The `model_type`s this parser understands.
-pub const HF_MODEL_TYPES: [&str; 19] = [
+pub const HF_MODEL_TYPES: [&str; 21] = [
     "gpt2",
     "gpt_neox",
     "llama",
@@ -38,6 +39,8 @@ pub const HF_MODEL_TYPES: [&str; 19] = [
     "gemma2",
     "gemma3_text",
     "gpt_oss",
+    "llama4",
+    "llama4_text",
     "deepseek_v2",
     "deepseek_v3",
     "kimi_k2",
@@ -135,6 +138,14 @@ const READ_KEYS: &[&str] = &[
     "mamba_conv_bias",
     "use_bias",
     "mamba_proj_bias",
+    "text_config",
+    "intermediate_size_mlp",
+    "interleave_moe_layer_step",
+    "moe_layers",
+    "attention_chunk_size",
+    "no_rope_layers",
+    "no_rope_layer_interval",
+    "use_qk_norm",
 ];
 
 /// Parses a Hugging Face `config.json`; `source` (the file name) is used in errors.
@@ -164,6 +175,9 @@ const READ_KEYS: &[&str] = &[
 ///   out. Qwen2's `use_sliding_window` is not read.
 /// - `qwen3_moe` layers listed in `mlp_only_layers`, or off the `decoder_sparse_step`, are
 ///   dense MLPs of `intermediate_size`.
+/// - `llama4` (its `text_config`) and `llama4_text`: MoE layers of routed experts and one
+///   shared expert interleaved with dense MLPs, chunked attention on the RoPE layers and
+///   full attention on the NoPE ones, laid out as block runs (see `llama4`).
 /// - `nemotron_h`: one layer per symbol of `hybrid_override_pattern` (`M` Mamba-2 mixer,
 ///   `*` attention, `-` squared-ReLU MLP), laid out as block runs; MoE layers (`E`) are
 ///   refused. The attention layers carry no positional parameters.
@@ -208,8 +222,37 @@ pub fn model_from_hf_config(text: &str, source: &str) -> Result<ModelSpec> {
             ))
         }
     };
+    // Llama 4's config.json describes a multimodal model: the language model's keys sit in
+    // `text_config` (transformers' `Llama4Config`), whose errors name it.
+    let text_source = format!("{source} (text_config)");
+    let text_cfg;
+    let cfg = if model_type == "llama4" {
+        let allowed = "the language model's config: an object of llama4_text keys";
+        match map.get("text_config") {
+            Some(Value::Object(text)) => {
+                text_cfg = Config {
+                    source: &text_source,
+                    map: text,
+                };
+                &text_cfg
+            }
+            Some(v) => {
+                return Err(cfg.err(
+                    "text_config",
+                    format!("must be an object, got {}", show(v)),
+                    allowed,
+                ))
+            }
+            None => {
+                return Err(cfg.err("text_config", cfg.missing_problem("text_config"), allowed))
+            }
+        }
+    } else {
+        &cfg
+    };
     let spec = match model_type {
         "gpt2" => cfg.gpt2()?,
+        "llama4" | "llama4_text" => cfg.llama4()?,
         "gpt_neox" => cfg.gpt_neox()?,
         "llama" | "mistral" | "mixtral" | "qwen2" | "qwen3" | "qwen3_moe" => {
             cfg.llama(model_type)?

@@ -82,6 +82,7 @@ pub fn runs_from_pattern(pattern: &str) -> std::result::Result<Vec<BlockRun>, (u
                 kind,
                 window: None,
                 dense_ffn: None,
+                chunk: None,
             }),
         }
     }
@@ -184,8 +185,13 @@ pub struct BlockRun {
     /// A dense MLP of this width in place of the model's MoE (`None`: the default MLP).
     #[serde(default)]
     pub dense_ffn: Option<u64>,
+    /// Chunked local attention: each query attends only to the earlier keys of its own
+    /// chunk of this many tokens (Llama 4's `attention_chunk_size` on its RoPE layers;
+    /// `None`: the model's default span).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk: Option<u64>,
 }
 
-/// Most distinct block kinds a model may have (sliding/full × dense/MoE; Nemotron-H's
-/// Mamba-2, attention and MLP layers).
+/// Most distinct block kinds a model may have (sliding or chunked/full × dense/MoE;
+/// Nemotron-H's Mamba-2, attention and MLP layers).
 pub const MAX_BLOCK_KINDS: usize = 4;

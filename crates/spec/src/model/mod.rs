@@ -178,8 +178,8 @@ impl MlaSpec {
     }
 }
 
-/// A block kind's identity: what it holds, attention window, experts, MLP width.
-type RunKey = (BlockKind, Option<u64>, Option<MoeSpec>, u64);
+/// A block kind's identity: what it holds, attention window, attention chunk, experts, MLP width.
+type RunKey = (BlockKind, Option<u64>, Option<u64>, Option<MoeSpec>, u64);
 
 /// A transformer model: everything the planner, cost model and runtime need about its shape.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -233,6 +233,10 @@ pub struct ModelSpec {
     /// query attends over all earlier keys.
     #[serde(default)]
     pub attention_window: Option<u64>,
+    /// Chunked local attention of every block (Llama 4's `attention_chunk_size`): each query
+    /// attends to the earlier keys of its own chunk of this many tokens; `None`: no chunks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_chunk: Option<u64>,
     /// The blocks in order as runs of kinds, when they are not all alike (empty: `layers`
     /// identical blocks). The counts add up to `layers`.
     #[serde(default)]
@@ -337,16 +341,17 @@ impl ModelSpec {
     /// What distinguishes a run's blocks: the attention span and the MLP (experts, width).
     fn run_key(&self, run: &BlockRun) -> RunKey {
         let window = run.window.or(self.attention_window);
+        let chunk = run.chunk.or(self.attention_chunk);
         let (moe, ffn) = match run.dense_ffn {
             Some(f) => (None, f),
             None => (self.moe, self.ffn_hidden),
         };
         // Only the parts a block holds tell its kind apart.
         match run.kind {
-            BlockKind::Transformer => (run.kind, window, moe, ffn),
-            BlockKind::Attention => (run.kind, window, None, 0),
-            BlockKind::Mlp => (run.kind, None, moe, ffn),
-            BlockKind::Mamba => (run.kind, None, None, 0),
+            BlockKind::Transformer => (run.kind, window, chunk, moe, ffn),
+            BlockKind::Attention => (run.kind, window, chunk, None, 0),
+            BlockKind::Mlp => (run.kind, None, None, moe, ffn),
+            BlockKind::Mamba => (run.kind, None, None, None, 0),
         }
     }
 
@@ -394,6 +399,9 @@ impl ModelSpec {
         };
         if run.window.is_some() {
             v.attention_window = run.window;
+        }
+        if run.chunk.is_some() {
+            v.attention_chunk = run.chunk;
         }
         if let Some(f) = run.dense_ffn {
             v.moe = None;
@@ -700,10 +708,11 @@ impl ModelSpec {
             })
     }
 
-    /// Keys each query of a block attends over at sequence length `seq`: the sequence, or
-    /// the sliding window where it is shorter.
+    /// Keys each query of a block attends over at sequence length `seq`: the sequence (or
+    /// its attention chunk, where shorter), or the sliding window where it is shorter still.
     pub fn attention_span(&self, seq: u64) -> u64 {
-        self.attention_window.map_or(seq, |w| w.min(seq))
+        let context = self.attention_chunk.map_or(seq, |c| c.min(seq));
+        self.attention_window.map_or(context, |w| w.min(context))
     }
 
     /// Forward GEMMs of one block on one GPU, for `tokens` tokens (micro-batch × sequence

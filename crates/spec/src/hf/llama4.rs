@@ -1,0 +1,225 @@
+//! Llama 4 (Scout, Maverick): routed experts with one shared expert, MoE layers interleaved
+//! with dense ones, chunked local attention on the RoPE layers and full attention without
+//! positions (NoPE) on every fourth.
+//!
+//! Reads `llama4_text` keys (the `text_config` of a multimodal `llama4` config.json, which
+//! `model_from_hf_config` unwraps). Only which keys this family reads and their
+//! transformers defaults live here; the accessors and error wording are `config`'s.
+
+use serde_json::Value;
+
+use super::config::{show, Config};
+use super::{MAX_DIM, MAX_LAYERS};
+use crate::error::Result;
+use crate::model::{BlockKind, BlockRun, ModelSpec, MoeSpec, RouterSpec};
+use crate::presets;
+
+impl Config<'_> {
+    /// transformers' `Llama4TextConfig` / `Llama4TextDecoderLayer`:
+    /// - layer i is MoE when listed in `moe_layers` (default: every
+    ///   `interleave_moe_layer_step`-th layer, from step − 1), otherwise a dense SwiGLU MLP
+    ///   of `intermediate_size_mlp`;
+    /// - a MoE layer (`Llama4TextMoe`) holds `num_local_experts` routed experts and one
+    ///   shared expert, all `intermediate_size` wide; its router scores the top
+    ///   `num_experts_per_tok` experts by a sigmoid of their logits, unnormalised
+    ///   (`Llama4Router`);
+    /// - layer i uses RoPE where `no_rope_layers[i]` is 1 (default: all but every
+    ///   `no_rope_layer_interval`-th), and those layers attend within chunks of
+    ///   `attention_chunk_size` tokens; the NoPE layers attend over the whole sequence.
+    ///
+    /// The L2 norm of q and k (`use_qk_norm`) has no weights and is left out of the time,
+    /// as are the NoPE layers' skipped rotary passes and the attention temperature tuning.
+    pub(super) fn llama4(&self) -> Result<ModelSpec> {
+        let hidden = self.int("hidden_size", MAX_DIM)?;
+        let layers = self.int("num_hidden_layers", MAX_LAYERS)?;
+        let heads = self.int("num_attention_heads", MAX_DIM)?;
+        let kv_heads = self
+            .opt_int("num_key_value_heads", MAX_DIM)?
+            .unwrap_or(heads);
+        if heads % kv_heads > 0 {
+            return Err(self.err(
+                "num_key_value_heads",
+                format!("{kv_heads} does not divide num_attention_heads = {heads}"),
+                format!("a divisor of num_attention_heads ({heads})"),
+            ));
+        }
+        let head_dim = self.head_dim(
+            ("num_attention_heads", heads),
+            ("hidden_size", hidden),
+            self.opt_int("head_dim", MAX_DIM)?,
+            true,
+        )?;
+        let expert_ffn = self.int("intermediate_size", MAX_DIM)?;
+        let vocab = self.int("vocab_size", MAX_DIM)?;
+        let experts = self.int("num_local_experts", MAX_DIM)?;
+        let top_k = self.opt_int("num_experts_per_tok", MAX_DIM)?.unwrap_or(1);
+        if top_k > experts {
+            return Err(self.err(
+                "num_experts_per_tok",
+                format!("{top_k} exceeds num_local_experts = {experts}"),
+                format!("an integer from 1 to num_local_experts ({experts})"),
+            ));
+        }
+        let moe_layers = self.moe_layers(layers)?;
+        let dense_ffn = if moe_layers.iter().all(|&m| m) {
+            None
+        } else {
+            Some(self.int("intermediate_size_mlp", MAX_DIM)?)
+        };
+        let chunk = self.opt_int("attention_chunk_size", MAX_DIM)?;
+        let rope_layers = self.rope_layers(layers)?;
+        let mut runs: Vec<BlockRun> = Vec::new();
+        for (is_moe, rope) in moe_layers.into_iter().zip(rope_layers) {
+            let run = BlockRun {
+                count: 1,
+                kind: BlockKind::Transformer,
+                window: None,
+                dense_ffn: if is_moe { None } else { dense_ffn },
+                chunk: if rope { chunk } else { None },
+            };
+            match runs.last_mut() {
+                Some(r) if r.dense_ffn == run.dense_ffn && r.chunk == run.chunk => r.count += 1,
+                _ => runs.push(run),
+            }
+        }
+        let (attention_chunk, block_runs) = if runs.len() == 1 && runs[0].dense_ffn.is_none() {
+            (runs[0].chunk, Vec::new())
+        } else {
+            (None, runs)
+        };
+        let moe = MoeSpec {
+            experts,
+            top_k,
+            shared_experts: 1,
+        };
+        let spec = ModelSpec {
+            head_dim,
+            qkv_bias: self.flag("attention_bias", false)?,
+            tied_embeddings: self.flag("tie_word_embeddings", false)?,
+            rope_theta: self.rope_theta("rope_theta", 500_000.0)?,
+            norm_eps: self.float("rms_norm_eps", 1e-5)?,
+            attention_chunk,
+            block_runs,
+            router: Some(RouterSpec {
+                sigmoid: true,
+                expert_bias: false,
+                groups: None,
+                group_score_top2: false,
+                normalize_topk: false,
+                scaling: 1.0,
+            }),
+            ..presets::llama(
+                "",
+                hidden,
+                layers,
+                heads,
+                kv_heads,
+                expert_ffn,
+                vocab,
+                Some(moe),
+            )
+        };
+        self.check_size(
+            &spec,
+            &[
+                ("hidden_size", hidden),
+                ("num_hidden_layers", layers),
+                ("num_attention_heads", heads),
+                ("head_dim", head_dim),
+                ("intermediate_size", expert_ffn),
+                ("intermediate_size_mlp", dense_ffn.unwrap_or(0)),
+                ("vocab_size", vocab),
+                ("num_local_experts", experts),
+            ],
+        )?;
+        Ok(spec)
+    }
+
+    /// Whether each layer is MoE: `moe_layers` (indices), or every
+    /// `interleave_moe_layer_step`-th layer counted from step − 1 (transformers' default).
+    fn moe_layers(&self, layers: u64) -> Result<Vec<bool>> {
+        match self.get("moe_layers") {
+            Some(Value::Array(a)) => {
+                let mut moe = vec![false; layers as usize];
+                for v in a {
+                    match v.as_u64() {
+                        Some(i) if i < layers => moe[i as usize] = true,
+                        _ => {
+                            return Err(self.err(
+                                "moe_layers",
+                                format!("{} is not a layer index", show(v)),
+                                format!("integers from 0 to {}", layers.saturating_sub(1)),
+                            ))
+                        }
+                    }
+                }
+                Ok(moe)
+            }
+            Some(v) => Err(self.err(
+                "moe_layers",
+                format!("must be a list, got {}", show(v)),
+                "a list of layer indices",
+            )),
+            None => {
+                let step = self
+                    .opt_int("interleave_moe_layer_step", MAX_LAYERS)?
+                    .unwrap_or(1);
+                if step == 0 {
+                    return Err(self.err(
+                        "interleave_moe_layer_step",
+                        "0 makes no layer MoE",
+                        "a positive integer (1: every layer MoE)",
+                    ));
+                }
+                Ok((0..layers).map(|i| (i + 1).is_multiple_of(step)).collect())
+            }
+        }
+    }
+
+    /// Whether each layer applies RoPE (and so attends within its chunk): `no_rope_layers`
+    /// (1 = RoPE), or all but every `no_rope_layer_interval`-th layer (default 4).
+    fn rope_layers(&self, layers: u64) -> Result<Vec<bool>> {
+        match self.get("no_rope_layers") {
+            Some(Value::Array(a)) if !a.is_empty() => {
+                if a.len() as u64 != layers {
+                    return Err(self.err(
+                        "no_rope_layers",
+                        format!("lists {} layers, num_hidden_layers is {layers}", a.len()),
+                        "one 0 or 1 per layer",
+                    ));
+                }
+                a.iter()
+                    .map(|v| match v.as_u64() {
+                        Some(1) => Ok(true),
+                        Some(0) => Ok(false),
+                        _ => Err(self.err(
+                            "no_rope_layers",
+                            format!("{} is not 0 or 1", show(v)),
+                            "one 0 (NoPE, full attention) or 1 (RoPE, chunked) per layer",
+                        )),
+                    })
+                    .collect()
+            }
+            Some(Value::Array(_)) | None => {
+                let interval = self
+                    .opt_int("no_rope_layer_interval", MAX_LAYERS)?
+                    .unwrap_or(4);
+                if interval == 0 {
+                    return Err(self.err(
+                        "no_rope_layer_interval",
+                        "0 is not an interval",
+                        "a positive integer (4: every fourth layer without RoPE)",
+                    ));
+                }
+                Ok((0..layers)
+                    .map(|i| !(i + 1).is_multiple_of(interval))
+                    .collect())
+            }
+            Some(v) => Err(self.err(
+                "no_rope_layers",
+                format!("must be a list, got {}", show(v)),
+                "a list of 0 or 1, one per layer",
+            )),
+        }
+    }
+}
