@@ -228,3 +228,41 @@ fn multi_token_prediction_runs_on_the_last_stage() {
     assert!(b.stages[1].memory.weights_bytes > a.stages[1].memory.weights_bytes);
     assert!(b.model_flops_per_iteration > a.model_flops_per_iteration);
 }
+
+#[test]
+fn chunked_attention_costs_as_attention_over_the_chunk() {
+    // Llama 4's RoPE layers attend within chunks of 8,192 tokens: at 32k tokens their
+    // attention does a quarter of the full layers' work (causal within each chunk), and
+    // below the chunk length both kinds cost the same.
+    let cluster = cluster_preset("dgx-h100").unwrap();
+    let d = device_for(&cluster, plait_spec::Dtype::Bf16).unwrap();
+    let c = ParallelConfig {
+        dp: 8,
+        tp: 8,
+        sp: true,
+        ..ParallelConfig::default()
+    };
+    let scout = model_preset("llama4-scout").unwrap();
+    let g = Groups::new(&cluster, &c);
+    let forward = |seq: u64| {
+        let costs = layer_costs(&scout, &d, &g, &Workload::new(&c, &TrainSpec::new(64, seq)));
+        // Kinds in order of first appearance: chunked (layer 0), full (layer 3).
+        assert_eq!(scout.block_kinds()[0].attention_chunk, Some(8192));
+        (
+            costs.kinds[0].forward.compute_s,
+            costs.kinds[1].forward.compute_s,
+        )
+    };
+    let (chunked, full) = forward(32_768);
+    assert!(chunked < 0.8 * full, "{chunked} vs {full}");
+    let (chunked, full) = forward(8192);
+    assert!((chunked / full - 1.0).abs() < 1e-12, "{chunked} vs {full}");
+    // The model FLOPs count each chunked layer's scores over its chunk.
+    let t = TrainSpec::new(64, 32_768);
+    let uniform = plait_spec::ModelSpec {
+        attention_chunk: None,
+        block_runs: Vec::new(),
+        ..scout.clone()
+    };
+    assert!(plait_cost::model_flops(&scout, &t) < plait_cost::model_flops(&uniform, &t));
+}

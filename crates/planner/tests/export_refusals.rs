@@ -170,6 +170,21 @@ fn models_with_windowed_or_mixed_blocks_are_refused_with_the_reason() {
         let e = run(engine, &k).unwrap_err();
         assert!(e.contains("sliding-window"), "{e}");
     }
+    // Chunked attention (Llama 4's RoPE layers) that bites at the sequence length: every
+    // engine refuses it by name; a chunk at least as long as the sequence is full attention.
+    let mut k = llama2_7b();
+    k.model.attention_chunk = Some(1024);
+    for engine in [
+        Engine::Megatron,
+        Engine::DeepSpeed,
+        Engine::Torchtitan,
+        Engine::TorchtitanToml,
+    ] {
+        let e = run(engine, &k).unwrap_err();
+        assert!(e.contains("chunk"), "{e}");
+    }
+    k.model.attention_chunk = Some(k.train.seq);
+    assert!(run(Engine::Megatron, &k).is_ok());
     let mut k = llama2_7b();
     k.train.task = plait_spec::Task::Lora;
     for engine in [

@@ -186,6 +186,93 @@ fn llama3(m: ModelSpec) -> ModelSpec {
     }
 }
 
+/// Llama 4's text model around its layer layout: GQA attention of `head_dim`-wide heads,
+/// `moe` routed experts (and its shared ones) of `expert_ffn`, routed by a sigmoid of the
+/// top-k logits without renormalisation (transformers' `Llama4Router`); RoPE θ 500,000,
+/// RMSNorm ε 1e-5, untied (`Llama4TextConfig` defaults). The caller sets the block runs.
+pub(crate) fn llama4(
+    name: &str,
+    (hidden, layers, heads, kv_heads, head_dim): (u64, u64, u64, u64, u64),
+    expert_ffn: u64,
+    vocab: u64,
+    moe: MoeSpec,
+) -> ModelSpec {
+    ModelSpec {
+        head_dim,
+        rope_theta: 500_000.0,
+        router: Some(crate::model::RouterSpec {
+            sigmoid: true,
+            expert_bias: false,
+            groups: None,
+            group_score_top2: false,
+            normalize_topk: false,
+            scaling: 1.0,
+        }),
+        ..llama(
+            name,
+            hidden,
+            layers,
+            heads,
+            kv_heads,
+            expert_ffn,
+            vocab,
+            Some(moe),
+        )
+    }
+}
+
+/// Llama 4's layers as block runs: layer i has experts where `moe[i]` (otherwise a dense
+/// MLP of `dense_ffn`) and attends within chunks of `chunk` tokens where `rope[i]` (its
+/// RoPE layers; the NoPE ones attend over the whole sequence). Returns the model-wide chunk
+/// and no runs when every layer is alike.
+pub(crate) fn llama4_layout(
+    moe: &[bool],
+    rope: &[bool],
+    dense_ffn: Option<u64>,
+    chunk: Option<u64>,
+) -> (Option<u64>, Vec<BlockRun>) {
+    let runs = crate::model::runs_of(moe.iter().zip(rope).map(|(&is_moe, &rope)| BlockRun {
+        count: 1,
+        kind: BlockKind::Transformer,
+        window: None,
+        dense_ffn: if is_moe { None } else { dense_ffn },
+        chunk: if rope { chunk } else { None },
+    }));
+    if runs.len() == 1 && runs[0].dense_ffn.is_none() {
+        (runs[0].chunk, Vec::new())
+    } else {
+        (None, runs)
+    }
+}
+
+/// Llama 4 Scout (`experts` 16, `moe_step` 1) or Maverick (128, 2) as released
+/// (meta-llama/Llama-4-{Scout-17B-16E,Maverick-17B-128E} config.json, `text_config`):
+/// hidden 5120, 48 layers, 40 query and 8 kv heads of 128, experts and shared expert 8192
+/// wide, dense layers 16384, top-1, vocabulary 202048, chunks of 8192 tokens on the RoPE
+/// layers, every fourth layer NoPE (full attention).
+fn llama4_release(name: &str, experts: u64, moe_step: u64) -> ModelSpec {
+    const LAYERS: u64 = 48;
+    let moe: Vec<bool> = (0..LAYERS).map(|i| (i + 1) % moe_step == 0).collect();
+    let rope: Vec<bool> = (0..LAYERS).map(|i| (i + 1) % 4 != 0).collect();
+    let dense = (moe_step > 1).then_some(16384);
+    let (attention_chunk, block_runs) = llama4_layout(&moe, &rope, dense, Some(8192));
+    ModelSpec {
+        attention_chunk,
+        block_runs,
+        ..llama4(
+            name,
+            (5120, LAYERS, 40, 8, 128),
+            8192,
+            202048,
+            MoeSpec {
+                experts,
+                top_k: 1,
+                shared_experts: 1,
+            },
+        )
+    }
+}
+
 /// The SC'21 Table 1 GPT sizes (Narayanan et al. 2021): (name, heads, hidden, layers).
 /// Vocabulary 51,200 and sequence 2,048 as in the paper.
 pub const SC21_GPT: [(&str, u64, u64, u64); 10] = [
@@ -213,6 +300,8 @@ pub fn model_preset_names() -> Vec<&'static str> {
         "llama3-70b",
         "llama3-405b",
         "mixtral-8x7b",
+        "llama4-scout",
+        "llama4-maverick",
         "bert-large",
         "nemotron-h-8b",
         "tiny-gpt",
@@ -267,6 +356,8 @@ pub fn model_preset(name: &str) -> Result<ModelSpec> {
                 }),
             )
         },
+        "llama4-scout" => llama4_release("llama4-scout", 16, 1),
+        "llama4-maverick" => llama4_release("llama4-maverick", 128, 2),
         // nvidia/Nemotron-H-8B-Base-8K config.json (and Megatron-Bridge's
         // `NemotronHModelProvider8B`): hidden 4096, 52 layers of the pattern above, 32 query
         // and 8 kv heads of 128, MLP 21504 squared ReLU, Mamba-2 with 128 heads of 64
@@ -341,7 +432,9 @@ mod tests {
         check("llama3-70b", 70_553_706_496.0);
         check("llama3-405b", 405_853_388_800.0);
         check("mixtral-8x7b", 46_702_792_704.0); // "47B total, 13B active"
-                                                 // BertModel (with pooler) as released; the paper's "340M" is a rounded figure.
+                                                 // Meta's Llama 4 model card: Maverick 400 B total (17 B active).
+        check("llama4-maverick", 400e9);
+        // BertModel (with pooler) as released; the paper's "340M" is a rounded figure.
         check("bert-large", 335_141_888.0);
         // NVIDIA publishes Nemotron-H-8B as "8B" (model card), a rounded figure; by hand
         // from its config.json: 24 Mamba-2 layers of 4096·18560 (in_proj: 2·8192 + 2·8·128
@@ -386,6 +479,20 @@ mod tests {
             );
             assert_eq!(format!("{got_b:.1}"), format!("{want:.1}"), "{name}");
         }
+    }
+
+    #[test]
+    fn llama4_presets_are_their_config_files() {
+        // The language model of meta-llama/Llama-4-Scout-17B-16E (the card's 109 B adds its
+        // ≈ 0.8 B vision encoder): the count `hf_llama4` derives from the config.json.
+        let scout = model_preset("llama4-scout").unwrap();
+        assert_eq!(scout.parameter_count(), 107_769_861_120);
+        assert_eq!(scout.active_parameter_count(), 17_172_894_720);
+        assert_eq!(scout.block_kinds().len(), 2);
+        let maverick = model_preset("llama4-maverick").unwrap();
+        assert_eq!(maverick.block_kinds().len(), 3);
+        let active = maverick.active_parameter_count() as f64;
+        assert!((active / 17e9 - 1.0).abs() < 0.03, "{active}");
     }
 
     #[test]

@@ -3,16 +3,13 @@
 //! published totals, the layer kinds (MoE and dense MLPs, chunked and full attention), and
 //! one-line errors naming the bad key.
 
-use plait_spec::{model_from_hf_config, Family, ModelSpec};
+mod common;
+
+use common::parse;
+use plait_spec::{model_from_hf_config, Family};
 use serde_json::{json, Value};
 
-/// meta-llama/Llama-4-Scout-17B-16E config.json (its vision_config abbreviated to the
-/// keys that shape it; plait reads only `text_config`).
-const SCOUT: &str = include_str!("fixtures/hf/llama-4-scout-17b-16e.json");
-
-fn parse(text: &str) -> ModelSpec {
-    model_from_hf_config(text, "config.json").unwrap_or_else(|e| panic!("{e}"))
-}
+const SCOUT: &str = common::LLAMA4_SCOUT;
 
 /// Scout's config with `text_config.key` set to `value` (`Value::Null`: removed).
 fn scout_with(key: &str, value: Value) -> String {
@@ -56,7 +53,7 @@ fn near(name: &str, got: u64, published: f64, tolerance: f64) {
 
 #[test]
 fn scout_counts_and_layer_kinds() {
-    let m = parse(SCOUT);
+    let m = parse(SCOUT, "config.json");
     assert_eq!(m.family, Family::Moe);
     assert_eq!(
         (m.hidden, m.layers, m.heads, m.kv_heads, m.head_dim),
@@ -100,7 +97,7 @@ fn scout_counts_and_layer_kinds() {
 
 #[test]
 fn maverick_interleaves_dense_and_moe_layers() {
-    let m = parse(&maverick());
+    let m = parse(&maverick(), "config.json");
     let kinds = m.block_kinds();
     // Dense layers (even indices) all use RoPE; MoE layers with RoPE, and MoE layers
     // without (every fourth layer is odd, so MoE).
@@ -117,7 +114,7 @@ fn maverick_interleaves_dense_and_moe_layers() {
     let text = doc["text_config"].as_object_mut().unwrap();
     text.remove("moe_layers");
     text.remove("no_rope_layers");
-    assert_eq!(parse(&doc.to_string()), m);
+    assert_eq!(parse(&doc.to_string(), "config.json"), m);
 }
 
 #[test]
@@ -125,15 +122,24 @@ fn text_only_config_parses_alike() {
     let doc: Value = serde_json::from_str(SCOUT).unwrap();
     let text = doc["text_config"].to_string();
     let m = model_from_hf_config(&text, "Llama-4-Scout-text/config.json").unwrap();
-    assert_eq!(m.parameter_count(), parse(SCOUT).parameter_count());
+    assert_eq!(
+        m.parameter_count(),
+        parse(SCOUT, "config.json").parameter_count()
+    );
     assert_eq!(m.name, "Llama-4-Scout-text");
 }
 
 #[test]
 fn no_chunk_size_means_full_attention_everywhere() {
-    let m = parse(&scout_with("attention_chunk_size", Value::Null));
+    let m = parse(
+        &scout_with("attention_chunk_size", Value::Null),
+        "config.json",
+    );
     assert!(m.block_kinds().iter().all(|k| k.attention_chunk.is_none()));
-    assert_eq!(m.parameter_count(), parse(SCOUT).parameter_count());
+    assert_eq!(
+        m.parameter_count(),
+        parse(SCOUT, "config.json").parameter_count()
+    );
 }
 
 #[test]

@@ -166,6 +166,14 @@ pub(super) fn model_reasons(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -
             model.name, train.seq
         ));
     }
+    // Chunked local attention (Llama 4) that bites at this sequence length.
+    if bites(model.attention_chunk) || model.block_runs.iter().any(|r| bites(r.chunk)) {
+        out.push(format!(
+            "{} attends within chunks shorter than the sequence ({}); the Megatron export \
+             writes full causal attention only",
+            model.name, train.seq
+        ));
+    }
     if let Err(reason) = moe_layer_flags(model) {
         out.push(reason);
     }
@@ -411,13 +419,14 @@ fn hybrid_reasons(model: &ModelSpec) -> Vec<String> {
         ));
     }
     if model.attention_window.is_some()
+        || model.attention_chunk.is_some()
         || model
             .block_runs
             .iter()
-            .any(|r| r.window.is_some() || r.dense_ffn.is_some())
+            .any(|r| r.window.is_some() || r.chunk.is_some() || r.dense_ffn.is_some())
     {
         out.push(format!(
-            "{} has sliding-window or differently sized layers, which \
+            "{} has sliding-window, chunked or differently sized layers, which \
              --hybrid-layer-pattern cannot say",
             model.name
         ));

@@ -215,11 +215,13 @@ pub fn export(
         ));
     } else if !model.is_hybrid()
         && engine != Engine::Megatron
-        && (!model.block_runs.is_empty() || model.attention_window.is_some())
+        && (!model.block_runs.is_empty()
+            || model.attention_window.is_some()
+            || model.attention_chunk.is_some())
     {
         reasons.push(format!(
-            "{} has sliding-window attention or blocks of different kinds, which the {} \
-             export does not write yet",
+            "{} has sliding-window or chunked attention, or blocks of different kinds, which \
+             the {} export does not write yet",
             model.name, engine
         ));
     }

@@ -58,21 +58,16 @@ impl Config<'_> {
             top_k,
             shared_experts: shared,
         };
-        let mut runs: Vec<BlockRun> = Vec::new();
-        for i in 0..layers {
+        let mut runs = crate::model::runs_of((0..layers).map(|i| {
             let dense = i < first_dense || !i.is_multiple_of(freq);
-            let dense_ffn = dense.then_some(dense_ffn);
-            match runs.last_mut() {
-                Some(r) if r.dense_ffn == dense_ffn => r.count += 1,
-                _ => runs.push(BlockRun {
-                    kind: crate::model::BlockKind::Transformer,
-                    count: 1,
-                    window: None,
-                    dense_ffn,
-                    chunk: None,
-                }),
+            BlockRun {
+                kind: crate::model::BlockKind::Transformer,
+                count: 1,
+                window: None,
+                dense_ffn: dense.then_some(dense_ffn),
+                chunk: None,
             }
-        }
+        }));
         if runs.len() == 1 && runs[0].dense_ffn.is_none() {
             runs.clear();
         }

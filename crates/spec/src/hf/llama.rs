@@ -269,20 +269,13 @@ impl Config<'_> {
                 }
             }
         }
-        // Run-length encode; one run of default blocks means a uniform model.
-        let mut runs: Vec<BlockRun> = Vec::new();
-        for (window, dense_ffn) in kinds {
-            match runs.last_mut() {
-                Some(r) if r.window == window && r.dense_ffn == dense_ffn => r.count += 1,
-                _ => runs.push(BlockRun {
-                    kind: crate::model::BlockKind::Transformer,
-                    count: 1,
-                    window,
-                    dense_ffn,
-                    chunk: None,
-                }),
-            }
-        }
+        let runs = crate::model::runs_of(kinds.into_iter().map(|(window, dense_ffn)| BlockRun {
+            kind: crate::model::BlockKind::Transformer,
+            count: 1,
+            window,
+            dense_ffn,
+            chunk: None,
+        }));
         if runs.len() == 1 && runs[0].dense_ffn.is_none() {
             return Ok((runs[0].window, Vec::new()));
         }

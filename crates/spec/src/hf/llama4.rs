@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::config::{show, Config};
 use super::{MAX_DIM, MAX_LAYERS};
 use crate::error::Result;
-use crate::model::{BlockKind, BlockRun, ModelSpec, MoeSpec, RouterSpec};
+use crate::model::{ModelSpec, MoeSpec};
 use crate::presets;
 
 impl Config<'_> {
@@ -68,55 +68,25 @@ impl Config<'_> {
         };
         let chunk = self.opt_int("attention_chunk_size", MAX_DIM)?;
         let rope_layers = self.rope_layers(layers)?;
-        let mut runs: Vec<BlockRun> = Vec::new();
-        for (is_moe, rope) in moe_layers.into_iter().zip(rope_layers) {
-            let run = BlockRun {
-                count: 1,
-                kind: BlockKind::Transformer,
-                window: None,
-                dense_ffn: if is_moe { None } else { dense_ffn },
-                chunk: if rope { chunk } else { None },
-            };
-            match runs.last_mut() {
-                Some(r) if r.dense_ffn == run.dense_ffn && r.chunk == run.chunk => r.count += 1,
-                _ => runs.push(run),
-            }
-        }
-        let (attention_chunk, block_runs) = if runs.len() == 1 && runs[0].dense_ffn.is_none() {
-            (runs[0].chunk, Vec::new())
-        } else {
-            (None, runs)
-        };
-        let moe = MoeSpec {
-            experts,
-            top_k,
-            shared_experts: 1,
-        };
+        let (attention_chunk, block_runs) =
+            presets::llama4_layout(&moe_layers, &rope_layers, dense_ffn, chunk);
         let spec = ModelSpec {
-            head_dim,
             qkv_bias: self.flag("attention_bias", false)?,
             tied_embeddings: self.flag("tie_word_embeddings", false)?,
             rope_theta: self.rope_theta("rope_theta", 500_000.0)?,
             norm_eps: self.float("rms_norm_eps", 1e-5)?,
             attention_chunk,
             block_runs,
-            router: Some(RouterSpec {
-                sigmoid: true,
-                expert_bias: false,
-                groups: None,
-                group_score_top2: false,
-                normalize_topk: false,
-                scaling: 1.0,
-            }),
-            ..presets::llama(
+            ..presets::llama4(
                 "",
-                hidden,
-                layers,
-                heads,
-                kv_heads,
+                (hidden, layers, heads, kv_heads, head_dim),
                 expert_ffn,
                 vocab,
-                Some(moe),
+                MoeSpec {
+                    experts,
+                    top_k,
+                    shared_experts: 1,
+                },
             )
         };
         self.check_size(

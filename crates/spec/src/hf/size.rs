@@ -80,7 +80,7 @@ fn block_u128(s: &ModelSpec, norm: u128) -> u128 {
     let one_mlp = mats * h * f + if s.linear_bias { (mats - 1) * f + h } else { 0 };
     let mlp = match s.moe {
         None => one_mlp,
-        Some(m) => w(m.experts) * (one_mlp + h),
+        Some(m) => w(m.experts) * (one_mlp + h) + w(m.shared_experts) * one_mlp,
     };
     let mixer = match s.mamba {
         Some(m) => {

@@ -89,6 +89,25 @@ pub fn runs_from_pattern(pattern: &str) -> std::result::Result<Vec<BlockRun>, (u
     Ok(runs)
 }
 
+/// Run-length encodes one block per layer (each `count` 1) into runs of alike blocks.
+pub fn runs_of(blocks: impl IntoIterator<Item = BlockRun>) -> Vec<BlockRun> {
+    let mut runs: Vec<BlockRun> = Vec::new();
+    for b in blocks {
+        match runs.last_mut() {
+            Some(r)
+                if BlockRun {
+                    count: b.count,
+                    ..*r
+                } == b =>
+            {
+                r.count += b.count
+            }
+            _ => runs.push(b),
+        }
+    }
+    runs
+}
+
 /// Chunk length Q of the SSD scan when a config does not give one: Megatron-LM's
 /// `MambaMixer` default (`megatron/core/ssm/mamba_mixer.py`, `chunk_size=128`), which
 /// Nemotron-H trains with.

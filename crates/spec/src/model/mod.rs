@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 mod blocks;
 
 pub use blocks::{
-    runs_from_pattern, BlockKind, BlockRun, MambaSpec, DEFAULT_MAMBA_CHUNK, MAX_BLOCK_KINDS,
+    runs_from_pattern, runs_of, BlockKind, BlockRun, MambaSpec, DEFAULT_MAMBA_CHUNK,
+    MAX_BLOCK_KINDS,
 };
 
 /// Model family: decides the block structure (norm, MLP kind, positions, head).

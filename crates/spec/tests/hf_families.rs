@@ -1,0 +1,418 @@
+//! `model_from_hf_config` on the later families' released `config.json` files (Phi-3,
+//! OLMo 2, Falcon, Nemotron-H) and on the RoPE keys every family reads.
+
+mod common;
+
+use common::*;
+use plait_spec::{BlockKind, Family, ModelSpec, Positions};
+use serde_json::{json, Value};
+
+/// microsoft/Phi-3-mini-4k-instruct config.json (the keys that shape the model).
+fn phi3_mini() -> Value {
+    json!({
+        "architectures": ["Phi3ForCausalLM"], "model_type": "phi3",
+        "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32064,
+        "max_position_embeddings": 4096, "original_max_position_embeddings": 4096,
+        "hidden_act": "silu", "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+        "rope_scaling": null, "sliding_window": 2047, "tie_word_embeddings": false,
+        "attention_dropout": 0.0, "embd_pdrop": 0.0, "resid_pdrop": 0.0,
+        "bos_token_id": 1, "eos_token_id": 32000, "pad_token_id": 32000,
+        "torch_dtype": "bfloat16"
+    })
+}
+
+#[test]
+fn phi3_mini_4k() {
+    let m = parse(
+        &phi3_mini().to_string(),
+        "Phi-3-mini-4k-instruct/config.json",
+    );
+    assert_eq!(m.family, Family::Llama);
+    assert_eq!(
+        (m.hidden, m.layers, m.heads, m.kv_heads),
+        (3072, 32, 32, 32)
+    );
+    assert!(!m.qkv_bias && !m.linear_bias && !m.tied_embeddings);
+    assert_eq!((m.rope_theta, m.norm_eps), (10_000.0, 1e-5));
+    // Model card / safetensors: 3.82 B parameters.
+    assert_eq!(m.parameter_count(), 3_821_079_552);
+    within_1_percent("phi-3-mini", m.parameter_count(), 3.82e9);
+    let gelu = with(&phi3_mini().to_string(), "hidden_act", json!("gelu"));
+    error(&gelu, "hidden_act");
+}
+
+#[test]
+fn olmo2_7b() {
+    // allenai/OLMo-2-1124-7B config.json.
+    let cfg = json!({
+        "architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2",
+        "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 100352,
+        "max_position_embeddings": 4096, "hidden_act": "silu", "rms_norm_eps": 1e-06,
+        "rope_theta": 500000, "rope_scaling": null, "attention_bias": false,
+        "attention_dropout": 0.0, "tie_word_embeddings": false, "pad_token_id": 100277,
+        "eos_token_id": 100257, "torch_dtype": "float32"
+    });
+    let m = parse(&cfg.to_string(), "OLMo-2-1124-7B/config.json");
+    assert_eq!(m.family, Family::Llama);
+    assert_eq!((m.rope_theta, m.norm_eps), (500_000.0, 1e-6));
+    // The q/k norms (2 × 4096 per layer) are left out: 262,144 fewer than the checkpoint.
+    assert_eq!(m.parameter_count(), 7_298_355_200);
+    // Model card: 7.3 B parameters.
+    within_1_percent("olmo-2-7b", m.parameter_count(), 7.30e9);
+}
+
+/// tiiuae/falcon-7b config.json.
+fn falcon_7b() -> Value {
+    json!({
+        "architectures": ["FalconForCausalLM"], "model_type": "falcon",
+        "alibi": false, "apply_residual_connection_post_layernorm": false,
+        "attention_dropout": 0.0, "bias": false, "bos_token_id": 11, "eos_token_id": 11,
+        "hidden_dropout": 0.0, "hidden_size": 4544, "initializer_range": 0.02,
+        "layer_norm_epsilon": 1e-05, "multi_query": true, "new_decoder_architecture": false,
+        "num_attention_heads": 71, "num_hidden_layers": 32, "parallel_attn": true,
+        "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 65024
+    })
+}
+
+#[test]
+fn falcon_7b_and_40b() {
+    let m = parse(&falcon_7b().to_string(), "falcon-7b/config.json");
+    assert_eq!(m.family, Family::Gpt);
+    assert_eq!(m.positions, Positions::Rotary);
+    assert_eq!((m.heads, m.kv_heads, m.head_dim), (71, 1, 64));
+    assert!(m.tied_embeddings && !m.qkv_bias && !m.linear_bias);
+    assert_eq!(m.ffn_hidden, 4 * 4544);
+    // One LayerNorm per parallel block, counted as two here: 2h × 32 = 290,816 more than
+    // the checkpoint's 6,921,720,704 (model card: "7B"; hub: 6.92 B).
+    assert_eq!(m.parameter_count(), 6_921_720_704 + 290_816);
+    within_1_percent("falcon-7b", m.parameter_count(), 6.92e9);
+
+    // tiiuae/falcon-40b config.json: grouped-query attention with 8 kv heads, two
+    // LayerNorms per block (new_decoder_architecture).
+    let cfg = json!({
+        "architectures": ["FalconForCausalLM"], "model_type": "falcon",
+        "alibi": false, "apply_residual_connection_post_layernorm": false,
+        "attention_dropout": 0.0, "bias": false, "bos_token_id": 11, "eos_token_id": 11,
+        "hidden_dropout": 0.0, "hidden_size": 8192, "initializer_range": 0.02,
+        "layer_norm_epsilon": 1e-05, "new_decoder_architecture": true,
+        "num_attention_heads": 128, "num_hidden_layers": 60, "num_kv_heads": 8,
+        "parallel_attn": true, "torch_dtype": "bfloat16", "vocab_size": 65024
+    });
+    let m = parse(&cfg.to_string(), "falcon-40b/config.json");
+    assert_eq!((m.heads, m.kv_heads, m.head_dim), (128, 8, 64));
+    assert_eq!(m.parameter_count(), 41_303_293_952);
+    // Hub: 41.3 B ("40B" on the model card).
+    within_1_percent("falcon-40b", m.parameter_count(), 41.3e9);
+
+    // What ModelSpec cannot hold is refused, naming the key and the allowed values.
+    let alibi = error(
+        &with(&falcon_7b().to_string(), "alibi", json!(true)),
+        "alibi",
+    );
+    assert!(alibi.allowed.contains("false"), "{alibi}");
+    error(
+        &with(&falcon_7b().to_string(), "activation", json!("relu")),
+        "activation",
+    );
+    let biased = parse(
+        &with(&falcon_7b().to_string(), "bias", json!(true)),
+        "falcon.json",
+    );
+    assert!(biased.qkv_bias && biased.linear_bias);
+    let mha = parse(
+        &with(&falcon_7b().to_string(), "multi_query", json!(false)),
+        "falcon.json",
+    );
+    assert_eq!(mha.kv_heads, 71);
+}
+
+#[test]
+fn rope_theta_and_norm_eps_are_read() {
+    let m = parse(QWEN2_7B, "qwen2.json");
+    assert_eq!((m.rope_theta, m.norm_eps), (1e6, 1e-6));
+    let m = parse(MIXTRAL_8X7B, "mixtral.json");
+    assert_eq!(m.rope_theta, 1e6);
+    let m = parse(GPT2, "gpt2.json");
+    assert_eq!(m.norm_eps, 1e-5);
+    let m = parse(BERT_LARGE, "bert.json");
+    assert_eq!(m.norm_eps, 1e-12);
+    // transformers 5 keeps θ under rope_parameters.
+    let v5 = with(
+        &with(LLAMA2_7B, "rope_theta", Value::Null),
+        "rope_parameters",
+        json!({"rope_type": "default", "rope_theta": 500000.0}),
+    );
+    assert_eq!(parse(&v5, "x.json").rope_theta, 500_000.0);
+    error(&with(LLAMA2_7B, "rms_norm_eps", json!(-1)), "rms_norm_eps");
+    error(&with(LLAMA2_7B, "rope_theta", json!("big")), "rope_theta");
+}
+
+#[test]
+fn rope_scaling_is_read_by_its_type() {
+    use plait_spec::RopeScaling;
+    // meta-llama/Llama-3.1-8B's config.json.
+    let llama31 = json!({
+        "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192, "rope_type": "llama3"
+    });
+    let m = parse(&with(LLAMA2_7B, "rope_scaling", llama31.clone()), "x.json");
+    assert_eq!(
+        m.rope_scaling,
+        Some(RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_positions: 8192
+        })
+    );
+    // transformers 5 keeps it, with θ, under rope_parameters.
+    let mut v5 = llama31;
+    v5["rope_theta"] = json!(500000.0);
+    let m = parse(
+        &with(
+            &with(LLAMA2_7B, "rope_theta", Value::Null),
+            "rope_parameters",
+            v5,
+        ),
+        "x.json",
+    );
+    assert!(matches!(m.rope_scaling, Some(RopeScaling::Llama3 { factor, .. }) if factor == 8.0));
+    assert_eq!(m.rope_theta, 500_000.0);
+    // The released file: the same rescaling, and Llama 3.1 8B's 8.03 B parameters.
+    let m = parse(
+        include_str!("fixtures/hf/llama-3.1-8b.json"),
+        "Llama-3.1-8B/config.json",
+    );
+    assert!(matches!(m.rope_scaling, Some(RopeScaling::Llama3 { factor, .. }) if factor == 8.0));
+    assert_eq!(m.parameter_count(), 8_030_261_248);
+    // Older configs name it `type`; YaRN's original context defaults to the model's.
+    let yarn = json!({"type": "yarn", "factor": 4.0});
+    let m = parse(&with(QWEN2_7B, "rope_scaling", yarn), "x.json");
+    assert_eq!(m.rope_scaling, Some(RopeScaling::yarn(4.0, 131072)));
+    // DeepSeek's YaRN carries its band and temperature.
+    let yarn = json!({"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,
+        "beta_fast": 16, "beta_slow": 2, "mscale": 1.0, "mscale_all_dim": 0.707});
+    let m = parse(&with(QWEN2_7B, "rope_scaling", yarn), "x.json");
+    assert_eq!(
+        m.rope_scaling,
+        Some(RopeScaling::Yarn {
+            factor: 40.0,
+            original_max_positions: 4096,
+            beta_fast: 16.0,
+            beta_slow: 2.0,
+            mscale: Some(1.0),
+            mscale_all_dim: Some(0.707),
+        })
+    );
+    // `default`, null and absent are no rescaling; an unknown method is kept by name.
+    let none = json!({"rope_type": "default"});
+    assert_eq!(
+        parse(&with(LLAMA2_7B, "rope_scaling", none), "x.json").rope_scaling,
+        None
+    );
+    assert_eq!(
+        parse(&with(LLAMA2_7B, "rope_scaling", Value::Null), "x.json").rope_scaling,
+        None
+    );
+    let other = json!({"rope_type": "longrope", "short_factor": [1.0]});
+    assert_eq!(
+        parse(&with(LLAMA2_7B, "rope_scaling", other), "x.json").rope_scaling,
+        Some(RopeScaling::Other {
+            name: "longrope".into()
+        })
+    );
+    // Bad numbers name their key.
+    let bad = json!({"rope_type": "linear", "factor": 1e308});
+    error(&with(LLAMA2_7B, "rope_scaling", bad), "rope_scaling.factor");
+    let missing = json!({"rope_type": "llama3", "factor": 8.0});
+    error(
+        &with(LLAMA2_7B, "rope_scaling", missing),
+        "rope_scaling.low_freq_factor",
+    );
+    error(&with(LLAMA2_7B, "rope_scaling", json!(3)), "rope_scaling");
+}
+
+/// nvidia/Nemotron-H-8B-Base-8K's config.json (the keys plait reads, as released; the
+/// same shape as Megatron-Bridge's Nemotron-H 8B test fixture); also a fuzz seed.
+fn nemotron_h_8b() -> Value {
+    serde_json::from_str(NEMOTRON_H_8B).unwrap()
+}
+
+#[test]
+fn nemotron_h_hybrid_layers_and_parameter_count() {
+    let m = parse(&nemotron_h_8b().to_string(), "nemotron-h-8b/config.json");
+    assert_eq!(m.name, "nemotron-h-8b");
+    // 24 Mamba-2, 24 MLP and 4 attention layers, in the pattern's order.
+    let kinds = m.block_kinds();
+    assert_eq!(
+        kinds.iter().map(|k| k.block).collect::<Vec<_>>(),
+        [BlockKind::Mamba, BlockKind::Mlp, BlockKind::Attention]
+    );
+    assert_eq!(&m.kind_counts(0, 52)[..3], &[24, 24, 4]);
+    assert_eq!(m.kind_counts(6, 2)[..3], [1, 0, 1]); // layers 6 (`M`) and 7 (`*`)
+    assert_eq!(
+        m.hybrid_pattern().as_deref(),
+        Some("M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-")
+    );
+    assert_eq!(m.activation, plait_spec::Activation::Relu2);
+    let mamba = m.mamba.unwrap();
+    assert_eq!((mamba.d_inner(), mamba.in_proj_width()), (8192, 18560));
+    // By hand: a Mamba-2 layer is in_proj 4096·(2·8192 + 2·8·128 + 128) = 76,021,760,
+    // conv1d (8192 + 2·8·128)·4 + 10240 (bias) = 51,200, A_log, D and dt_bias 3·128, the
+    // gated RMSNorm 8192, out_proj 8192·4096 = 33,554,432 and its pre-norm 4096:
+    // 109,640,064; an MLP layer 2·4096·21504 + 4096 = 176,164,864; an attention layer
+    // 4096·(32 + 2·8)·128 + 32·128·4096 + 4096 = 41,947,136; embedding and untied head
+    // 2·131072·4096 = 1,073,741,824 and the final norm 4096. 24·109,640,064 +
+    // 24·176,164,864 + 4·41,947,136 + 1,073,745,920 = 8,100,852,736.
+    assert_eq!(kinds[0].block_params(), 109_640_064);
+    assert_eq!(kinds[1].block_params(), 176_164_864);
+    assert_eq!(kinds[2].block_params(), 41_947_136);
+    assert_eq!(m.parameter_count(), 8_100_852_736);
+    // NVIDIA publishes the model as "8B" (model card), a rounded figure: the count rounds
+    // to it.
+    let p = m.parameter_count() as f64 / 1e9;
+    assert_eq!(p.round(), 8.0, "{p}");
+    // The preset is the same model.
+    let preset = plait_spec::model_preset("nemotron-h-8b").unwrap();
+    assert_eq!(
+        ModelSpec {
+            name: preset.name.clone(),
+            ..m.clone()
+        },
+        preset
+    );
+}
+
+#[test]
+fn nemotron_h_spellings_defaults_and_errors() {
+    // NVIDIA's remote code spells some Mamba keys with a `mamba_` prefix; without
+    // `mamba_num_heads` the heads follow from expand × hidden / head dim.
+    let mut alt = nemotron_h_8b();
+    let map = alt.as_object_mut().unwrap();
+    for (old, new) in [
+        ("n_groups", "mamba_n_groups"),
+        ("conv_kernel", "mamba_d_conv"),
+        ("chunk_size", "mamba_chunk_size"),
+    ] {
+        let v = map.remove(old).unwrap();
+        map.insert(new.into(), v);
+    }
+    map.remove("mamba_num_heads");
+    let m = parse(&alt.to_string(), "x.json");
+    assert_eq!(m.parameter_count(), 8_100_852_736);
+    // Chunk defaults to Megatron-LM's 128.
+    let m = parse(
+        &with(&nemotron_h_8b().to_string(), "chunk_size", Value::Null),
+        "x.json",
+    );
+    assert_eq!(m.mamba.unwrap().chunk, 128);
+    let base = nemotron_h_8b().to_string();
+    let e = error(
+        &with(&base, "hybrid_override_pattern", json!("MEM*-")),
+        "hybrid_override_pattern",
+    );
+    assert!(e.problem.contains("mixture-of-experts"), "{e}");
+    let e = error(
+        &with(&base, "hybrid_override_pattern", json!("M-M*")),
+        "hybrid_override_pattern",
+    );
+    assert!(e.problem.contains("num_hidden_layers is 52"), "{e}");
+    error(
+        &with(&base, "hybrid_override_pattern", Value::Null),
+        "hybrid_override_pattern",
+    );
+    error(
+        &with(&base, "mlp_hidden_act", json!("silu")),
+        "mlp_hidden_act",
+    );
+    error(&with(&base, "n_groups", json!(3)), "n_groups");
+    error(
+        &with(&base, "ssm_state_size", Value::Null),
+        "ssm_state_size",
+    );
+}
+
+#[test]
+fn deepseek_latent_attention_and_dense_first_layers() {
+    // deepseek-ai/DeepSeek-V3: 671 B parameters in the main model (the model card's 685 B
+    // add the 14 B multi-token-prediction module, which transformers does not build).
+    let v3 = json!({
+        "model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61,
+        "num_attention_heads": 128, "num_key_value_heads": 128,
+        "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64, "v_head_dim": 128, "intermediate_size": 18432,
+        "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1,
+        "num_experts_per_tok": 8, "first_k_dense_replace": 3, "moe_layer_freq": 1,
+        "vocab_size": 129280, "num_nextn_predict_layers": 1, "tie_word_embeddings": false
+    });
+    let m = parse(&v3.to_string(), "v3.json");
+    let p = m.parameter_count() as f64 / 1e9;
+    assert!((p / 671.0 - 1.0).abs() < 0.01, "{p}");
+    // 37 B activated per token (model card), embedding and output matrices included.
+    let active = m.active_parameter_count() as f64 / 1e9;
+    assert!((active / 37.5 - 1.0).abs() < 0.03, "{active}");
+    let kinds = m.block_kinds();
+    assert!(kinds[0].moe.is_none() && kinds[0].ffn_hidden == 18432);
+    assert_eq!(kinds[1].moe.unwrap().shared_experts, 1);
+    assert_eq!(&m.kind_counts(0, 61)[..2], &[3, 58]);
+    // Its router (as released: sigmoid scores, routing bias, 8 groups keeping 4, ×2.5).
+    let mut routed = v3.clone();
+    for (k, v) in [
+        ("scoring_func", json!("sigmoid")),
+        ("topk_method", json!("noaux_tc")),
+        ("n_group", json!(8)),
+        ("topk_group", json!(4)),
+        ("norm_topk_prob", json!(true)),
+        ("routed_scaling_factor", json!(2.5)),
+    ] {
+        routed[k] = v;
+    }
+    let r = parse(&routed.to_string(), "v3.json").router.unwrap();
+    assert!(r.sigmoid && r.expert_bias && r.normalize_topk && r.group_score_top2);
+    assert_eq!((r.groups, r.scaling), (Some((8, 4)), 2.5));
+    routed["topk_method"] = json!("top3");
+    error(&routed.to_string(), "topk_method");
+    // deepseek-ai/DeepSeek-V2-Lite: 15.7 B, no query latent, two shared experts.
+    let lite = json!({
+        "model_type": "deepseek_v2", "hidden_size": 2048, "num_hidden_layers": 27,
+        "num_attention_heads": 16, "num_key_value_heads": 16, "q_lora_rank": null,
+        "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+        "v_head_dim": 128, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+        "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6,
+        "first_k_dense_replace": 1, "vocab_size": 102400
+    });
+    let m = parse(&lite.to_string(), "lite.json");
+    let p = m.parameter_count() as f64 / 1e9;
+    assert!((p / 15.7 - 1.0).abs() < 0.01, "{p}");
+    // transformers' defaults: softmax over all experts, greedy top-k, not renormalised.
+    let r = m.router.unwrap();
+    assert!(!r.sigmoid && !r.expert_bias && !r.normalize_topk && r.groups.is_none());
+    let mut bad = lite.clone();
+    bad["num_experts_per_tok"] = json!(65);
+    error(&bad.to_string(), "num_experts_per_tok");
+    let mut bad = lite.clone();
+    bad.as_object_mut().unwrap().remove("kv_lora_rank");
+    error(&bad.to_string(), "kv_lora_rank");
+}
+
+#[test]
+fn kimi_k2_is_deepseek_v3_shaped() {
+    // moonshotai/Kimi-K2: "1T total parameters, 32B activated" (model card, rounded);
+    // 64 heads, 384 routed experts, one dense first layer.
+    let k2 = json!({
+        "model_type": "kimi_k2", "hidden_size": 7168, "num_hidden_layers": 61,
+        "num_attention_heads": 64, "q_lora_rank": 1536, "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+        "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 384,
+        "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 1,
+        "vocab_size": 163840
+    });
+    let m = parse(&k2.to_string(), "k2.json");
+    let total = m.parameter_count() as f64 / 1e12;
+    assert!((total - 1.0).abs() < 0.05, "{total} T");
+    let active = m.active_parameter_count() as f64 / 1e9;
+    assert!((active / 32.0 - 1.0).abs() < 0.05, "{active} B");
+    assert_eq!(&m.kind_counts(0, 61)[..2], &[1, 60]);
+}
