@@ -379,11 +379,13 @@ _CONFIG: Dict[str, Any] = {
     "zero": _check_int,
     "sp": bool,
     "recompute": _check_str,
+    "recompute_layers": _check_int,
     "schedule": _check_str,
 }
 
 _PINS: Dict[str, Any] = {**_CONFIG, "sp": "tristate"}
 del _PINS["config"]
+del _PINS["recompute_layers"]
 
 _PICTURES: Dict[str, Any] = {"svg": _check_path, "trace": _check_path}
 
@@ -529,6 +531,7 @@ def estimate(
     zero: Optional[int] = None,
     sp: bool = False,
     recompute: Optional[str] = None,
+    recompute_layers: Optional[int] = None,
     schedule: Optional[str] = None,
     config: Optional[str] = None,
     engine: Optional[str] = None,
@@ -572,6 +575,7 @@ def simulate(
     zero: Optional[int] = None,
     sp: bool = False,
     recompute: Optional[str] = None,
+    recompute_layers: Optional[int] = None,
     schedule: Optional[str] = None,
     config: Optional[str] = None,
     engine: Optional[str] = None,

@@ -72,6 +72,10 @@ ESTIMATES = [
         ["--model", "llama3-8b", "--cluster", "dgx-h200", "--gpus", "16", "--pp", "4", "--gbs", "64", "--schedule", "zb-h1", "--simulate"],
     ),
     (
+        dict(model="llama4-scout", cluster="dgx-h100", gpus=64, tp=2, pp=4, ep=8, sp=True, gbs=64, seq=8192, recompute="full", recompute_layers=4),
+        ["--model", "llama4-scout", "--cluster", "dgx-h100", "--gpus", "64", "--tp", "2", "--pp", "4", "--ep", "8", "--sp", "--gbs", "64", "--seq", "8192", "--recompute", "full", "--recompute-layers", "4"],
+    ),
+    (
         dict(model="llama3-8b", cluster="dgx-h200", gpus=8, gbs=16, no_profile=True),
         ["--model", "llama3-8b", "--cluster", "dgx-h200", "--gpus", "8", "--gbs", "16", "--no-profile"],
     ),

@@ -5,10 +5,10 @@ use clap::Args;
 use comfy_table::{presets::UTF8_BORDERS_ONLY, Cell, CellAlignment, Table};
 use serde::Serialize;
 
-use plait_cost::{estimate, first_stage_layers, Estimate, LayerReport};
+use plait_cost::{estimate_mapped, first_stage_layers, Estimate, LayerReport};
 
 use crate::inputs::{ConfigArgs, WorkloadArgs};
-use plait_spec::GIB;
+use plait_spec::{StageMap, GIB};
 
 #[derive(Debug, Args)]
 pub struct EstimateArgs {
@@ -46,10 +46,12 @@ pub fn run(args: &EstimateArgs) -> Result<String> {
     if let Some(g) = args.workload.gpus()? {
         config.validate(&r.model, &r.train, g)?;
     }
+    let map = args.config.stage_map(&r.model, &r.train, &config)?;
     let e = if args.simulate {
-        plait_planner::simulate_config(&r.model, &r.cluster, &r.train, &config, &r.device)?.estimate
+        plait_planner::simulate_mapped(&r.model, &r.cluster, &r.train, &config, &r.device, &map)?
+            .estimate
     } else {
-        estimate(&r.model, &r.cluster, &r.train, &config, &r.device)?
+        estimate_mapped(&r.model, &r.cluster, &r.train, &config, &r.device, &map)?
     };
     if args.json {
         let doc = EstimateJson {
@@ -69,7 +71,7 @@ pub fn run(args: &EstimateArgs) -> Result<String> {
         };
         return Ok(serde_json::to_string_pretty(&doc)? + "\n");
     }
-    Ok(render(&r, &e, args.simulate))
+    Ok(render(&r, &e, &map, args.simulate))
 }
 
 fn seconds(s: f64) -> String {
@@ -147,10 +149,22 @@ fn placement_line(cluster: &plait_spec::ClusterSpec, c: &plait_spec::ParallelCon
     line
 }
 
-fn render(r: &crate::inputs::Resolved, e: &Estimate, simulated: bool) -> String {
+fn render(r: &crate::inputs::Resolved, e: &Estimate, map: &StageMap, simulated: bool) -> String {
     let c = &e.config;
+    // Full recomputation of part of the blocks (`--recompute-layers`): say how many.
+    let partial = c.recompute == plait_spec::Recompute::Full
+        && (0..c.pp).any(|r| map.recompute_blocks[r as usize] < map.rank_blocks(r, c.pp));
+    let recompute_line = if partial {
+        format!(
+            " ({} of {} blocks per pipeline stage recomputed)",
+            map.recompute_blocks[0],
+            map.rank_blocks(0, c.pp)
+        )
+    } else {
+        String::new()
+    };
     let mut out = format!(
-        "plait estimate: {} ({}) on {} × {} ({}), engine {}\ncluster: {}\nplacement: {}\nconfig: {c}\nbatch: {} sequences × {} tokens, {} micro-batches of {} per pipeline, {}{}{}\n\n",
+        "plait estimate: {} ({}) on {} × {} ({}), engine {}\ncluster: {}\nplacement: {}\nconfig: {c}{recompute_line}\nbatch: {} sequences × {} tokens, {} micro-batches of {} per pipeline, {}{}{}\n\n",
         r.model.name,
         parameters_line(&r.model),
         c.gpus(),

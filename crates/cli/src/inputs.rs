@@ -161,6 +161,11 @@ pub struct ConfigArgs {
     /// Activation recomputation: none, selective or full.
     #[arg(long, default_value = "none", value_parser = parse_keyword::<Recompute>)]
     pub recompute: Recompute,
+    /// With full recomputation, recompute only the first N blocks of each pipeline stage's
+    /// model chunk (Megatron's --recompute-method block --recompute-num-layers N); the
+    /// other blocks keep their activations (default: every block).
+    #[arg(long, allow_negative_numbers = true)]
+    pub recompute_layers: Option<i64>,
     /// Pipeline schedule: gpipe, 1f1b, interleaved (implied by --vp > 1), zb-h1, scp.
     #[arg(long, default_value = "1f1b", value_parser = parse_keyword::<Schedule>)]
     pub schedule: Schedule,
@@ -409,6 +414,33 @@ fn replicas(gpus: u64, model_parallel: u64) -> Result<u64, SpecError> {
 }
 
 impl ConfigArgs {
+    /// The layout of `c`'s blocks: Megatron's even split, with `--recompute-layers` blocks
+    /// of each chunk recomputed where given (which needs full recomputation).
+    pub fn stage_map(
+        &self,
+        m: &plait_spec::ModelSpec,
+        t: &plait_spec::TrainSpec,
+        c: &ParallelConfig,
+    ) -> Result<plait_spec::StageMap, SpecError> {
+        let map = plait_spec::StageMap::uniform_checked(m, t, c)?;
+        let Some(n) = self.recompute_layers else {
+            return Ok(map);
+        };
+        let n = positive("recompute-layers", n)?;
+        if c.recompute != Recompute::Full {
+            return Err(SpecError::new(
+                "--recompute-layers",
+                "recompute_layers",
+                format!(
+                    "counts fully recomputed blocks, but recomputation is {}",
+                    c.recompute
+                ),
+                "--recompute full (or recompute=full in --config) with it",
+            ));
+        }
+        Ok(map.with_block_recompute(n, c.pp))
+    }
+
     /// The configuration, with dp derived from `gpus` when not given.
     pub fn resolve(&self, gpus: Option<u64>) -> Result<ParallelConfig, SpecError> {
         if let Some(text) = &self.config {

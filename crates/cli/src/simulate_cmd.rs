@@ -8,7 +8,7 @@ use comfy_table::{presets::UTF8_BORDERS_ONLY, Cell, CellAlignment, Table};
 use serde::Serialize;
 
 use plait_cost::Estimate;
-use plait_planner::{simulate_config, Simulated};
+use plait_planner::{simulate_mapped, Simulated};
 use plait_schedule::RankReport;
 
 use crate::inputs::{ConfigArgs, WorkloadArgs};
@@ -117,7 +117,8 @@ pub fn run(args: &SimulateArgs) -> Result<String> {
     if let Some(g) = gpus {
         config.validate(&r.model, &r.train, g)?;
     }
-    let s = simulate_config(&r.model, &r.cluster, &r.train, &config, &r.device)?;
+    let map = args.config.stage_map(&r.model, &r.train, &config)?;
+    let s = simulate_mapped(&r.model, &r.cluster, &r.train, &config, &r.device, &map)?;
     let title = format!(
         "{} on {} × {}: {config}",
         r.model.name,

@@ -381,3 +381,54 @@ fn a_reader_that_leaves_early_is_not_an_error() {
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(out.status.code(), Some(0), "{err}");
 }
+
+#[test]
+fn recompute_layers_recompute_part_of_each_stage() {
+    // Llama 3 70B on 64 H100 at tp4 pp4: 20 blocks per stage, as NeMo's recipes recompute
+    // some of them (Megatron's --recompute-method block --recompute-num-layers).
+    let base = [
+        "estimate",
+        "--model",
+        "llama3-70b",
+        "--cluster",
+        "dgx-h100",
+        "--gpus",
+        "64",
+        "--gbs",
+        "128",
+        "--seq",
+        "8192",
+        "--tp",
+        "4",
+        "--pp",
+        "4",
+        "--sp",
+        "--recompute",
+        "full",
+        "--json",
+    ];
+    let run = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        let (code, out, err) = plait(&args);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        (
+            v["breakdown"]["recompute_s"].as_f64().unwrap(),
+            v["memory"]["activations_bytes"].as_f64().unwrap(),
+        )
+    };
+    let (all_s, all_act) = run(&[]);
+    let (five_s, five_act) = run(&["--recompute-layers", "5"]);
+    // A quarter of the blocks recompute: a quarter of the recompute time; the other blocks
+    // keep their activations.
+    assert!((five_s / all_s - 0.25).abs() < 1e-9, "{five_s} vs {all_s}");
+    assert!(five_act > 5.0 * all_act, "{five_act} vs {all_act}");
+    // A count above the blocks of a chunk recomputes them all.
+    assert_eq!(run(&["--recompute-layers", "99"]), (all_s, all_act));
+    let mut selective = base.to_vec();
+    let at = selective.len() - 2;
+    selective[at] = "selective";
+    selective.extend_from_slice(&["--recompute-layers", "5"]);
+    check_error(&selective, "recompute_layers");
+}

@@ -109,6 +109,21 @@ impl StageMap {
         map
     }
 
+    /// Megatron-LM's `--recompute-method block --recompute-num-layers n` (with full
+    /// recomputation): in each model chunk of every pipeline rank the first `n` blocks
+    /// recompute in full (all of a shorter chunk) and the others keep their activations
+    /// (Megatron-LM d98e8a6 `TransformerBlock._checkpointed_forward`, `block` method).
+    /// Counts are kept per rank and filled chunk by chunk, so with vp > 1 a rank recomputes
+    /// as many blocks as Megatron's, though not always in the same chunks.
+    pub fn with_block_recompute(mut self, n: u64, p: u64) -> StageMap {
+        let chunks = self.chunk_blocks.len() as u64 / p.max(1);
+        for r in 0..p {
+            self.recompute_blocks[r as usize] =
+                (0..chunks).map(|c| self.blocks_of(r, c, p).min(n)).sum();
+        }
+        self
+    }
+
     /// Blocks of chunk `c` of pipeline rank `r` of `p` (placement: `plait_schedule`'s
     /// [`virtual_stage`]).
     pub fn blocks_of(&self, r: u64, c: u64, p: u64) -> u64 {
