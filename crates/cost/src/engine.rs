@@ -138,6 +138,16 @@ pub struct EngineProfile {
     /// caches a row-wise and a column-wise fp8 copy in `_fp8_workspaces`, `module/base.py`;
     /// torchao casts on the fly and keeps none).
     pub fp8_weight_copy_bytes: f64,
+    /// In a low-precision run the linears keep the quantised copy of their input for the
+    /// weight-gradient GEMM (1 byte per element for fp8, with its scales for the block
+    /// formats) rather than the 16-bit tensor: Transformer Engine's `Linear` saves its
+    /// quantised input with only the column-wise data it needs (TE d0067d0
+    /// `module/linear.py`, "Discard row-wise data since it is not needed in backward
+    /// pass", `saved_inputmat = inputmat`), `LayerNormLinear` its quantised `ln_out`
+    /// (`module/layernorm_linear.py`). torchao's float8 training saves the high-precision
+    /// input (`matmul_with_hp_or_float8_args.forward`: `ctx.save_for_backward(input_hp,
+    /// weight_hp_t)`), as plait's runtime keeps its 16-bit tensors.
+    pub saves_quantized_linear_inputs: bool,
     /// Bytes per element of gradients in the data-parallel reduction with 16-bit training:
     /// Megatron-LM reduces fp32 main gradients with bf16, NVIDIA's performance recipes bf16
     /// ones (sources at the `megatron` profile), Composer's FSDP `mixed_precision: DEFAULT` reduces in fp32
@@ -204,6 +214,7 @@ impl EngineProfile {
             // column-wise, 2 bytes like the 16-bit weight they replace) next to the fp32
             // master weights of the optimizer: no extra bytes.
             fp8_weight_copy_bytes: 0.0,
+            saves_quantized_linear_inputs: true,
             // NVIDIA's performance configurations reduce gradients in bf16: NeMo 8cfedd7
             // `scripts/performance/helpers.py` `set_precision_configs`
             // (`grad_reduce_in_fp32 = False`; for fp8 runs since 81d94d1501, Feb 2025, and
@@ -285,6 +296,7 @@ impl EngineProfile {
                 fp8_cast_fused_into_norm: false,
                 fp8_cast_bytes_per_element: 6.0,
                 fp8_weight_copy_bytes: 0.0,
+                saves_quantized_linear_inputs: false,
                 cross_entropy: CrossEntropy::TORCH,
                 sharded: ShardedParams {
                     regather_with_pipeline: false,
@@ -324,6 +336,7 @@ impl EngineProfile {
             },
             // plait's runtime: eager, in-line collectives.
             Engine::Plait => EngineProfile {
+                saves_quantized_linear_inputs: false,
                 grad_reduce_bf16_bytes: 4.0,
                 attention: AttentionKernel::Flash2,
                 cross_entropy: CrossEntropy::TORCH,

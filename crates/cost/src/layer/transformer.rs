@@ -508,6 +508,15 @@ pub(super) fn transformer_block_cost(
     bwd_phase.compute_s = bwd.time_s() * w.kernel_scale();
 
     // --- activation memory (per micro-batch) ---
+    // Bytes per element of each linear's saved input: its quantised copy where the engine
+    // keeps that for the weight gradient (Transformer Engine in a low-precision run), else
+    // the 16-bit tensor. Frozen LoRA linears still keep theirs (the adapters read it).
+    let quantised_input = w.low_precision() && w.engine.saves_quantized_linear_inputs;
+    let linear_in = if quantised_input {
+        w.quantised_copy_bytes()
+    } else {
+        e
+    };
     let attention_saved = if has_attn {
         let core_io = match w.attention {
             // q, k, v inputs of the kernel and its output (also the projection input).
@@ -519,20 +528,28 @@ pub(super) fn transformer_block_cost(
                 (q_local + 2.0 * kv_local) * tokens * e + out_local * tokens * e
             }
         };
-        core_io + latent_bytes // MLA's latents: the up projections' inputs
+        // The output projection keeps its own quantised copy of the attention output
+        // beside the 16-bit one the attention kernel keeps.
+        let projection_copy = if quantised_input {
+            out_local * tokens * linear_in
+        } else {
+            0.0
+        };
+        core_io + latent_bytes + projection_copy // MLA's latents: the up projections' inputs
     } else {
         0.0
     };
-    let mlp_saved = match m.activation {
-        // fc1 output (GELU input) and GELU output (fc2 input); for squared ReLU, relu's
-        // output (which pow reads again) and pow's (fc2 input).
-        Activation::Gelu | Activation::Relu2 => {
-            2.0 * (routed_tokens * f_local + tokens * shared_f) * e
-        }
-        // gate and up outputs, and their product (down input); the shared experts keep
-        // the same per element of their width.
-        Activation::SwiGlu => 3.0 * (routed_tokens * f_local + tokens * shared_f) * e,
-    };
+    // The activation's 16-bit inputs, then fc2's saved input (the activation's output, or
+    // its quantised copy).
+    let mlp_saved = (routed_tokens * f_local + tokens * shared_f)
+        * match m.activation {
+            // fc1 output (GELU input) and GELU output (fc2 input); for squared ReLU, relu's
+            // output (which pow reads again) and pow's (fc2 input).
+            Activation::Gelu | Activation::Relu2 => e + linear_in,
+            // gate and up outputs, and their product (down input); the shared experts keep
+            // the same per element of their width.
+            Activation::SwiGlu => 2.0 * e + linear_in,
+        };
     let moe_saved = match m.moe {
         // Router logits (fp32) and the permuted expert inputs and outputs.
         Some(moe) => tokens * moe.experts as f64 * FP32 + 2.0 * routed_tokens * h * e,
@@ -541,7 +558,7 @@ pub(super) fn transformer_block_cost(
     // Per half it holds: the norm input and the QKV or fc1 input (sharded with sp), the
     // dropout mask.
     let halves = f64::from(u8::from(has_attn)) + f64::from(u8::from(has_mlp));
-    let outside = halves * (2.0 * rep * e + dropout_mask);
+    let outside = halves * (rep * (e + linear_in) + dropout_mask);
     let all_saved = outside + attention_saved + core.internal_bytes + mlp_saved + moe_saved;
     // Largest activation-gradient pair alive in the MLP backward (one expert at a time).
     let gradient_pair = 2.0 * routed_tokens * f_local * e / experts_local;
