@@ -1,10 +1,14 @@
 //! What a block of the layer list holds: its kind (transformer, attention, MLP, Mamba-2),
-//! the Mamba-2 mixer's shape, and the runs of blocks that differ from the model's default
-//! block (sliding windows, dense layers among MoE ones, hybrid patterns).
+//! the Mamba-2 mixer's shape, the runs of blocks that differ from the model's default
+//! block (sliding windows, attention chunks, dense layers among MoE ones, hybrid
+//! patterns), and `ModelSpec`'s answers about them (`block_kinds`, `kind_counts`: the one
+//! place that knows which block is which).
 //!
 //! Shapes and counts only, like the rest of `model`.
 
 use serde::{Deserialize, Serialize};
+
+use super::{ModelSpec, MoeSpec};
 
 /// What one block (one layer of the layer list) holds, each part behind its own pre-norm.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -214,3 +218,146 @@ pub struct BlockRun {
 /// Most distinct block kinds a model may have (sliding or chunked/full × dense/MoE;
 /// Nemotron-H's Mamba-2, attention and MLP layers).
 pub const MAX_BLOCK_KINDS: usize = 4;
+
+/// A block kind's identity: what it holds, attention window, attention chunk, experts, MLP width.
+type RunKey = (BlockKind, Option<u64>, Option<u64>, Option<MoeSpec>, u64);
+
+/// Which block is which: the kinds of a model's blocks and where each sits.
+impl ModelSpec {
+    /// What distinguishes a run's blocks: the attention span and the MLP (experts, width).
+    fn run_key(&self, run: &BlockRun) -> RunKey {
+        let window = run.window.or(self.attention_window);
+        let chunk = run.chunk.or(self.attention_chunk);
+        let (moe, ffn) = match run.dense_ffn {
+            Some(f) => (None, f),
+            None => (self.moe, self.ffn_hidden),
+        };
+        // Only the parts a block holds tell its kind apart.
+        match run.kind {
+            BlockKind::Transformer => (run.kind, window, chunk, moe, ffn),
+            BlockKind::Attention => (run.kind, window, chunk, None, 0),
+            BlockKind::Mlp => (run.kind, None, None, moe, ffn),
+            BlockKind::Mamba => (run.kind, None, None, None, 0),
+        }
+    }
+
+    /// Kind index (into [`ModelSpec::block_kinds`]) of each run, without allocating: kinds
+    /// are numbered in the order they first appear.
+    fn run_kinds(&self) -> impl Iterator<Item = (usize, &BlockRun)> + '_ {
+        let mut seen: [Option<RunKey>; MAX_BLOCK_KINDS] = [None; MAX_BLOCK_KINDS];
+        self.block_runs.iter().map(move |run| {
+            let key = self.run_key(run);
+            let k = match seen.iter().position(|s| *s == Some(key)) {
+                Some(k) => k,
+                None => {
+                    let free = seen
+                        .iter()
+                        .position(Option::is_none)
+                        .unwrap_or(MAX_BLOCK_KINDS - 1);
+                    seen[free] = Some(key);
+                    free
+                }
+            };
+            (k, run)
+        })
+    }
+
+    /// The distinct kinds of block, as uniform models (each without runs), in the order
+    /// they first appear; one entry for a uniform model.
+    pub fn block_kinds(&self) -> Vec<ModelSpec> {
+        if self.block_runs.is_empty() {
+            return vec![self.clone()];
+        }
+        let mut kinds: Vec<ModelSpec> = Vec::new();
+        for (k, run) in self.run_kinds() {
+            if k == kinds.len() {
+                kinds.push(self.variant(run));
+            }
+        }
+        kinds
+    }
+
+    /// The uniform model whose blocks are those of `run`.
+    pub fn variant(&self, run: &BlockRun) -> ModelSpec {
+        let mut v = ModelSpec {
+            block_runs: Vec::new(),
+            ..self.clone()
+        };
+        if run.window.is_some() {
+            v.attention_window = run.window;
+        }
+        if run.chunk.is_some() {
+            v.attention_chunk = run.chunk;
+        }
+        if let Some(f) = run.dense_ffn {
+            v.moe = None;
+            v.ffn_hidden = f;
+        }
+        v.block = run.kind;
+        if !run.kind.has_mlp() {
+            v.moe = None;
+        }
+        v
+    }
+
+    /// Whether any block is a Mamba-2 mixer.
+    pub fn has_mamba(&self) -> bool {
+        self.block == BlockKind::Mamba
+            || self
+                .block_runs
+                .iter()
+                .any(|r| r.kind == BlockKind::Mamba && r.count > 0)
+    }
+
+    /// The model's `hybrid_override_pattern` (one symbol per block), when it is a hybrid
+    /// whose blocks are all Mamba-2, attention-only or MLP-only.
+    pub fn hybrid_pattern(&self) -> Option<String> {
+        if !self.is_hybrid() {
+            return None;
+        }
+        let kinds: Vec<BlockKind> = if self.block_runs.is_empty() {
+            vec![self.block; self.layers as usize]
+        } else {
+            self.block_runs
+                .iter()
+                .flat_map(|r| std::iter::repeat_n(r.kind, r.count as usize))
+                .collect()
+        };
+        if kinds.iter().any(|k| k.is_transformer()) {
+            return None;
+        }
+        Some(kinds.iter().map(|k| k.pattern_symbol()).collect())
+    }
+
+    /// Whether some block is not a transformer block (a hybrid such as Nemotron-H).
+    pub fn is_hybrid(&self) -> bool {
+        !self.block.is_transformer() || self.block_runs.iter().any(|r| !r.kind.is_transformer())
+    }
+
+    /// The kind (indexed as [`ModelSpec::block_kinds`]) of the last block, which
+    /// multi-token-prediction modules repeat.
+    pub fn last_block_kind(&self) -> usize {
+        self.kind_counts(self.layers.saturating_sub(1), 1)
+            .iter()
+            .position(|&n| n > 0)
+            .unwrap_or(0)
+    }
+
+    /// Blocks of each kind (indexed as [`ModelSpec::block_kinds`]) among blocks
+    /// `first..first + count`; blocks past the last are ignored.
+    pub fn kind_counts(&self, first: u64, count: u64) -> [u64; MAX_BLOCK_KINDS] {
+        let mut out = [0; MAX_BLOCK_KINDS];
+        if self.block_runs.is_empty() {
+            out[0] = count.min(self.layers.saturating_sub(first));
+            return out;
+        }
+        let (lo, hi) = (first, first.saturating_add(count));
+        let mut start = 0u64;
+        for (k, run) in self.run_kinds() {
+            let end = start.saturating_add(run.count);
+            out[k] += end.min(hi).saturating_sub(start.max(lo));
+            start = end;
+        }
+        out
+    }
+}
