@@ -237,6 +237,17 @@ DEEPSEEK_V3_SMALL = {
     "tie_word_embeddings": False, "hidden_act": "silu",
 }
 
+# A small Qwen2 with YaRN outside multi-latent attention (Megatron's --position-embedding-type
+# yarn), its band left unrounded as GPT-OSS's is (`truncate: false`).
+QWEN2_YARN_SMALL = {
+    "model_type": "qwen2", "hidden_size": 1024, "intermediate_size": 2816,
+    "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
+    "vocab_size": 32000, "max_position_embeddings": 32768, "rope_theta": 1000000,
+    "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "hidden_act": "silu",
+    "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192,
+                     "truncate": False},
+}
+
 MEGATRON_PLANS = [
     pytest.param(dict(gpus=8, tp=2, pp=1, zero=1), id="tp2"),
     pytest.param(dict(gpus=16, tp=2, pp=4, zero=1, vp=2, schedule="interleaved"), id="pp4-vp2"),
@@ -247,6 +258,7 @@ MEGATRON_PLANS = [
     pytest.param(dict(gpus=8, tp=2, pp=1, zero=1, model=str(FIXTURES / "qwen3-8b.json")), id="qwen3"),
     pytest.param(dict(gpus=8, tp=1, pp=1, ep=4, zero=1, model="qwen3-moe-mixed"), id="qwen3-moe-mixed"),
     pytest.param(dict(gpus=8, tp=1, pp=1, ep=4, zero=1, model="deepseek-v3-small"), id="deepseek-v3"),
+    pytest.param(dict(gpus=8, tp=2, pp=1, zero=1, model="qwen2-yarn-small"), id="qwen2-yarn"),
     # Experts unsplit beside tp 2 (--expert-tensor-parallel-size 1): ep 8 takes tp ranks too.
     pytest.param(
         dict(gpus=16, tp=2, pp=1, ep=8, etp=1, zero=1, model="mixtral-8x7b"), id="moe-etp1"
@@ -286,7 +298,11 @@ def test_megatron_parses_the_export(plait_bin, tmp_path, monkeypatch, pins):
             "Megatron-LM's megatron/training/arguments.py is not importable (PyPI's "
             f"megatron-core ships megatron/core only; put a Megatron-LM checkout on PYTHONPATH): {e}"
         )
-    configs = {"qwen3-moe-mixed": QWEN3_MOE_MIXED, "deepseek-v3-small": DEEPSEEK_V3_SMALL}
+    configs = {
+        "qwen3-moe-mixed": QWEN3_MOE_MIXED,
+        "deepseek-v3-small": DEEPSEEK_V3_SMALL,
+        "qwen2-yarn-small": QWEN2_YARN_SMALL,
+    }
     name = pins.get("model")
     if name in configs:
         path = tmp_path / name / "config.json"
@@ -298,8 +314,8 @@ def test_megatron_parses_the_export(plait_bin, tmp_path, monkeypatch, pins):
     argv = megatron_args(script)
     # The environment the script exports (CUDA_DEVICE_MAX_CONNECTIONS=1 for TP/CP overlap,
     # which validate_args checks), as `source megatron_args.sh` would set it.
-    for name, value in re.findall(r"^export (\w+)=(\S+)$", script.read_text(), re.M):
-        monkeypatch.setenv(name, value)
+    for var, value in re.findall(r"^export (\w+)=(\S+)$", script.read_text(), re.M):
+        monkeypatch.setenv(var, value)
     monkeypatch.setattr(sys, "argv", ["pretrain_gpt.py"] + argv)
     # torchrun's environment for rank 0 of the plan's world: validate_args checks the degrees
     # against it (divisibility, schedule and ZeRO constraints) as pretrain_gpt.py does.
@@ -344,6 +360,11 @@ def test_megatron_parses_the_export(plait_bin, tmp_path, monkeypatch, pins):
         assert (args.ffn_hidden_size, args.moe_ffn_hidden_size) == (2816, 512)
         assert args.moe_shared_expert_intermediate_size == 512
         assert args.mtp_num_layers == 1
+    if name == "qwen2-yarn-small":
+        assert args.position_embedding_type == "yarn" and args.rotary_scaling_factor == 4
+        assert args.yarn_original_max_position_embeddings == 8192
+        assert (args.yarn_beta_fast, args.yarn_beta_slow) == (32, 1)
+        assert args.yarn_correction_range_round_to_int is False
     if pins.get("model") == "nemotron-h-8b":
         # Megatron derived the layers and the virtual stages from the pattern.
         assert args.hybrid_layer_pattern.replace("|", "") == NEMOTRON_H_8B_PATTERN

@@ -329,7 +329,25 @@ fn megatron_exports_carry_the_rope_scaling_or_refuse_it() {
         },
         "fixes them at 1, 4 and 8192",
     );
-    refused(RopeScaling::yarn(4.0, 4096), "YaRN");
+    // YaRN outside MLA: GPT-OSS's (factor 32 over 4096 positions, band not rounded).
+    let yarn = |attention_factor, truncate| RopeScaling::Yarn {
+        factor: 32.0,
+        original_max_positions: 4096,
+        beta_fast: 32.0,
+        beta_slow: 1.0,
+        mscale: None,
+        mscale_all_dim: None,
+        attention_factor,
+        truncate,
+    };
+    let (flags, _) = exported_theta_eps(llama31(yarn(None, Some(false))));
+    assert_eq!(flags["--position-embedding-type"], "yarn");
+    assert_eq!(flags["--rotary-scaling-factor"], "32");
+    assert_eq!(flags["--yarn-original-max-position-embeddings"], "4096");
+    assert_eq!(flags["--yarn-beta-fast"], "32");
+    assert!(flags.contains_key("--no-yarn-correction-range-round-to-int"));
+    assert!(!flags.contains_key("--mscale"));
+    refused(yarn(Some(0.8), None), "attention_factor");
     refused(RopeScaling::Linear { factor: 2.5 }, "not an integer");
     // The Llama 3 presets are the herd paper's, Llama 3.1.
     for name in ["llama3-8b", "llama3-70b", "llama3-405b"] {
@@ -521,6 +539,8 @@ fn megatron_exports_build_the_model_the_config_describes_or_refuse() {
         beta_slow: 1.0,
         mscale: Some(1.0),
         mscale_all_dim: Some(1.0),
+        attention_factor: None,
+        truncate: None,
     };
     let deepseek = ModelSpec {
         mla: Some(plait_spec::MlaSpec {

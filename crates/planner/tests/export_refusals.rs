@@ -185,6 +185,20 @@ fn models_with_windowed_or_mixed_blocks_are_refused_with_the_reason() {
     }
     k.model.attention_chunk = Some(k.train.seq);
     assert!(run(Engine::Megatron, &k).is_ok());
+    // Llama 4: chunked RoPE layers beside NoPE ones, refused even where no chunk bites.
+    let k = case(
+        "llama4-scout",
+        64,
+        4096,
+        plait_spec::ParallelConfig {
+            dp: 8,
+            ep: 8,
+            zero: 1,
+            ..plait_spec::ParallelConfig::default()
+        },
+    );
+    let e = run(Engine::Megatron, &k).unwrap_err();
+    assert!(e.contains("NoPE"), "{e}");
     let mut k = llama2_7b();
     k.train.task = plait_spec::Task::Lora;
     for engine in [

@@ -204,6 +204,8 @@ fn rope_scaling_is_read_by_its_type() {
             beta_slow: 2.0,
             mscale: Some(1.0),
             mscale_all_dim: Some(0.707),
+            attention_factor: None,
+            truncate: None,
         })
     );
     // `default`, null and absent are no rescaling; an unknown method is kept by name.

@@ -5,7 +5,10 @@
 //! d98e8a64ddf34856e74b24714e3bedb2f5a39553:
 //! * `megatron/training/arguments.py` — hand-written flags: `--rotary-base` (RoPE θ,
 //!   `type=int`, default 10000), `--group-query-attention`,
-//!   `--max-position-embeddings`, `--position-embedding-type {learned_absolute,rope,…}`,
+//!   `--max-position-embeddings`, `--position-embedding-type {learned_absolute,rope,yarn,…}`
+//!   with YaRN's `--rotary-scaling-factor`, `--yarn-original-max-position-embeddings`,
+//!   `--yarn-beta-fast`, `--yarn-beta-slow`, `--mscale`, `--mscale-all-dim`,
+//!   `--no-yarn-correction-range-round-to-int`,
 //!   `--swiglu`, `--untie-embeddings-and-output-weights`, `--seq-length`, `--num-experts`,
 //!   `--decoder-first-pipeline-num-layers`, `--decoder-last-pipeline-num-layers`,
 //!   `--pipeline-model-parallel-layout`, `--num-virtual-stages-per-pipeline-rank`,
@@ -166,12 +169,22 @@ pub(super) fn model_reasons(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -
             model.name, train.seq
         ));
     }
-    // Chunked local attention (Llama 4) that bites at this sequence length.
+    // Chunked local attention (Llama 4) that bites at this sequence length; and Llama 4's
+    // layout of chunked RoPE layers beside full-attention NoPE ones, whose NoPE layers
+    // (Megatron's --no-rope-freq) the export does not write.
     if bites(model.attention_chunk) || model.block_runs.iter().any(|r| bites(r.chunk)) {
         out.push(format!(
             "{} attends within chunks shorter than the sequence ({}); the Megatron export \
              writes full causal attention only",
             model.name, train.seq
+        ));
+    } else if model.block_runs.iter().any(|r| r.chunk.is_some())
+        && model.block_runs.iter().any(|r| r.chunk.is_none())
+    {
+        out.push(format!(
+            "{} has chunked-attention RoPE layers beside NoPE ones (Llama 4); the Megatron \
+             export does not write the NoPE layers (--no-rope-freq) yet",
+            model.name
         ));
     }
     if let Err(reason) = moe_layer_flags(model) {
@@ -285,11 +298,48 @@ fn rope_scaling_flags(model: &ModelSpec) -> Result<Vec<(&'static str, String)>, 
             "its linear RoPE scaling factor {factor} is not an integer, as Megatron's \
              --rotary-seq-len-interpolation-factor (type=int) needs"
         )),
-        RopeScaling::Yarn { .. } => Err(
-            "its YaRN RoPE scaling outside multi-latent attention is not written by the \
-             Megatron export yet (Megatron-LM takes it through --position-embedding-type yarn)"
-                .to_string(),
-        ),
+        // Megatron's GPT YaRN (`--position-embedding-type yarn`, `YarnRotaryEmbedding`):
+        // the factor through `--rotary-scaling-factor`, the temperature from `--mscale` /
+        // `--mscale-all-dim` (defaults 1 and 0: 0.1·ln(factor) + 1, transformers' default
+        // too), the band's rounding on unless `--no-yarn-correction-range-round-to-int`
+        // (d98e8a6 arguments.py, `argument_utils.py` `_apply_yarn_config_from_args`).
+        RopeScaling::Yarn {
+            attention_factor: Some(a),
+            ..
+        } => Err(format!(
+            "its YaRN attention_factor {a} has no Megatron flag (Megatron derives the \
+             temperature from --mscale and --mscale-all-dim)"
+        )),
+        RopeScaling::Yarn {
+            factor,
+            original_max_positions,
+            beta_fast,
+            beta_slow,
+            mscale,
+            mscale_all_dim,
+            truncate,
+            attention_factor: None,
+        } => {
+            let mut out = vec![
+                ("--rotary-scaling-factor", format!("{factor}")),
+                (
+                    "--yarn-original-max-position-embeddings",
+                    original_max_positions.to_string(),
+                ),
+                ("--yarn-beta-fast", format!("{beta_fast}")),
+                ("--yarn-beta-slow", format!("{beta_slow}")),
+            ];
+            if let Some(m) = mscale {
+                out.push(("--mscale", format!("{m}")));
+            }
+            if let Some(m) = mscale_all_dim {
+                out.push(("--mscale-all-dim", format!("{m}")));
+            }
+            if *truncate == Some(false) {
+                out.push(("--no-yarn-correction-range-round-to-int", String::new()));
+            }
+            Ok(out)
+        }
         RopeScaling::Other { name } => Err(format!(
             "its RoPE scaling `{name}` has no Megatron-LM equivalent"
         )),
@@ -331,7 +381,16 @@ fn mla_flags(model: &ModelSpec) -> Result<Vec<(&'static str, String)>, String> {
             beta_slow,
             mscale,
             mscale_all_dim,
+            attention_factor,
+            truncate,
         }) => {
+            if attention_factor.is_some() || *truncate == Some(false) {
+                return Err(format!(
+                    "{}'s YaRN sets attention_factor or truncate = false, which Megatron's MLA \
+                     (MLATransformerConfig) has no field for",
+                    model.name
+                ));
+            }
             if (*original_max_positions, *beta_fast, *beta_slow) != MEGATRON_MLA_YARN {
                 return Err(format!(
                     "{}'s YaRN has original context {original_max_positions}, beta_fast \
@@ -622,9 +681,12 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
         "--max-position-embeddings",
         model.max_positions.max(train.seq).to_string(),
     ));
+    let yarn = model.mla.is_none()
+        && matches!(model.rope_scaling, Some(plait_spec::RopeScaling::Yarn { .. }));
     m.push((
         "--position-embedding-type",
         match model.positions {
+            Positions::Rotary if yarn => "yarn",
             Positions::Rotary => "rope",
             Positions::Learned => "learned_absolute",
             Positions::None => "none",

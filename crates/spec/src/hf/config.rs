@@ -244,6 +244,22 @@ impl Config<'_> {
                     .filter(|v| !v.is_null())
                     .map(|_| number("mscale_all_dim", None))
                     .transpose()?,
+                attention_factor: m
+                    .get("attention_factor")
+                    .filter(|v| !v.is_null())
+                    .map(|_| number("attention_factor", None))
+                    .transpose()?,
+                truncate: match m.get("truncate").filter(|v| !v.is_null()) {
+                    None => None,
+                    Some(Value::Bool(b)) => Some(*b),
+                    Some(v) => {
+                        return Err(self.err(
+                            &format!("{key}.truncate"),
+                            format!("must be true or false, got {}", show(v)),
+                            "true, false",
+                        ))
+                    }
+                },
             },
             "linear" => RopeScaling::Linear {
                 factor: number("factor", None)?,

@@ -72,7 +72,9 @@ pub enum RopeScaling {
     },
     /// YaRN (Peng et al. 2023), as DeepSeek-V3 and GPT-OSS use it: `beta_fast`/`beta_slow`
     /// bound the interpolated band (transformers' defaults 32 and 1); DeepSeek's `mscale`
-    /// and `mscale_all_dim` set the attention temperature (`None` where not given).
+    /// and `mscale_all_dim` set the attention temperature, `attention_factor` replaces it,
+    /// `truncate` (default true) rounds the band's ends to integers (GPT-OSS: false); each
+    /// `None` where not given.
     Yarn {
         factor: f64,
         original_max_positions: u64,
@@ -84,6 +86,10 @@ pub enum RopeScaling {
         mscale: Option<f64>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         mscale_all_dim: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attention_factor: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        truncate: Option<bool>,
     },
     /// Position interpolation: every frequency divided by `factor`.
     Linear { factor: f64 },
@@ -101,6 +107,8 @@ impl RopeScaling {
             beta_slow: DEFAULT_YARN_BETA_SLOW,
             mscale: None,
             mscale_all_dim: None,
+            attention_factor: None,
+            truncate: None,
         }
     }
 }
