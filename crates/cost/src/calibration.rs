@@ -447,13 +447,22 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
             row.int("gpus")?,
             row.str("system")?
         );
-        if row.str("hidden")?.is_empty() {
-            skipped.push(Skipped {
-                label,
-                reason: "the table gives no model shape".into(),
-            });
-            continue;
-        }
+        // Rows without the model's shape: a released model whose config.json plait's preset
+        // reproduces (Llama 4 Scout: meta-llama/Llama-4-Scout-17B-16E, `llama4-scout`).
+        let preset = if row.str("hidden")?.is_empty() {
+            match row.str("model")? {
+                "LLAMA4-Scout-LLM" => Some(plait_spec::model_preset("llama4-scout")?),
+                _ => {
+                    skipped.push(Skipped {
+                        label,
+                        reason: "the table gives no model shape".into(),
+                    });
+                    continue;
+                }
+            }
+        } else {
+            None
+        };
         let cluster = match row.str("system")? {
             "DGX-H100" => cluster_preset("dgx-h100")?,
             "DGX-B200" => cluster_preset("dgx-b200")?,
@@ -506,69 +515,74 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
                 _ => vp,
             };
         }
-        let hidden = row.int("hidden")?;
-        let heads = row.int("heads")?;
-        let experts = row.int("experts")?;
-        let arch = row.str("arch_family")?;
-        let gpt_like = arch == "gpt2";
-        let model = ModelSpec {
-            name: row.str("model")?.to_ascii_lowercase(),
-            family: match arch {
-                "mixtral" => Family::Moe,
-                "llama" => Family::Llama,
-                _ => Family::Gpt,
-            },
-            hidden,
-            layers: row.int("layers")?,
-            heads,
-            kv_heads: row.int("kv_heads")?,
-            head_dim: row.int("head_dim")?,
-            ffn_hidden: row.int("ffn")?,
-            vocab: row.int("vocab")?,
-            max_positions: if gpt_like && row.str("model")?.starts_with("GPT3") {
-                seq
-            } else {
-                0
-            },
-            type_vocab: 0,
-            norm: if gpt_like {
-                Norm::LayerNorm
-            } else {
-                Norm::RmsNorm
-            },
-            activation: if gpt_like {
-                Activation::Gelu
-            } else {
-                Activation::SwiGlu
-            },
-            positions: if gpt_like && row.str("model")?.starts_with("GPT3") {
-                Positions::Learned
-            } else {
-                Positions::Rotary
-            },
-            // GPT-3 has biases; Nemotron (`add_bias_linear = False`) and Llama do not.
-            qkv_bias: gpt_like && row.str("model")?.starts_with("GPT3"),
-            linear_bias: gpt_like && row.str("model")?.starts_with("GPT3"),
-            tied_embeddings: row.int("tied")? == 1,
-            causal: true,
-            // Neither changes a cost.
-            rope_theta: plait_spec::model::DEFAULT_ROPE_THETA,
-            rope_scaling: None,
-            norm_eps: plait_spec::model::DEFAULT_NORM_EPS,
-            attention_window: None,
-            attention_chunk: None,
-            block_runs: Vec::new(),
-            mla: None,
-            qk_norm: None,
-            router: None,
-            mtp_layers: 0,
-            block: plait_spec::BlockKind::Transformer,
-            mamba: None,
-            moe: (experts > 0).then(|| MoeSpec {
-                experts,
-                top_k: row.int("top_k").unwrap_or(2),
-                shared_experts: 0,
-            }),
+        let model = match preset {
+            Some(m) => m,
+            None => {
+                let hidden = row.int("hidden")?;
+                let heads = row.int("heads")?;
+                let experts = row.int("experts")?;
+                let arch = row.str("arch_family")?;
+                let gpt_like = arch == "gpt2";
+                ModelSpec {
+                    name: row.str("model")?.to_ascii_lowercase(),
+                    family: match arch {
+                        "mixtral" => Family::Moe,
+                        "llama" => Family::Llama,
+                        _ => Family::Gpt,
+                    },
+                    hidden,
+                    layers: row.int("layers")?,
+                    heads,
+                    kv_heads: row.int("kv_heads")?,
+                    head_dim: row.int("head_dim")?,
+                    ffn_hidden: row.int("ffn")?,
+                    vocab: row.int("vocab")?,
+                    max_positions: if gpt_like && row.str("model")?.starts_with("GPT3") {
+                        seq
+                    } else {
+                        0
+                    },
+                    type_vocab: 0,
+                    norm: if gpt_like {
+                        Norm::LayerNorm
+                    } else {
+                        Norm::RmsNorm
+                    },
+                    activation: if gpt_like {
+                        Activation::Gelu
+                    } else {
+                        Activation::SwiGlu
+                    },
+                    positions: if gpt_like && row.str("model")?.starts_with("GPT3") {
+                        Positions::Learned
+                    } else {
+                        Positions::Rotary
+                    },
+                    // GPT-3 has biases; Nemotron (`add_bias_linear = False`) and Llama do not.
+                    qkv_bias: gpt_like && row.str("model")?.starts_with("GPT3"),
+                    linear_bias: gpt_like && row.str("model")?.starts_with("GPT3"),
+                    tied_embeddings: row.int("tied")? == 1,
+                    causal: true,
+                    // Neither changes a cost.
+                    rope_theta: plait_spec::model::DEFAULT_ROPE_THETA,
+                    rope_scaling: None,
+                    norm_eps: plait_spec::model::DEFAULT_NORM_EPS,
+                    attention_window: None,
+                    attention_chunk: None,
+                    block_runs: Vec::new(),
+                    mla: None,
+                    qk_norm: None,
+                    router: None,
+                    mtp_layers: 0,
+                    block: plait_spec::BlockKind::Transformer,
+                    mamba: None,
+                    moe: (experts > 0).then(|| MoeSpec {
+                        experts,
+                        top_k: row.int("top_k").unwrap_or(2),
+                        shared_experts: 0,
+                    }),
+                }
+            }
         };
         runs.push(Run {
             label,

@@ -682,7 +682,10 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
         model.max_positions.max(train.seq).to_string(),
     ));
     let yarn = model.mla.is_none()
-        && matches!(model.rope_scaling, Some(plait_spec::RopeScaling::Yarn { .. }));
+        && matches!(
+            model.rope_scaling,
+            Some(plait_spec::RopeScaling::Yarn { .. })
+        );
     m.push((
         "--position-embedding-type",
         match model.positions {
