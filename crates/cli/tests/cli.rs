@@ -413,19 +413,23 @@ fn recompute_layers_recompute_part_of_each_stage() {
         let (code, out, err) = plait(&args);
         assert_eq!(code, 0, "{err}");
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let stage = &v["stages"][0];
+        assert_eq!(stage["blocks"], 20);
         (
             v["breakdown"]["recompute_s"].as_f64().unwrap(),
             v["memory"]["activations_bytes"].as_f64().unwrap(),
+            stage["recomputed_blocks"].as_u64().unwrap(),
         )
     };
-    let (all_s, all_act) = run(&[]);
-    let (five_s, five_act) = run(&["--recompute-layers", "5"]);
+    let (all_s, all_act, all_n) = run(&[]);
+    let (five_s, five_act, five_n) = run(&["--recompute-layers", "5"]);
+    assert_eq!((all_n, five_n), (20, 5));
     // A quarter of the blocks recompute: a quarter of the recompute time; the other blocks
     // keep their activations.
     assert!((five_s / all_s - 0.25).abs() < 1e-9, "{five_s} vs {all_s}");
     assert!(five_act > 5.0 * all_act, "{five_act} vs {all_act}");
     // A count above the blocks of a chunk recomputes them all.
-    assert_eq!(run(&["--recompute-layers", "99"]), (all_s, all_act));
+    assert_eq!(run(&["--recompute-layers", "99"]), (all_s, all_act, all_n));
     let mut selective = base.to_vec();
     let at = selective.len() - 2;
     selective[at] = "selective";

@@ -729,6 +729,7 @@ fn assemble(
         stage_times.push(st);
         stages.push(StageEstimate {
             blocks: n_blocks,
+            recomputed_blocks: recomputed as u64,
             forward_s: fwd,
             backward_s: bwd,
             p2p_s,

@@ -83,6 +83,9 @@ impl MemoryBreakdown {
 pub struct StageEstimate {
     /// Transformer blocks on this rank (over all its chunks).
     pub blocks: u64,
+    /// Of them, those recomputed in full (all with `recompute=full` unless the layout or
+    /// `--recompute-layers` recomputes fewer; 0 otherwise).
+    pub recomputed_blocks: u64,
     pub forward_s: f64,
     pub backward_s: f64,
     pub p2p_s: f64,
