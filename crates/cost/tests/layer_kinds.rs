@@ -109,7 +109,7 @@ fn each_stage_costs_the_blocks_it_holds() {
     let w = Workload::new(&c, &t);
     let costs = layer_costs(&m, &d, &g, &w);
     let map = StageMap::uniform(m.layers, &c);
-    let r1 = rank_block_layers(&m, &costs, &costs, &map, 1, 2);
+    let r1 = rank_block_layers(&m.kind_runs(), &costs, &costs, &map, 1, 2);
     assert_eq!(r1.len(), 1);
     assert_eq!(r1[0].1, 16.0);
     assert_eq!(r1[0].0, costs.kinds[1]);

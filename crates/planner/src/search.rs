@@ -301,23 +301,38 @@ fn schedules(layers: u64, pp: u64, micro: u64, pins: &Pins) -> Vec<(Schedule, u6
 }
 
 /// A lower bound on any stage's weights + gradients + optimizer bytes per GPU: the average
-/// stage holds the blocks' parameters over tp × pp (ZeRO-sharded over dp × cp).
-pub(super) fn model_state_lower_bound(m: &ModelSpec, t: &TrainSpec, c: &ParallelConfig) -> f64 {
-    let blocks = m.blocks_params() as f64;
-    let expert = m.blocks_expert_params() as f64;
-    let dense = blocks - expert;
-    // A frozen base (LoRA) holds its weights only; the adapters are left out of the bound.
-    let frozen = t.lora_adapters().is_some();
-    let per = |params: f64, shards: f64| {
-        if frozen {
-            state_bytes(c.zero, params, 0.0, shards)
-        } else {
-            params * state_bytes_per_param(c.zero, shards)
+/// stage holds the blocks' parameters over tp × pp (ZeRO-sharded over dp × cp). The
+/// parameter counts are taken once per search (`of`), the bound per candidate (`bytes`).
+pub(super) struct ModelStateBound {
+    dense: f64,
+    expert: f64,
+    /// A frozen base (LoRA) holds its weights only; the adapters are left out of the bound.
+    frozen: bool,
+}
+
+impl ModelStateBound {
+    pub(super) fn of(m: &ModelSpec, t: &TrainSpec) -> Self {
+        let blocks = m.blocks_params() as f64;
+        let expert = m.blocks_expert_params() as f64;
+        ModelStateBound {
+            dense: blocks - expert,
+            expert,
+            frozen: t.lora_adapters().is_some(),
         }
-    };
-    let dpc = (c.dp * c.cp) as f64;
-    per(dense / (c.tp * c.pp) as f64, dpc)
-        + per(expert / (c.tp * c.pp * c.ep) as f64, dpc / c.ep as f64)
+    }
+
+    pub(super) fn bytes(&self, c: &ParallelConfig) -> f64 {
+        let per = |params: f64, shards: f64| {
+            if self.frozen {
+                state_bytes(c.zero, params, 0.0, shards)
+            } else {
+                params * state_bytes_per_param(c.zero, shards)
+            }
+        };
+        let dpc = (c.dp * c.cp) as f64;
+        per(self.dense / (c.tp * c.pp) as f64, dpc)
+            + per(self.expert / (c.tp * c.pp * c.ep) as f64, dpc / c.ep as f64)
+    }
 }
 
 /// One screened candidate, kept small: tens of thousands are alive at once.
@@ -349,11 +364,12 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
         ..SearchStats::default()
     };
     let capacity = req.cluster.gpu.memory_bytes - req.cluster.memory_reserve_bytes;
+    let bound = ModelStateBound::of(req.model, req.train);
     let hopeful: Vec<(usize, ParallelConfig)> = configs
         .iter()
         .copied()
         .enumerate()
-        .filter(|(_, c)| model_state_lower_bound(req.model, req.train, c) <= capacity)
+        .filter(|(_, c)| bound.bytes(c) <= capacity)
         .collect();
     stats.pruned = configs.len() - hopeful.len();
 

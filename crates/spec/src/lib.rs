@@ -23,9 +23,9 @@ pub use hf::model_from_hf_config;
 pub use mesh::{DeviceMeshShape, Dim, Mesh, MeshCoords};
 pub use mixed::{mixed_from_inline, mixed_from_toml, MixedCluster, NodeGroup};
 pub use model::{
-    Activation, BlockKind, BlockRun, Family, Gemm, Layer, LayerKind, MambaSpec, MlaSpec, ModelSpec,
-    MoeSpec, Norm, Positions, QkNorm, RopeScaling, RouterSpec, Shard, DEFAULT_MAMBA_CHUNK,
-    MAX_BLOCK_KINDS,
+    Activation, BlockKind, BlockRun, Family, Gemm, KindRuns, Layer, LayerKind, MambaSpec, MlaSpec,
+    ModelSpec, MoeSpec, Norm, Positions, QkNorm, RopeScaling, RouterSpec, Shard,
+    DEFAULT_MAMBA_CHUNK, MAX_BLOCK_KINDS,
 };
 pub use parallel::{Degree, Exact, Form, Parallel, ParallelPins, Pinned, Value};
 pub use plait_schedule::virtual_stage;

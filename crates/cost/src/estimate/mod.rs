@@ -335,7 +335,7 @@ pub fn policy_recompute(r: Recompute) -> Recompute {
 /// Rank `r`'s blocks as (cost, count) pairs: each chunk's first `chunk_recompute_blocks`
 /// under full recompute, the rest under the policy, each block costed by its kind.
 pub fn rank_block_layers(
-    m: &ModelSpec,
+    kinds: &plait_spec::KindRuns,
     policy: &LayerCosts,
     full: &LayerCosts,
     map: &StageMap,
@@ -346,21 +346,21 @@ pub fn rank_block_layers(
     // this for every stage of every candidate).
     let chunks = map.chunk_blocks.len() as u64 / p.max(1);
     let (mut recomputed, mut kept) = ([0u64; MAX_BLOCK_KINDS], [0u64; MAX_BLOCK_KINDS]);
-    if m.block_runs.is_empty() {
+    if kinds.is_uniform() {
         // One kind: where the blocks sit does not matter.
         let n = map.rank_blocks(r, p);
         recomputed[0] = map.recompute_blocks[r as usize].min(n);
         kept[0] = n - recomputed[0];
     }
-    for chunk in (0..chunks).filter(|_| !m.block_runs.is_empty()) {
+    for chunk in (0..chunks).filter(|_| !kinds.is_uniform()) {
         let j = plait_spec::virtual_stage(r, chunk, p) as usize;
         let first = map.chunk_first_block(j);
         let n = map.chunk_blocks[j];
         let x = map.chunk_recompute_blocks(r, chunk, p).min(n);
-        for (k, c) in m.kind_counts(first, x).iter().enumerate() {
+        for (k, c) in kinds.counts(first, x).iter().enumerate() {
             recomputed[k] += c;
         }
-        for (k, c) in m.kind_counts(first + x, n - x).iter().enumerate() {
+        for (k, c) in kinds.counts(first + x, n - x).iter().enumerate() {
             kept[k] += c;
         }
     }
@@ -473,6 +473,7 @@ fn assemble(
     let regather =
         engine.sharded.regather_in_backward && (c.pp == 1 || engine.sharded.regather_with_pipeline);
 
+    let kinds = m.kind_runs();
     let mut stage_times = Vec::with_capacity(p);
     let mut stages = Vec::with_capacity(p);
     let mut worst_dp_exposed: f64 = 0.0;
@@ -485,7 +486,7 @@ fn assemble(
         let recomputed = map.recompute_blocks[k].min(n_blocks) as f64;
         let first = k == 0;
         let last = k == p - 1;
-        let mut layers = rank_block_layers(m, policy, full, map, k as u64, c.pp);
+        let mut layers = rank_block_layers(&kinds, policy, full, map, k as u64, c.pp);
         // Blocks' parameters on this rank (the quantised weight copies are per block).
         let stage_block_dense: f64 = layers.iter().map(|(l, n)| l.params * n).sum();
         let stage_block_expert: f64 = layers.iter().map(|(l, n)| l.expert_params * n).sum();
@@ -842,9 +843,10 @@ pub fn first_stage_layers(
     let mut out = vec![report("embedding".into(), &costs.embedding)];
     // Rank 0 holds global chunks 0, pp, 2·pp, …; list their blocks in execution order,
     // each with its kind's cost.
+    let kinds = m.kind_runs();
     for j in 0..c.vp {
         for b in even_chunk_blocks(m.layers, c.pp * c.vp, plait_spec::virtual_stage(0, j, c.pp)) {
-            let kind = m.kind_counts(b, 1).iter().position(|&n| n > 0).unwrap_or(0);
+            let kind = kinds.counts(b, 1).iter().position(|&n| n > 0).unwrap_or(0);
             out.push(report(format!("block.{b}"), &costs.kinds[kind]));
         }
     }

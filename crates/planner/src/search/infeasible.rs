@@ -10,7 +10,7 @@ use plait_spec::{StageMap, GIB};
 
 use super::divisors::divisors;
 use super::{
-    enumerate, model_state_lower_bound, Cause, Infeasible, Pins, Request, Screened, MIN_CP_TOKENS,
+    enumerate, Cause, Infeasible, ModelStateBound, Pins, Request, Screened, MIN_CP_TOKENS,
 };
 
 /// The answer when the pins leave no well-formed configuration at all.
@@ -226,8 +226,9 @@ impl<'a> FitProbe<'a> {
             ..self.req.clone()
         };
         let configs = enumerate(&r);
+        let bound = ModelStateBound::of(r.model, r.train);
         configs.par_iter().any(|c| {
-            if model_state_lower_bound(r.model, r.train, c) > self.capacity {
+            if bound.bytes(c) > self.capacity {
                 return false;
             }
             // The configuration's own policy for every block, as the even layout of a

@@ -344,20 +344,57 @@ impl ModelSpec {
     }
 
     /// Blocks of each kind (indexed as [`ModelSpec::block_kinds`]) among blocks
-    /// `first..first + count`; blocks past the last are ignored.
+    /// `first..first + count`; blocks past the last are ignored. Callers that ask many
+    /// times take [`ModelSpec::kind_runs`] once.
     pub fn kind_counts(&self, first: u64, count: u64) -> [u64; MAX_BLOCK_KINDS] {
-        let mut out = [0; MAX_BLOCK_KINDS];
+        self.kind_runs().counts(first, count)
+    }
+
+    /// The blocks as runs of kind indices (adjacent runs of one kind merged), for counting
+    /// kinds over block ranges without telling the kinds apart again.
+    pub fn kind_runs(&self) -> KindRuns {
         if self.block_runs.is_empty() {
-            out[0] = count.min(self.layers.saturating_sub(first));
-            return out;
+            return KindRuns {
+                runs: vec![(self.layers, 0)],
+            };
         }
+        let mut runs: Vec<(u64, usize)> = Vec::with_capacity(self.block_runs.len());
+        for (k, run) in self.run_kinds() {
+            match runs.last_mut() {
+                Some((n, last)) if *last == k => *n = n.saturating_add(run.count),
+                _ => runs.push((run.count, k)),
+            }
+        }
+        KindRuns { runs }
+    }
+}
+
+/// A model's blocks as (count, kind index) runs in order ([`ModelSpec::kind_runs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KindRuns {
+    runs: Vec<(u64, usize)>,
+}
+
+impl KindRuns {
+    /// Blocks of each kind among blocks `first..first + count` (those past the last are
+    /// ignored).
+    pub fn counts(&self, first: u64, count: u64) -> [u64; MAX_BLOCK_KINDS] {
+        let mut out = [0; MAX_BLOCK_KINDS];
         let (lo, hi) = (first, first.saturating_add(count));
         let mut start = 0u64;
-        for (k, run) in self.run_kinds() {
-            let end = start.saturating_add(run.count);
+        for &(n, k) in &self.runs {
+            if start >= hi {
+                break;
+            }
+            let end = start.saturating_add(n);
             out[k] += end.min(hi).saturating_sub(start.max(lo));
             start = end;
         }
         out
+    }
+
+    /// Whether every block is of one kind.
+    pub fn is_uniform(&self) -> bool {
+        self.runs.len() <= 1
     }
 }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 mod blocks;
 
 pub use blocks::{
-    runs_from_pattern, runs_of, BlockKind, BlockRun, MambaSpec, DEFAULT_MAMBA_CHUNK,
+    runs_from_pattern, runs_of, BlockKind, BlockRun, KindRuns, MambaSpec, DEFAULT_MAMBA_CHUNK,
     MAX_BLOCK_KINDS,
 };
 
