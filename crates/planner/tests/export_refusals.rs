@@ -142,6 +142,19 @@ fn engine_limits_are_refused_with_their_reason() {
     assert_eq!(v.get("converter"), Some("float8"));
 }
 
+/// Every engine's export refuses `k`, saying `needle`.
+fn refused_by_every_engine(k: &Case, needle: &str) {
+    for engine in [
+        Engine::Megatron,
+        Engine::DeepSpeed,
+        Engine::Torchtitan,
+        Engine::TorchtitanToml,
+    ] {
+        let e = run(engine, k).unwrap_err();
+        assert!(e.contains(needle), "{engine}: {e}");
+    }
+}
+
 #[test]
 fn models_with_windowed_or_mixed_blocks_are_refused_with_the_reason() {
     let mut k = llama2_7b();
@@ -161,28 +174,12 @@ fn models_with_windowed_or_mixed_blocks_are_refused_with_the_reason() {
             chunk: None,
         },
     ];
-    for engine in [
-        Engine::Megatron,
-        Engine::DeepSpeed,
-        Engine::Torchtitan,
-        Engine::TorchtitanToml,
-    ] {
-        let e = run(engine, &k).unwrap_err();
-        assert!(e.contains("sliding-window"), "{e}");
-    }
+    refused_by_every_engine(&k, "sliding-window");
     // Chunked attention (Llama 4's RoPE layers) that bites at the sequence length: every
     // engine refuses it by name; a chunk at least as long as the sequence is full attention.
     let mut k = llama2_7b();
     k.model.attention_chunk = Some(1024);
-    for engine in [
-        Engine::Megatron,
-        Engine::DeepSpeed,
-        Engine::Torchtitan,
-        Engine::TorchtitanToml,
-    ] {
-        let e = run(engine, &k).unwrap_err();
-        assert!(e.contains("chunk"), "{e}");
-    }
+    refused_by_every_engine(&k, "chunk");
     k.model.attention_chunk = Some(k.train.seq);
     assert!(run(Engine::Megatron, &k).is_ok());
     // Llama 4: chunked RoPE layers beside NoPE ones, refused even where no chunk bites.
@@ -201,15 +198,7 @@ fn models_with_windowed_or_mixed_blocks_are_refused_with_the_reason() {
     assert!(e.contains("NoPE"), "{e}");
     let mut k = llama2_7b();
     k.train.task = plait_spec::Task::Lora;
-    for engine in [
-        Engine::Megatron,
-        Engine::DeepSpeed,
-        Engine::Torchtitan,
-        Engine::TorchtitanToml,
-    ] {
-        let e = run(engine, &k).unwrap_err();
-        assert!(e.contains("LoRA"), "{e}");
-    }
+    refused_by_every_engine(&k, "LoRA");
     // Multi-token prediction: Megatron writes it (`--mtp-num-layers`); the others refuse.
     let mut k = llama2_7b();
     k.model.mtp_layers = 1;

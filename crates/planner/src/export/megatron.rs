@@ -329,12 +329,7 @@ fn rope_scaling_flags(model: &ModelSpec) -> Result<Vec<(&'static str, String)>, 
                 ("--yarn-beta-fast", format!("{beta_fast}")),
                 ("--yarn-beta-slow", format!("{beta_slow}")),
             ];
-            if let Some(m) = mscale {
-                out.push(("--mscale", format!("{m}")));
-            }
-            if let Some(m) = mscale_all_dim {
-                out.push(("--mscale-all-dim", format!("{m}")));
-            }
+            out.extend(yarn_temperature_flags(*mscale, *mscale_all_dim));
             if *truncate == Some(false) {
                 out.push(("--no-yarn-correction-range-round-to-int", String::new()));
             }
@@ -344,6 +339,17 @@ fn rope_scaling_flags(model: &ModelSpec) -> Result<Vec<(&'static str, String)>, 
             "its RoPE scaling `{name}` has no Megatron-LM equivalent"
         )),
     }
+}
+
+/// YaRN's attention temperature as Megatron takes it, where the model gives it (`--mscale`
+/// and `--mscale-all-dim`, for MLA and GPT YaRN alike).
+fn yarn_temperature_flags(
+    mscale: Option<f64>,
+    mscale_all_dim: Option<f64>,
+) -> impl Iterator<Item = (&'static str, String)> {
+    [("--mscale", mscale), ("--mscale-all-dim", mscale_all_dim)]
+        .into_iter()
+        .filter_map(|(flag, v)| v.map(|v| (flag, format!("{v}"))))
 }
 
 /// What Megatron's `MLATransformerConfig` fixes for YaRN without a flag reaching it
@@ -401,12 +407,7 @@ fn mla_flags(model: &ModelSpec) -> Result<Vec<(&'static str, String)>, String> {
             }
             out.push(("--rope-type", "yarn".into()));
             out.push(("--rotary-scaling-factor", format!("{factor}")));
-            if let Some(m) = mscale {
-                out.push(("--mscale", format!("{m}")));
-            }
-            if let Some(m) = mscale_all_dim {
-                out.push(("--mscale-all-dim", format!("{m}")));
-            }
+            out.extend(yarn_temperature_flags(*mscale, *mscale_all_dim));
         }
         Some(other) => {
             return Err(format!(

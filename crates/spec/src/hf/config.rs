@@ -164,6 +164,79 @@ impl Config<'_> {
 }
 
 impl Config<'_> {
+    /// The layers `key` lists by index (`None` where absent), as a flag per layer.
+    pub(super) fn listed_layers(&self, key: &str, layers: u64) -> Result<Option<Vec<bool>>> {
+        let list = match self.get(key) {
+            None => return Ok(None),
+            Some(Value::Array(a)) => a,
+            Some(v) => {
+                return Err(self.err(
+                    key,
+                    format!("must be a list, got {}", show(v)),
+                    "a list of layer indices",
+                ))
+            }
+        };
+        let mut listed = vec![false; layers as usize];
+        for v in list {
+            match v.as_u64() {
+                Some(i) if i < layers => listed[i as usize] = true,
+                _ => {
+                    return Err(self.err(
+                        key,
+                        format!("{} is not a layer index", show(v)),
+                        format!("integers from 0 to {}", layers.saturating_sub(1)),
+                    ))
+                }
+            }
+        }
+        Ok(Some(listed))
+    }
+
+    /// A per-layer list under `key` (`None` where absent or empty), each entry read by
+    /// `entry` as one of two kinds; `allowed` names the entries.
+    pub(super) fn per_layer(
+        &self,
+        key: &str,
+        layers: u64,
+        allowed: &str,
+        entry: impl Fn(&Value) -> Option<bool>,
+    ) -> Result<Option<Vec<bool>>> {
+        let list = match self.get(key) {
+            None => return Ok(None),
+            Some(Value::Array(a)) if a.is_empty() => return Ok(None),
+            Some(Value::Array(a)) => a,
+            Some(v) => {
+                return Err(self.err(
+                    key,
+                    format!("must be a list, got {}", show(v)),
+                    format!("a list of {allowed}, one per layer"),
+                ))
+            }
+        };
+        if list.len() as u64 != layers {
+            return Err(self.err(
+                key,
+                format!("lists {} layers, num_hidden_layers is {layers}", list.len()),
+                "one entry per layer",
+            ));
+        }
+        list.iter()
+            .map(|v| {
+                entry(v).ok_or_else(|| {
+                    self.err(
+                        key,
+                        format!("{} is not {allowed}", show(v)),
+                        allowed.to_string(),
+                    )
+                })
+            })
+            .collect::<Result<_>>()
+            .map(Some)
+    }
+}
+
+impl Config<'_> {
     /// The RoPE rescaling: `rope_scaling`, else `rope_parameters` (transformers 5), by its
     /// `rope_type` (older configs: `type`); `default` or absent → none. Numbers are checked
     /// as `rope_scaling.<key>`.

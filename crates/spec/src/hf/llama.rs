@@ -5,8 +5,6 @@
 //! Only which keys these families read and their transformers defaults live here; the
 //! accessors and error wording are `config`'s, the size limit `size`'s.
 
-use serde_json::Value;
-
 use super::config::{int_allowed, show, Config};
 use super::{MAX_DIM, MAX_LAYERS};
 use crate::error::Result;
@@ -184,38 +182,21 @@ impl Config<'_> {
                     .unwrap_or(6),
                 _ => 2,
             };
-            let types: Vec<bool> = match self.get("layer_types") {
-                Some(Value::Array(a)) => {
-                    if a.len() as u64 != layers {
-                        return Err(self.err(
-                            "layer_types",
-                            format!("lists {} layers, num_hidden_layers is {layers}", a.len()),
-                            "one entry per layer",
-                        ));
-                    }
-                    a.iter()
-                        .map(|v| match v.as_str() {
-                            Some("sliding_attention") => Ok(true),
-                            Some("full_attention") => Ok(false),
-                            _ => Err(self.err(
-                                "layer_types",
-                                format!("{} is not a layer type", show(v)),
-                                "\"sliding_attention\", \"full_attention\"",
-                            )),
-                        })
-                        .collect::<Result<_>>()?
-                }
-                Some(v) => {
-                    return Err(self.err(
-                        "layer_types",
-                        format!("must be a list, got {}", show(v)),
-                        "a list of \"sliding_attention\" / \"full_attention\", one per layer",
-                    ))
-                }
-                None => (0..layers)
+            let listed = self.per_layer(
+                "layer_types",
+                layers,
+                "\"sliding_attention\" or \"full_attention\"",
+                |v| match v.as_str() {
+                    Some("sliding_attention") => Some(true),
+                    Some("full_attention") => Some(false),
+                    _ => None,
+                },
+            )?;
+            let types: Vec<bool> = listed.unwrap_or_else(|| {
+                (0..layers)
                     .map(|i| !(i + 1).is_multiple_of(local))
-                    .collect(),
-            };
+                    .collect()
+            });
             if types.iter().any(|&t| t) {
                 let w = window.ok_or_else(|| {
                     self.err(
@@ -237,33 +218,14 @@ impl Config<'_> {
             let step = self
                 .opt_int("decoder_sparse_step", MAX_LAYERS)?
                 .unwrap_or(1);
-            let dense: Vec<u64> = match self.get("mlp_only_layers") {
-                None => Vec::new(),
-                Some(Value::Array(a)) => a
-                    .iter()
-                    .map(|v| match v.as_u64() {
-                        Some(i) if i < layers => Ok(i),
-                        _ => Err(self.err(
-                            "mlp_only_layers",
-                            format!("{} is not a layer index", show(v)),
-                            format!("integers from 0 to {}", layers - 1),
-                        )),
-                    })
-                    .collect::<Result<_>>()?,
-                Some(v) => {
-                    return Err(self.err(
-                        "mlp_only_layers",
-                        format!("must be a list, got {}", show(v)),
-                        "a list of layer indices",
-                    ))
-                }
-            };
-            let needs_dense = step != 1 || !dense.is_empty();
+            let dense = self
+                .listed_layers("mlp_only_layers", layers)?
+                .unwrap_or_else(|| vec![false; layers as usize]);
+            let needs_dense = step != 1 || dense.contains(&true);
             if needs_dense {
                 let f = self.int("intermediate_size", MAX_DIM)?;
-                for (i, k) in kinds.iter_mut().enumerate() {
-                    let i = i as u64;
-                    if dense.contains(&i) || !(i + 1).is_multiple_of(step) {
+                for (i, (k, &listed)) in kinds.iter_mut().zip(&dense).enumerate() {
+                    if listed || !(i as u64 + 1).is_multiple_of(step) {
                         k.1 = Some(f);
                     }
                 }

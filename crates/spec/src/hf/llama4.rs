@@ -6,9 +6,7 @@
 //! `model_from_hf_config` unwraps). Only which keys this family reads and their
 //! transformers defaults live here; the accessors and error wording are `config`'s.
 
-use serde_json::Value;
-
-use super::config::{show, Config};
+use super::config::Config;
 use super::{MAX_DIM, MAX_LAYERS};
 use crate::error::Result;
 use crate::model::{ModelSpec, MoeSpec};
@@ -108,88 +106,45 @@ impl Config<'_> {
     /// Whether each layer is MoE: `moe_layers` (indices), or every
     /// `interleave_moe_layer_step`-th layer counted from step − 1 (transformers' default).
     fn moe_layers(&self, layers: u64) -> Result<Vec<bool>> {
-        match self.get("moe_layers") {
-            Some(Value::Array(a)) => {
-                let mut moe = vec![false; layers as usize];
-                for v in a {
-                    match v.as_u64() {
-                        Some(i) if i < layers => moe[i as usize] = true,
-                        _ => {
-                            return Err(self.err(
-                                "moe_layers",
-                                format!("{} is not a layer index", show(v)),
-                                format!("integers from 0 to {}", layers.saturating_sub(1)),
-                            ))
-                        }
-                    }
-                }
-                Ok(moe)
-            }
-            Some(v) => Err(self.err(
-                "moe_layers",
-                format!("must be a list, got {}", show(v)),
-                "a list of layer indices",
-            )),
-            None => {
-                let step = self
-                    .opt_int("interleave_moe_layer_step", MAX_LAYERS)?
-                    .unwrap_or(1);
-                if step == 0 {
-                    return Err(self.err(
-                        "interleave_moe_layer_step",
-                        "0 makes no layer MoE",
-                        "a positive integer (1: every layer MoE)",
-                    ));
-                }
-                Ok((0..layers).map(|i| (i + 1).is_multiple_of(step)).collect())
-            }
+        if let Some(listed) = self.listed_layers("moe_layers", layers)? {
+            return Ok(listed);
         }
+        let step = self
+            .opt_int("interleave_moe_layer_step", MAX_LAYERS)?
+            .unwrap_or(1);
+        if step == 0 {
+            return Err(self.err(
+                "interleave_moe_layer_step",
+                "0 makes no layer MoE",
+                "a positive integer (1: every layer MoE)",
+            ));
+        }
+        Ok((0..layers).map(|i| (i + 1).is_multiple_of(step)).collect())
     }
 
     /// Whether each layer applies RoPE (and so attends within its chunk): `no_rope_layers`
     /// (1 = RoPE), or all but every `no_rope_layer_interval`-th layer (default 4).
     fn rope_layers(&self, layers: u64) -> Result<Vec<bool>> {
-        match self.get("no_rope_layers") {
-            Some(Value::Array(a)) if !a.is_empty() => {
-                if a.len() as u64 != layers {
-                    return Err(self.err(
-                        "no_rope_layers",
-                        format!("lists {} layers, num_hidden_layers is {layers}", a.len()),
-                        "one 0 or 1 per layer",
-                    ));
-                }
-                a.iter()
-                    .map(|v| match v.as_u64() {
-                        Some(1) => Ok(true),
-                        Some(0) => Ok(false),
-                        _ => Err(self.err(
-                            "no_rope_layers",
-                            format!("{} is not 0 or 1", show(v)),
-                            "one 0 (NoPE, full attention) or 1 (RoPE, chunked) per layer",
-                        )),
-                    })
-                    .collect()
-            }
-            Some(Value::Array(_)) | None => {
-                let interval = self
-                    .opt_int("no_rope_layer_interval", MAX_LAYERS)?
-                    .unwrap_or(4);
-                if interval == 0 {
-                    return Err(self.err(
-                        "no_rope_layer_interval",
-                        "0 is not an interval",
-                        "a positive integer (4: every fourth layer without RoPE)",
-                    ));
-                }
-                Ok((0..layers)
-                    .map(|i| !(i + 1).is_multiple_of(interval))
-                    .collect())
-            }
-            Some(v) => Err(self.err(
-                "no_rope_layers",
-                format!("must be a list, got {}", show(v)),
-                "a list of 0 or 1, one per layer",
-            )),
+        let listed = self.per_layer("no_rope_layers", layers, "0 or 1", |v| match v.as_u64() {
+            Some(1) => Some(true),
+            Some(0) => Some(false),
+            _ => None,
+        })?;
+        if let Some(rope) = listed {
+            return Ok(rope);
         }
+        let interval = self
+            .opt_int("no_rope_layer_interval", MAX_LAYERS)?
+            .unwrap_or(4);
+        if interval == 0 {
+            return Err(self.err(
+                "no_rope_layer_interval",
+                "0 is not an interval",
+                "a positive integer (4: every fourth layer without RoPE)",
+            ));
+        }
+        Ok((0..layers)
+            .map(|i| !(i + 1).is_multiple_of(interval))
+            .collect())
     }
 }
