@@ -496,6 +496,30 @@ mod tests {
     }
 
     #[test]
+    fn kind_runs_count_every_block_range_as_its_blocks_add_up() {
+        // Maverick's kinds: 0 dense chunked (even layers), 1 MoE chunked, 2 MoE full
+        // (every fourth layer).
+        let m = model_preset("llama4-maverick").unwrap();
+        let runs = m.kind_runs();
+        let kind_of = |b: u64| match (b % 2, b % 4) {
+            (0, _) => 0,
+            (_, 3) => 2,
+            _ => 1,
+        };
+        for first in 0..=m.layers + 1 {
+            for count in 0..=m.layers + 1 - first {
+                let mut want = [0u64; crate::model::MAX_BLOCK_KINDS];
+                for b in first..(first + count).min(m.layers) {
+                    want[kind_of(b)] += 1;
+                }
+                assert_eq!(runs.counts(first, count), want, "{first}+{count}");
+            }
+        }
+        assert!(!runs.is_uniform());
+        assert!(model_preset("llama3-8b").unwrap().kind_runs().is_uniform());
+    }
+
+    #[test]
     fn mixtral_active_parameters() {
         let m = model_preset("mixtral-8x7b").unwrap();
         let active = m.active_parameter_count() as f64;

@@ -355,38 +355,49 @@ impl ModelSpec {
     pub fn kind_runs(&self) -> KindRuns {
         if self.block_runs.is_empty() {
             return KindRuns {
-                runs: vec![(self.layers, 0)],
+                ends: vec![self.layers],
+                kinds: vec![0],
             };
         }
-        let mut runs: Vec<(u64, usize)> = Vec::with_capacity(self.block_runs.len());
+        let mut runs = KindRuns {
+            ends: Vec::with_capacity(self.block_runs.len()),
+            kinds: Vec::with_capacity(self.block_runs.len()),
+        };
+        let mut end = 0u64;
         for (k, run) in self.run_kinds() {
-            match runs.last_mut() {
-                Some((n, last)) if *last == k => *n = n.saturating_add(run.count),
-                _ => runs.push((run.count, k)),
+            end = end.saturating_add(run.count);
+            if runs.kinds.last() == Some(&k) {
+                *runs.ends.last_mut().expect("a kind has its end") = end;
+            } else {
+                runs.ends.push(end);
+                runs.kinds.push(k);
             }
         }
-        KindRuns { runs }
+        runs
     }
 }
 
-/// A model's blocks as (count, kind index) runs in order ([`ModelSpec::kind_runs`]).
+/// A model's blocks as runs of one kind each, in order ([`ModelSpec::kind_runs`]): where
+/// each run ends (blocks before its end) and its kind index.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KindRuns {
-    runs: Vec<(u64, usize)>,
+    ends: Vec<u64>,
+    kinds: Vec<usize>,
 }
 
 impl KindRuns {
     /// Blocks of each kind among blocks `first..first + count` (those past the last are
-    /// ignored).
+    /// ignored): from the run holding `first` (found by bisection) to the one holding the
+    /// range's last block.
     pub fn counts(&self, first: u64, count: u64) -> [u64; MAX_BLOCK_KINDS] {
         let mut out = [0; MAX_BLOCK_KINDS];
         let (lo, hi) = (first, first.saturating_add(count));
-        let mut start = 0u64;
-        for &(n, k) in &self.runs {
+        let from = self.ends.partition_point(|&end| end <= lo);
+        let mut start = if from == 0 { 0 } else { self.ends[from - 1] };
+        for (&end, &k) in self.ends[from..].iter().zip(&self.kinds[from..]) {
             if start >= hi {
                 break;
             }
-            let end = start.saturating_add(n);
             out[k] += end.min(hi).saturating_sub(start.max(lo));
             start = end;
         }
@@ -395,6 +406,6 @@ impl KindRuns {
 
     /// Whether every block is of one kind.
     pub fn is_uniform(&self) -> bool {
-        self.runs.len() <= 1
+        self.kinds.len() <= 1
     }
 }
