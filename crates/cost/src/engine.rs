@@ -184,9 +184,17 @@ pub struct EngineProfile {
     /// (`enable_fsdp_float8_all_gather = False`, `config/job_config.py`).
     pub fp8_param_gather: bool,
     /// The local experts' GEMMs run as one grouped GEMM (tiles of all experts share the
-    /// waves over the SMs) rather than one GEMM per expert. Megatron's default is
-    /// `moe_grouped_gemm=False` (`transformer_config.py:850`), as NeMo's Mixtral recipe leaves
-    /// it; none of the other profiles groups them by default.
+    /// waves over the SMs) rather than one GEMM per expert. Megatron-Core's field defaults
+    /// to off (`transformer_config.py`, `moe_grouped_gemm=False`), but its MoE runs turn it
+    /// on: Megatron-LM d98e8a6's own MoE scripts (`examples/mixtral/
+    /// train_mixtral_8x7b_distributed.sh`, `examples/gptoss/02_train.sh`,
+    /// `examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh`) and NeMo 8cfedd7's model
+    /// configs (`deepseek.py`, `qwen3.py`, `gpt_oss.py`, Llama 4 in `llama.py`; its Mixtral
+    /// recipe alone leaves it off, which its runs at one expert per GPU never feel), so the
+    /// `megatron` profile groups and its export writes `--moe-grouped-gemm`. torchtitan's
+    /// `GroupedExperts` (`use_grouped_mm = True`, `torch._grouped_mm`) and llm-foundry's
+    /// MegaBlocks experts group them as well; DeepSpeed-MoE and plait's runtime loop over
+    /// their experts, and the 2021 engines had none.
     pub grouped_expert_gemm: bool,
     /// The weight-gradient GEMMs accumulate into the fp32 main gradient in their epilogue
     /// (cuBLAS with beta = 1), so the accumulation's traffic is part of the GEMM's roofline
@@ -236,7 +244,7 @@ impl EngineProfile {
             overlaps_tp_backward: true,
             tp_comm_overlap: true,
             overlaps_interleaved_p2p: true,
-            grouped_expert_gemm: false,
+            grouped_expert_gemm: true,
             fp8_param_gather: true,
             fused_grad_accumulation: true,
             cross_entropy: CrossEntropy::MEGATRON_UNFUSED,
@@ -247,6 +255,7 @@ impl EngineProfile {
             // DeepSpeed.
             Engine::Deepspeed => EngineProfile {
                 attention: AttentionKernel::Flash2,
+                grouped_expert_gemm: false,
                 fp8_weight_copy_bytes: 2.0,
                 grad_reduce_bf16_bytes: 2.0,
                 overlaps_zero12_reduce: false,
@@ -314,6 +323,7 @@ impl EngineProfile {
             // in 2022) nor `overlap_p2p_comm` (added with Megatron-Core).
             Engine::MegatronLm2021 => EngineProfile {
                 attention: AttentionKernel::Flash2,
+                grouped_expert_gemm: false,
                 grad_reduce_bf16_bytes: 4.0,
                 tp_comm_overlap: false,
                 overlaps_interleaved_p2p: false,
@@ -325,6 +335,7 @@ impl EngineProfile {
             // Megatron's kernels, ZeRO-3 as `ShardedParams::DEEPSPEED_2021` describes.
             Engine::Deepspeed2021 => EngineProfile {
                 attention: AttentionKernel::Flash2,
+                grouped_expert_gemm: false,
                 grad_reduce_bf16_bytes: 2.0,
                 overlaps_zero12_reduce: false,
                 sharded: ShardedParams::DEEPSPEED_2021,
@@ -337,6 +348,7 @@ impl EngineProfile {
             // plait's runtime: eager, in-line collectives.
             Engine::Plait => EngineProfile {
                 saves_quantized_linear_inputs: false,
+                grouped_expert_gemm: false,
                 grad_reduce_bf16_bytes: 4.0,
                 attention: AttentionKernel::Flash2,
                 cross_entropy: CrossEntropy::TORCH,

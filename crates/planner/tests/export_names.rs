@@ -41,6 +41,7 @@ const MEGATRON_FLAGS: &[&str] = &[
     "--untie-embeddings-and-output-weights",
     "--num-experts",
     "--moe-router-topk",
+    "--moe-grouped-gemm",
     "--hidden-dropout",
     "--attention-dropout",
     "--attention-backend",

@@ -10,6 +10,7 @@
 //!   `--yarn-beta-fast`, `--yarn-beta-slow`, `--mscale`, `--mscale-all-dim`,
 //!   `--no-yarn-correction-range-round-to-int`,
 //!   `--swiglu`, `--untie-embeddings-and-output-weights`, `--seq-length`, `--num-experts`,
+//!   `--moe-grouped-gemm`,
 //!   `--decoder-first-pipeline-num-layers`, `--decoder-last-pipeline-num-layers`,
 //!   `--pipeline-model-parallel-layout`, `--num-virtual-stages-per-pipeline-rank`,
 //!   `--overlap-grad-reduce`, `--use-distributed-optimizer`,
@@ -740,6 +741,9 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     if let Some(moe) = model.moe {
         m.push(("--num-experts", moe.experts.to_string()));
         m.push(("--moe-router-topk", moe.top_k.to_string()));
+        // The local experts as one grouped GEMM, as the `megatron` profile costs them
+        // (`plait_cost::engine::EngineProfile::grouped_expert_gemm`).
+        m.push(flag("--moe-grouped-gemm"));
         // `model_reasons` has accepted the layer mix.
         m.extend(moe_layer_flags(model).unwrap_or_default());
     }
