@@ -510,8 +510,10 @@ pub(super) fn transformer_block_cost(
     // --- activation memory (per micro-batch) ---
     // Bytes per element of each linear's saved input: its quantised copy where the engine
     // keeps that for the weight gradient (Transformer Engine in a low-precision run), else
-    // the 16-bit tensor. Frozen LoRA linears still keep theirs (the adapters read it).
-    let quantised_input = w.low_precision() && w.engine.saves_quantized_linear_inputs;
+    // the 16-bit tensor. Under LoRA the frozen linears compute no weight gradient and the
+    // 16-bit adapters keep the 16-bit input (counted so, as before).
+    let quantised_input =
+        w.low_precision() && w.engine.saves_quantized_linear_inputs && w.lora.is_none();
     let linear_in = if quantised_input {
         w.quantised_copy_bytes()
     } else {
