@@ -299,58 +299,77 @@ fn rope_scaling_flags(model: &ModelSpec) -> Result<Vec<(&'static str, String)>, 
             "its linear RoPE scaling factor {factor} is not an integer, as Megatron's \
              --rotary-seq-len-interpolation-factor (type=int) needs"
         )),
-        // Megatron's GPT YaRN (`--position-embedding-type yarn`, `YarnRotaryEmbedding`):
-        // the factor through `--rotary-scaling-factor`, the temperature from `--mscale` /
-        // `--mscale-all-dim` (defaults 1 and 0: 0.1·ln(factor) + 1, transformers' default
-        // too), the band's rounding on unless `--no-yarn-correction-range-round-to-int`
-        // (d98e8a6 arguments.py, `argument_utils.py` `_apply_yarn_config_from_args`).
-        RopeScaling::Yarn {
-            attention_factor: Some(a),
-            ..
-        } => Err(format!(
-            "its YaRN attention_factor {a} has no Megatron flag (Megatron derives the \
-             temperature from --mscale and --mscale-all-dim)"
-        )),
-        RopeScaling::Yarn {
-            factor,
-            original_max_positions,
-            beta_fast,
-            beta_slow,
-            mscale,
-            mscale_all_dim,
-            truncate,
-            attention_factor: None,
-        } => {
-            let mut out = vec![
-                ("--rotary-scaling-factor", format!("{factor}")),
-                (
-                    "--yarn-original-max-position-embeddings",
-                    original_max_positions.to_string(),
-                ),
-                ("--yarn-beta-fast", format!("{beta_fast}")),
-                ("--yarn-beta-slow", format!("{beta_slow}")),
-            ];
-            out.extend(yarn_temperature_flags(*mscale, *mscale_all_dim));
-            if *truncate == Some(false) {
-                out.push(("--no-yarn-correction-range-round-to-int", String::new()));
-            }
-            Ok(out)
-        }
+        RopeScaling::Yarn { .. } => yarn_flags(&model.name, scaling, false),
         RopeScaling::Other { name } => Err(format!(
             "its RoPE scaling `{name}` has no Megatron-LM equivalent"
         )),
     }
 }
 
-/// YaRN's attention temperature as Megatron takes it, where the model gives it (`--mscale`
-/// and `--mscale-all-dim`, for MLA and GPT YaRN alike).
-fn yarn_temperature_flags(
-    mscale: Option<f64>,
-    mscale_all_dim: Option<f64>,
-) -> impl Iterator<Item = (&'static str, String)> {
-    [("--mscale", mscale), ("--mscale-all-dim", mscale_all_dim)]
-        .into_iter()
-        .filter_map(|(flag, v)| v.map(|v| (flag, format!("{v}"))))
+/// YaRN's flags, or why Megatron cannot apply the model's. Both paths take the factor
+/// (`--rotary-scaling-factor`) and the temperature where the model gives it (`--mscale`,
+/// `--mscale-all-dim`; defaults 1 and 0: 0.1·ln(factor) + 1, transformers' default too);
+/// neither has a field for `attention_factor`. GPT YaRN (`--position-embedding-type yarn`,
+/// `YarnRotaryEmbedding`) also takes the band and its rounding
+/// (`--yarn-original-max-position-embeddings`, `--yarn-beta-fast/-slow`,
+/// `--no-yarn-correction-range-round-to-int`; d98e8a6 arguments.py, `argument_utils.py`
+/// `_apply_yarn_config_from_args`); MLA fixes the band (`MEGATRON_MLA_YARN`) and rounds.
+fn yarn_flags(
+    name: &str,
+    scaling: &plait_spec::RopeScaling,
+    mla: bool,
+) -> Result<Vec<(&'static str, String)>, String> {
+    let plait_spec::RopeScaling::Yarn {
+        factor,
+        original_max_positions,
+        beta_fast,
+        beta_slow,
+        mscale,
+        mscale_all_dim,
+        attention_factor,
+        truncate,
+    } = scaling
+    else {
+        return Ok(vec![]);
+    };
+    if let Some(a) = attention_factor {
+        return Err(format!(
+            "{name}'s YaRN attention_factor {a} has no Megatron flag (Megatron derives the \
+             temperature from --mscale and --mscale-all-dim)"
+        ));
+    }
+    let mut out = vec![("--rotary-scaling-factor", format!("{factor}"))];
+    if mla {
+        if *truncate == Some(false) {
+            return Err(format!(
+                "{name}'s YaRN sets truncate = false, which Megatron's MLA \
+                 (MLATransformerConfig) has no field for"
+            ));
+        }
+        if (*original_max_positions, *beta_fast, *beta_slow) != MEGATRON_MLA_YARN {
+            return Err(format!(
+                "{name}'s YaRN has original context {original_max_positions}, beta_fast \
+                 {beta_fast} and beta_slow {beta_slow}, but Megatron's MLA fixes them at \
+                 4096, 32 and 1 (MLATransformerConfig; no flag reaches them)"
+            ));
+        }
+    } else {
+        out.push((
+            "--yarn-original-max-position-embeddings",
+            original_max_positions.to_string(),
+        ));
+        out.push(("--yarn-beta-fast", format!("{beta_fast}")));
+        out.push(("--yarn-beta-slow", format!("{beta_slow}")));
+        if *truncate == Some(false) {
+            out.push(("--no-yarn-correction-range-round-to-int", String::new()));
+        }
+    }
+    for (flag, v) in [("--mscale", mscale), ("--mscale-all-dim", mscale_all_dim)] {
+        if let Some(v) = v {
+            out.push((flag, format!("{v}")));
+        }
+    }
+    Ok(out)
 }
 
 /// What Megatron's `MLATransformerConfig` fixes for YaRN without a flag reaching it
@@ -381,34 +400,9 @@ fn mla_flags(model: &ModelSpec) -> Result<Vec<(&'static str, String)>, String> {
     out.push(("--qk-layernorm", String::new()));
     match &model.rope_scaling {
         None => out.push(("--rope-type", "rope".into())),
-        Some(RopeScaling::Yarn {
-            factor,
-            original_max_positions,
-            beta_fast,
-            beta_slow,
-            mscale,
-            mscale_all_dim,
-            attention_factor,
-            truncate,
-        }) => {
-            if attention_factor.is_some() || *truncate == Some(false) {
-                return Err(format!(
-                    "{}'s YaRN sets attention_factor or truncate = false, which Megatron's MLA \
-                     (MLATransformerConfig) has no field for",
-                    model.name
-                ));
-            }
-            if (*original_max_positions, *beta_fast, *beta_slow) != MEGATRON_MLA_YARN {
-                return Err(format!(
-                    "{}'s YaRN has original context {original_max_positions}, beta_fast \
-                     {beta_fast} and beta_slow {beta_slow}, but Megatron's MLA fixes them at \
-                     4096, 32 and 1 (MLATransformerConfig; no flag reaches them)",
-                    model.name
-                ));
-            }
+        Some(yarn @ RopeScaling::Yarn { .. }) => {
             out.push(("--rope-type", "yarn".into()));
-            out.push(("--rotary-scaling-factor", format!("{factor}")));
-            out.extend(yarn_temperature_flags(*mscale, *mscale_all_dim));
+            out.extend(yarn_flags(&model.name, yarn, true)?);
         }
         Some(other) => {
             return Err(format!(

@@ -109,16 +109,10 @@ impl Config<'_> {
         if let Some(listed) = self.listed_layers("moe_layers", layers)? {
             return Ok(listed);
         }
+        // `opt_int` refuses 0 (no layer would be MoE), naming the key.
         let step = self
             .opt_int("interleave_moe_layer_step", MAX_LAYERS)?
             .unwrap_or(1);
-        if step == 0 {
-            return Err(self.err(
-                "interleave_moe_layer_step",
-                "0 makes no layer MoE",
-                "a positive integer (1: every layer MoE)",
-            ));
-        }
         Ok((0..layers).map(|i| (i + 1).is_multiple_of(step)).collect())
     }
 
@@ -136,13 +130,6 @@ impl Config<'_> {
         let interval = self
             .opt_int("no_rope_layer_interval", MAX_LAYERS)?
             .unwrap_or(4);
-        if interval == 0 {
-            return Err(self.err(
-                "no_rope_layer_interval",
-                "0 is not an interval",
-                "a positive integer (4: every fourth layer without RoPE)",
-            ));
-        }
         Ok((0..layers)
             .map(|i| !(i + 1).is_multiple_of(interval))
             .collect())

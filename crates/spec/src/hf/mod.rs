@@ -224,12 +224,13 @@ pub fn model_from_hf_config(text: &str, source: &str) -> Result<ModelSpec> {
     };
     // Llama 4's config.json describes a multimodal model: the language model's keys sit in
     // `text_config` (transformers' `Llama4Config`), whose errors name it.
-    let text_source = format!("{source} (text_config)");
+    let text_source;
     let text_cfg;
     let cfg = if model_type == "llama4" {
         let allowed = "the language model's config: an object of llama4_text keys";
         match map.get("text_config") {
             Some(Value::Object(text)) => {
+                text_source = format!("{source} (text_config)");
                 text_cfg = Config {
                     source: &text_source,
                     map: text,
