@@ -8,6 +8,7 @@ use comfy_table::{presets::UTF8_BORDERS_ONLY, Cell, CellAlignment, Table};
 use serde::Serialize;
 
 use plait_cost::calibration::{builtin_tables, evaluate, TableResult};
+use plait_cost::Breakdown;
 
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
@@ -28,6 +29,7 @@ struct RowJson<'a> {
     predicted_high_s: f64,
     error: f64,
     fits: bool,
+    breakdown: &'a Breakdown,
 }
 
 #[derive(Serialize)]
@@ -63,6 +65,7 @@ fn to_json(t: &TableResult) -> TableJson<'_> {
                 predicted_high_s: r.predicted_high_s,
                 error: r.error(),
                 fits: r.fits,
+                breakdown: &r.breakdown,
             })
             .collect(),
         skipped: t

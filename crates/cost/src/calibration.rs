@@ -13,7 +13,7 @@ use plait_spec::{
     Task, TrainSpec,
 };
 
-use crate::estimate::{device_for, estimate};
+use crate::estimate::{device_for, estimate, Breakdown};
 
 /// One published run.
 #[derive(Debug, Clone)]
@@ -51,6 +51,8 @@ pub struct RowResult {
     pub predicted_low_s: f64,
     pub predicted_high_s: f64,
     pub fits: bool,
+    /// Where the predicted time goes (the estimate's breakdown), to explain an error.
+    pub breakdown: Breakdown,
 }
 
 impl RowResult {
@@ -115,6 +117,7 @@ pub fn evaluate(table: &Table) -> Result<TableResult, SpecError> {
             predicted_low_s: e.iteration_time_low_s,
             predicted_high_s: e.iteration_time_high_s,
             fits: e.fits,
+            breakdown: e.breakdown,
         });
     }
     Ok(TableResult {
