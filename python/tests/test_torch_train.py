@@ -73,11 +73,12 @@ def _same(losses, reference, what):
     [
         (4, "dp2,tp2", []),
         (2, "dp2,zero3", []),
+        (4, "dp4,zero3,shard2", []),
         (2, "pp2", ["--schedule", "1f1b"]),
         (2, "pp2,vp2", ["--schedule", "interleaved"]),
         (2, "pp2,recompute=full", ["--schedule", "scp"]),
     ],
-    ids=["dp2xtp2", "dp2-zero3", "pp2-1f1b", "pp2-interleaved", "pp2-scp-recompute"],
+    ids=["dp2xtp2", "dp2-zero3", "dp4-hsdp2", "pp2-1f1b", "pp2-interleaved", "pp2-scp-recompute"],
 )
 def test_plan_equals_single_process(tmp_path, reference, nproc, plan, extra):
     _, recs = train(tmp_path, "run", nproc, plan, *extra)

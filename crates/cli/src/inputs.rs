@@ -110,6 +110,12 @@ pub struct KnobArgs {
     /// default: = tp; plan: tp or 1, searched).
     #[arg(long, allow_negative_numbers = true)]
     pub etp: Option<i64>,
+    /// Data-parallel ranks the ZeRO states are sharded over, a divisor of dp (hybrid
+    /// sharding: FSDP's HYBRID_SHARD, torchtitan's dp_shard, DeepSpeed's MiCS, Megatron's
+    /// distributed-optimizer instances); the dp / shard copies all-reduce their gradient
+    /// shards (default: = dp; plan: dp or one node's worth, searched).
+    #[arg(long, allow_negative_numbers = true)]
+    pub shard: Option<i64>,
     /// Micro-batch size in sequences (default: 1; plan: searched).
     #[arg(long, allow_negative_numbers = true)]
     pub mbs: Option<i64>,
@@ -141,6 +147,7 @@ impl KnobArgs {
         }
         p.mbs = opt("mbs", self.mbs)?;
         p.etp = opt("etp", self.etp)?.map(Some);
+        p.dp_shard = opt("shard", self.shard)?.map(Some);
         Ok(p)
     }
 }
@@ -151,7 +158,7 @@ pub struct ConfigArgs {
     /// The whole configuration as `plait plan` prints it, e.g. "dp32 tp8 pp4 vp8 mbs4 zero1
     /// sp recompute=selective interleaved" (instead of the flags below; dp may be left to
     /// --gpus).
-    #[arg(long, conflicts_with_all = ["dp", "tp", "pp", "vp", "cp", "ep", "etp", "mbs", "zero", "sp", "recompute", "schedule"])]
+    #[arg(long, conflicts_with_all = ["dp", "tp", "pp", "vp", "cp", "ep", "etp", "shard", "mbs", "zero", "sp", "recompute", "schedule"])]
     pub config: Option<String>,
     #[command(flatten)]
     pub knobs: KnobArgs,
@@ -455,7 +462,7 @@ impl ConfigArgs {
             if let (None, Some(g)) = (dp, gpus) {
                 c.dp = replicas(g, c.replica_gpus())?;
             }
-            return Ok(c);
+            return Ok(c.normalised());
         }
         let k = &self.knobs;
         let given = |d: Degree| positive(d.name(), k.degree(d).unwrap_or(1));
@@ -492,6 +499,8 @@ impl ConfigArgs {
             .map(|e| positive("etp", e))
             .transpose()?
             .filter(|&e| e != c.tp);
+        c.dp_shard = k.shard.map(|s| positive("shard", s)).transpose()?;
+        c = c.normalised();
         if c.vp > 1 && self.schedule == Schedule::OneFOneB {
             c.schedule = Schedule::Interleaved;
         } else {

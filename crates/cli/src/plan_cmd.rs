@@ -285,7 +285,7 @@ pub fn run(args: &PlanArgs) -> Result<String> {
                         virtual_stages,
                         chunk_recompute_blocks,
                         config_text: p.config.to_string(),
-                        mesh: p.config.mesh().device_mesh(),
+                        mesh: p.config.device_mesh(),
                     }
                 })
                 .collect(),

@@ -159,7 +159,7 @@ pub fn run(args: &SimulateArgs) -> Result<String> {
                 config.pp,
                 config.vp,
             ),
-            mesh: config.mesh().device_mesh(),
+            mesh: config.device_mesh(),
         };
         return Ok(serde_json::to_string_pretty(&doc)? + "\n");
     }

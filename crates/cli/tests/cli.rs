@@ -145,6 +145,21 @@ fn bad_input_is_a_one_line_error_naming_the_field() {
         "`dp`",
     );
     check_error(&["estimate", "--zero", "5"], "`zero`");
+    // Hybrid sharding: a divisor of dp, and only with a ZeRO stage that shards.
+    check_error(
+        &["estimate", "--gpus", "64", "--zero", "3", "--shard", "6"],
+        "`shard`",
+    );
+    check_error(&["estimate", "--gpus", "64", "--shard", "8"], "ZeRO ≥ 1");
+    check_error(&["estimate", "--shard", "0"], "`shard`");
+    check_error(
+        &["plan", "--gpus", "64", "--dp", "64", "--shard", "6"],
+        "`shard`",
+    );
+    check_error(
+        &["plan", "--gpus", "64", "--zero", "0", "--shard", "8"],
+        "ZeRO ≥ 1",
+    );
     check_error(
         &["estimate", "--schedule", "pipedream"],
         "gpipe|1f1b|interleaved|zb-h1|scp",

@@ -34,5 +34,9 @@ fn no_source_file_is_over_900_lines() {
             (lines > MAX_LINES).then(|| format!("{}: {lines} lines", f.display()))
         })
         .collect();
-    assert!(long.is_empty(), "over {MAX_LINES} lines:\n{}", long.join("\n"));
+    assert!(
+        long.is_empty(),
+        "over {MAX_LINES} lines:\n{}",
+        long.join("\n")
+    );
 }

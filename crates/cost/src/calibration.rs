@@ -604,6 +604,7 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
                 ..TrainSpec::new(gbs, seq)
             },
             config: ParallelConfig {
+                dp_shard: None,
                 dp: gpus / (tp * pp * cp),
                 tp,
                 pp,

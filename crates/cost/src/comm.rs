@@ -204,6 +204,12 @@ pub struct Groups {
     pub cp: Group,
     /// Data parallel (with context parallel folded in: gradients reduce over dp × cp).
     pub dp: Group,
+    /// The ZeRO shard group: the innermost shard × cp ranks of the dp × cp block, all of
+    /// it without hybrid sharding (`ParallelConfig::dp_shard`).
+    pub dp_shard: Group,
+    /// The hybrid copies of one shard: dp / shard ranks, one per shard group, that
+    /// all-reduce their gradient shards (size 1 without hybrid sharding).
+    pub dp_replicate: Group,
     pub ep: Group,
     /// The expert MLPs' tensor-parallel group (the first `etp` ranks of a tp group).
     pub etp: Group,
@@ -221,6 +227,8 @@ impl Groups {
             cp: Group::place(cluster, c.cp, stride(Dim::Cp)),
             // Gradients reduce over the dp × cp block, which starts at cp's stride.
             dp: Group::place(cluster, c.dp * c.cp, stride(Dim::Cp)),
+            dp_shard: Group::place(cluster, c.dp_shard() * c.cp, stride(Dim::Cp)),
+            dp_replicate: Group::place(cluster, c.dp_replicas(), stride(Dim::Dp) * c.dp_shard()),
             // Expert layers have a rank order of their own: expert-tp (tp unless set), ep,
             // expert-dp, pp, with cp folded into ep × expert-dp (Megatron-LM d98e8a6
             // `parallel_state.py:871-893`: `expert_tensor_parallel_size` defaults to tp and

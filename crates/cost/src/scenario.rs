@@ -26,7 +26,7 @@ use crate::{DeviceModel, Estimate};
 const CENTRAL: usize = 1;
 
 /// Key of the layer-cost memo: the configuration with the knobs a layer's cost does not
-/// depend on (dp, pp, vp, ZeRO, schedule) reset and the recompute policy costed; every
+/// depend on (dp, pp, vp, ZeRO and its shard group, schedule) reset and the recompute policy costed; every
 /// other knob (tp, cp, ep, mbs, sp — and any knob added to `plait_spec::Parallel`) tells
 /// shapes apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,6 +40,7 @@ impl ShapeKey {
             pp: d.pp,
             vp: d.vp,
             zero: d.zero,
+            dp_shard: d.dp_shard,
             schedule: d.schedule,
             recompute,
             ..*c

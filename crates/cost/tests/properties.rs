@@ -153,6 +153,7 @@ prop_compose! {
             cluster: CLUSTERS[cluster],
             train,
             config: ParallelConfig {
+                dp_shard: None,
                 dp,
                 tp,
                 pp,

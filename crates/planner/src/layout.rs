@@ -108,8 +108,8 @@ impl BlockModel {
     }
 
     fn of(c: &ParallelConfig, policy: LayerCost, full: LayerCost) -> Self {
-        let dense_shards = (c.dp * c.cp) as f64;
-        let expert_shards = dense_shards / c.ep as f64;
+        let (dense_shards, expert_shards) = c.state_shards();
+        let (dense_shards, expert_shards) = (dense_shards as f64, expert_shards as f64);
         let b = &policy;
         BlockModel {
             policy,

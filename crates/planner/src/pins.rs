@@ -126,6 +126,22 @@ pub fn check_pins(req: &Request) -> Result<(), SpecError> {
             );
         }
     }
+    if let Some(Some(shard)) = p.dp_shard {
+        if let Some(dp) = p.dp.filter(|dp| !dp.is_multiple_of(shard)) {
+            return err(
+                "shard",
+                format!("shard = {shard} must divide dp = {dp}"),
+                format!("divisors of {dp}"),
+            );
+        }
+        if p.zero == Some(0) && p.dp.is_none_or(|dp| dp != shard) {
+            return err(
+                "shard",
+                format!("shard = {shard} needs ZeRO ≥ 1 (ZeRO-0 shards nothing)"),
+                "zero 1–3, or leave shard unset".into(),
+            );
+        }
+    }
     if let Some(mbs) = p.mbs {
         if !t.gbs.is_multiple_of(mbs) {
             return err(

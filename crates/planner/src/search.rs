@@ -216,10 +216,37 @@ fn step_mbs(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
     each(c, pins.mbs, mbss, |c, v| c.mbs = v)
 }
 
-/// ZeRO stages (0 only without data or context parallel ranks to shard over).
+/// ZeRO stages (0 only without data or context parallel ranks to shard over), each with
+/// the groups its states are sharded over.
 fn step_zero(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
     let zeros: &[u8] = if c.dp * c.cp > 1 { &[0, 1, 2, 3] } else { &[0] };
     each(c, req.pins.zero, zeros.iter().copied(), |c, v| c.zero = v)
+        .into_iter()
+        .flat_map(|c| shards(req, c))
+        .collect()
+}
+
+/// Shard groups of the ZeRO states: all of dp, and under ZeRO ≥ 1 with dp spanning more
+/// than one NVLink domain, hybrid sharding over the dp ranks of one domain (FSDP's
+/// HYBRID_SHARD default: shard inside a node, replicate across).
+fn shards(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
+    let per_domain = req.cluster.gpus_per_node;
+    let inner = c.tp * c.cp;
+    let domain_shard = (c.zero >= 1 && per_domain.is_multiple_of(inner))
+        .then(|| per_domain / inner)
+        .filter(|&s| s >= 2 && s < c.dp && c.dp.is_multiple_of(s));
+    let choices: Vec<Option<u64>> = match req.pins.dp_shard {
+        // A pinned shard equal to dp is the default.
+        Some(pin) => vec![pin.filter(|&s| s != c.dp)],
+        None => std::iter::once(None)
+            .chain(domain_shard.map(Some))
+            .collect(),
+    };
+    let mut out = Vec::with_capacity(choices.len());
+    for dp_shard in choices {
+        out.push(ParallelConfig { dp_shard, ..c });
+    }
+    out
 }
 
 /// Sequence parallelism (off only without tensor parallelism).
@@ -329,9 +356,12 @@ impl ModelStateBound {
                 params * state_bytes_per_param(c.zero, shards)
             }
         };
-        let dpc = (c.dp * c.cp) as f64;
-        per(self.dense / (c.tp * c.pp) as f64, dpc)
-            + per(self.expert / (c.tp * c.pp * c.ep) as f64, dpc / c.ep as f64)
+        let (dense_shards, expert_shards) = c.state_shards();
+        per(self.dense / (c.tp * c.pp) as f64, dense_shards as f64)
+            + per(
+                self.expert / (c.tp * c.pp * c.ep) as f64,
+                expert_shards as f64,
+            )
     }
 }
 

@@ -99,6 +99,11 @@ fn check_megatron(k: &Case, files: &[ExportFile]) {
         matches!(c.zero, 1 | 2)
     );
     assert_eq!(f.contains_key("--use-megatron-fsdp"), c.zero == 3);
+    // Hybrid sharding: dp / shard copies of the distributed optimizer (1 by default).
+    assert_eq!(
+        num(&f, "--num-distributed-optimizer-instances", 1),
+        c.dp_replicas()
+    );
     assert_eq!(num(&f, "--num-layers", 0), k.model.layers);
     let all_full = (0..c.pp).all(|r| {
         k.plan.stage_map.recompute_blocks[r as usize] == k.plan.stage_map.rank_blocks(r, c.pp)
@@ -180,6 +185,10 @@ fn check_deepspeed(k: &Case, files: &[ExportFile]) {
     assert_eq!(gbs, mbs * gas * c.dp * c.tp);
     assert_eq!(n(&["zero_optimization", "stage"]), Some(u64::from(c.zero)));
     assert_eq!(
+        n(&["zero_optimization", "mics_shard_size"]),
+        (c.dp_replicas() > 1).then_some(c.dp_shard())
+    );
+    assert_eq!(
         n(&["pipeline", "stages"]),
         (c.pp > 1).then_some(c.pp),
         "{v}"
@@ -222,6 +231,9 @@ fn check_torchtitan(k: &Case, files: &[ExportFile]) {
     assert_eq!(replicate * shard, c.dp);
     if c.dp > 1 {
         assert_eq!(shard > 1, c.zero >= 1, "FSDP for ZeRO ≥ 1, DDP for ZeRO-0");
+    }
+    if c.zero >= 1 {
+        assert_eq!((replicate, shard), (c.dp_replicas(), c.dp_shard()));
     }
     assert_eq!(n("parallelism", "tensor_parallel_degree") as u64, c.tp);
     assert_eq!(n("parallelism", "context_parallel_degree") as u64, c.cp);
@@ -302,6 +314,9 @@ fn check_torchtitan_py(k: &Case, files: &[ExportFile]) {
             c.zero >= 1,
             "FSDP for ZeRO ≥ 1, replicas for ZeRO-0"
         );
+    }
+    if c.zero >= 1 {
+        assert_eq!((replicate, shard), (c.dp_replicas(), c.dp_shard()));
     }
     assert_eq!(v.num("parallelism.tensor_parallel_degree"), c.tp);
     assert_eq!(v.num("parallelism.context_parallel_degree"), c.cp);
@@ -393,6 +408,8 @@ fn every_export_reads_back_as_its_plan() {
         mixtral_etp1(),
         llama3_8b_cp(),
         llama2_7b_autotp(),
+        llama3_8b_hybrid(1),
+        llama3_8b_hybrid(3),
     ];
     for k in &cases {
         for engine in Engine::ALL {
@@ -410,5 +427,5 @@ fn every_export_reads_back_as_its_plan() {
             }
         }
     }
-    assert!(checked >= 28, "only {checked} exports read back");
+    assert!(checked >= 33, "only {checked} exports read back");
 }

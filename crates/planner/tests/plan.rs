@@ -338,3 +338,29 @@ fn plans_keep_to_what_their_engine_runs() {
         }
     }
 }
+
+#[test]
+fn zero3_at_scale_plans_hybrid_sharding_and_honours_a_pinned_shard() {
+    // Llama 3 8B on 8,192 H100 under PyTorch FSDP with ZeRO-3 pinned: sharding over all
+    // 8,192 ranks gathers every block in rings across 1,024 nodes; the search also tries
+    // sharding over each node's 8 GPUs (HSDP) and prefers it.
+    let m = model_preset("llama3-8b").unwrap();
+    let cluster = cluster_preset("dgx-h100").unwrap();
+    let t = TrainSpec {
+        engine: plait_spec::Engine::Fsdp,
+        ..TrainSpec::new(8192, 4096)
+    };
+    let d = device_for(&cluster, t.dtype).unwrap();
+    let mut req = Request::new(&m, &cluster, &t, &d, 8192);
+    req.pins.zero = Some(3);
+    let out = plan(&req, &|_, _| {}).unwrap();
+    let best = &out.plans[0].config;
+    assert_eq!((best.dp_shard(), best.dp_replicas()), (8, 1024), "{best}");
+    // A pinned shard is kept, and one equal to dp is plain ZeRO.
+    req.pins.dp_shard = Some(Some(64));
+    let out = plan(&req, &|_, _| {}).unwrap();
+    assert!(out.plans.iter().all(|p| p.config.dp_shard() == 64));
+    req.pins.dp_shard = Some(Some(8192));
+    let out = plan(&req, &|_, _| {}).unwrap();
+    assert!(out.plans.iter().all(|p| p.config.dp_shard.is_none()));
+}

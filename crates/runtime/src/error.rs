@@ -139,6 +139,8 @@ pub enum Unsupported {
     ContextOrExpertParallel { cp: u64, ep: u64 },
     #[error("ZeRO stage {stage} is not supported by the runtime (0 or 1)")]
     ZeroStage { stage: u8 },
+    #[error("hybrid sharding (shard = {shard} of dp = {dp}) is not supported by the runtime; it shards ZeRO-1 over all of dp")]
+    HybridSharding { shard: u64, dp: u64 },
     #[error("selective recompute is not implemented by the runtime; use none or full (per-stage amounts come from the stage map)")]
     SelectiveRecompute,
     #[error("sub-pipelined tensor parallelism is not combined with recompute in the runtime; use recompute none")]

@@ -5,6 +5,7 @@
 //! or memory costs (that is `plait-cost`).
 
 pub mod cluster;
+pub mod config;
 pub mod error;
 pub mod hf;
 pub mod mesh;
@@ -17,6 +18,9 @@ pub mod train;
 
 pub use cluster::{
     cluster_from_toml, cluster_preset, ClusterSpec, GpuSpec, LinkSpec, CLUSTER_PRESETS, GIB,
+};
+pub use config::{
+    check_pipeline_chunks, check_tp_split, parse_config_items, ParallelConfig, MAX_DEGREE,
 };
 pub use error::{Result, SpecError};
 pub use hf::model_from_hf_config;
@@ -32,6 +36,5 @@ pub use plait_schedule::virtual_stage;
 pub use presets::{model_preset, model_preset_names};
 pub use stage_map::{even_chunk_blocks, schedule_spec, StageMap};
 pub use train::{
-    check_pipeline_chunks, check_tp_split, parse_config_items, AttentionImpl, Dtype, Engine, Lora,
-    LoraTarget, ParallelConfig, Recompute, Schedule, Task, TrainSpec,
+    AttentionImpl, Dtype, Engine, Lora, LoraTarget, Recompute, Schedule, Task, TrainSpec,
 };

@@ -77,6 +77,15 @@ pub struct Parallel<F: Form> {
     /// Megatron-LM d98e8a6 `arguments.py`). Below tp, the expert layers' rank order
     /// (expert-tp, ep, expert-dp) lets ep take the rest of the tp ranks.
     pub etp: F::Of<Option<u64>>,
+    /// Data-parallel ranks the ZeRO states are sharded over; `None` = all of dp. Below dp,
+    /// the dp / shard groups of ranks each hold a whole sharded copy and all-reduce their
+    /// gradient shards with each other: hybrid sharding (PyTorch FSDP's `HYBRID_SHARD`,
+    /// torchtitan's `data_parallel_shard_degree` beside `data_parallel_replicate_degree`,
+    /// DeepSpeed's MiCS `mics_shard_size`, Megatron-LM's
+    /// `--num-distributed-optimizer-instances` = dp / shard). A shard group is the
+    /// innermost dp ranks (with cp folded in, as ZeRO shards over dp × cp), so it stays
+    /// inside a node where it fits.
+    pub dp_shard: F::Of<Option<u64>>,
     /// Micro-batch size in sequences.
     pub mbs: F::Of<u64>,
     /// ZeRO stage 0–3 over the data-parallel group.
@@ -101,6 +110,7 @@ impl Default for Parallel<Exact> {
             cp: 1,
             ep: 1,
             etp: None,
+            dp_shard: None,
             mbs: 1,
             zero: 0,
             sp: false,
@@ -120,6 +130,7 @@ impl Default for Parallel<Pinned> {
             cp: None,
             ep: None,
             etp: None,
+            dp_shard: None,
             mbs: None,
             zero: None,
             sp: None,
@@ -233,6 +244,35 @@ impl Parallel<Exact> {
     /// cp × dp). ep must divide it; the replicas of one expert are it over ep.
     pub fn expert_ranks(&self) -> u64 {
         self.tp / self.expert_tp().max(1) * self.cp * self.dp
+    }
+
+    /// Replicas of one expert: the expert-dp dimension of the expert layers' rank order
+    /// (expert-tp, ep, expert-dp), [`Parallel::expert_ranks`] over ep.
+    pub fn expert_replicas(&self) -> u64 {
+        (self.expert_ranks() / self.ep.max(1)).max(1)
+    }
+
+    /// Data-parallel ranks the ZeRO states are sharded over ([`Parallel::dp_shard`]; all
+    /// of dp unless set).
+    pub fn dp_shard(&self) -> u64 {
+        self.dp_shard.unwrap_or(self.dp)
+    }
+
+    /// Copies of the sharded states that all-reduce their gradient shards: dp / shard (1
+    /// without hybrid sharding).
+    pub fn dp_replicas(&self) -> u64 {
+        (self.dp / self.dp_shard().max(1)).max(1)
+    }
+
+    /// Ranks each ZeRO-sharded state is split over: the dense layers' shard × cp, and the
+    /// expert layers' replicas of one expert less the hybrid copies (expert-dp / (dp /
+    /// shard)). The one place the cost model, the layout and the search take them from.
+    pub fn state_shards(&self) -> (u64, u64) {
+        let replicas = self.dp_replicas();
+        (
+            self.dp_shard() * self.cp,
+            (self.expert_replicas() / replicas).max(1),
+        )
     }
 }
 

@@ -5,8 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::ParallelConfig;
 use crate::error::{Result, SpecError};
-use crate::train::{ParallelConfig, Recompute};
+use crate::train::Recompute;
 use plait_schedule::{virtual_stage, GradReduce, ScheduleSpec};
 
 use crate::train::TrainSpec;

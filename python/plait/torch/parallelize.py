@@ -14,7 +14,10 @@ causal LM with PyTorch's own parallelism.
   (FSDP2 has no mode that shards optimizer state but keeps full gradients; sharding the
   gradients too saves more memory at the same communication volume, reduce-scatter plus
   all-gather = one all-reduce); ZeRO-0 is FSDP2's ``replicate`` (DDP semantics:
-  all-reduced gradients, replicated state). Each block is its own FSDP unit.
+  all-reduced gradients, replicated state). Each block is its own FSDP unit. Under hybrid
+  sharding (``shard`` below dp) plait's mesh splits dp into ``dp_replicate`` × ``dp_shard``
+  and FSDP2 takes that 2-D mesh: HSDP, sharded over ``dp_shard``, gradient shards
+  all-reduced over ``dp_replicate``.
 * **Recompute** — the first ``chunk_recompute_blocks[rank][chunk]`` blocks of each chunk,
   as plait's stage map says (:mod:`plait.torch.recompute`).
 * **Pipeline** — the blocks cut per ``chunk_blocks`` into ``torch.distributed.pipelining``
@@ -44,6 +47,24 @@ def _local_sum(t):
     from torch.distributed.tensor import DTensor
 
     return t.to_local() if isinstance(t, DTensor) else t
+
+
+def dp_mesh(mesh):
+    """The data-parallel part of plait's mesh: ``dp``, or under hybrid sharding the 2-D
+    ``(dp_replicate, dp_shard)`` mesh FSDP2 runs HSDP on."""
+    names = mesh.mesh_dim_names
+    return mesh["dp"] if "dp" in names else mesh["dp_replicate", "dp_shard"]
+
+
+def dp_rank(mesh) -> int:
+    """This rank's data-parallel index (replicate-major under hybrid sharding, as plait's
+    rank order lays the shard groups out innermost)."""
+    names = mesh.mesh_dim_names
+    if "dp" in names:
+        return mesh["dp"].get_local_rank()
+    return mesh["dp_replicate"].get_local_rank() * mesh["dp_shard"].size() + mesh[
+        "dp_shard"
+    ].get_local_rank()
 
 
 class Parallel:
@@ -258,7 +279,7 @@ def parallelize(model: nn.Module, plan, mesh=None, *, gbs: int | None = None, se
         if c["tp"] > 1:
             _tp(part, mesh["tp"], bool(c["sp"]))
         if c["dp"] > 1:
-            _dp(part, mesh["dp"], int(c["zero"]))
+            _dp(part, dp_mesh(mesh), int(c["zero"]))
     sched = None
     if c["pp"] > 1:
         from .pipeline import PlaitStage, build_schedule

@@ -35,6 +35,7 @@ from . import data as data_mod
 from . import models
 from . import recompute as rc
 from ._bridge import plan_auto, simulate
+from .parallelize import dp_rank as parallel_dp_rank
 from .parallelize import grad_norm_and_clip, parallelize
 
 
@@ -208,7 +209,7 @@ def _train(a, rank, world, device, _):
     opt = torch.optim.AdamW(params, lr=a.lr, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1, foreach=False)
     tokens, source = data_mod.load_tokens(a.data)
     c = plan.config
-    dp_rank = par.mesh["dp"].get_local_rank()
+    dp_rank = parallel_dp_rank(par.mesh)
     rows = a.gbs // c["dp"]
     first = 0
     if resume_from:

@@ -151,6 +151,8 @@ fn layer_sample_factors(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> Option<
         tp: Group::place_single(),
         cp: Group::place_single(),
         dp: Group::place_single(),
+        dp_shard: Group::place_single(),
+        dp_replicate: Group::place_single(),
         ep: Group::place_single(),
         etp: Group::place_single(),
         pp: Group::place_single(),
@@ -451,15 +453,17 @@ fn assemble(
     };
     let p2p_per_mb = 2.0 * c.vp as f64 * p2p_one;
 
-    // Dense parameters are reduced over dp × cp; expert parameters over the dp × cp / ep
-    // replicas of each expert.
+    // Dense parameters are reduced over dp × cp; expert parameters over the replicas of
+    // each expert (the expert-dp dimension of the expert layers' rank order, expert-tp,
+    // ep, expert-dp: every expert-tp·ep-th rank of the tp × cp × dp block). ZeRO shards
+    // each over its shard group, which is all of it without hybrid sharding; with it, the
+    // dp / shard copies all-reduce their gradient shards across the replicate groups.
     let dense_dp = (c.dp * c.cp) as f64;
-    // Replicas of one expert: the expert-dp dimension of the expert layers' rank order
-    // (expert-tp, ep, expert-dp; `comm::Groups::new`), every expert-tp·ep-th rank of the
-    // tp × cp × dp block.
-    let expert_replicas = (c.expert_ranks() / c.ep).max(1);
-    let expert_dp = expert_replicas as f64;
-    let expert_group = Group::place(cluster, expert_replicas, c.expert_tp() * c.ep);
+    let (dense_shards, expert_shards) = c.state_shards();
+    let (dense_shards, expert_shard_f) = (dense_shards as f64, expert_shards as f64);
+    let expert_stride = c.expert_tp() * c.ep;
+    let expert_group = Group::place(cluster, expert_shards, expert_stride);
+    let expert_replicate = Group::place(cluster, c.dp_replicas(), expert_stride * expert_shards);
     let engine = &w.engine;
     let grad_reduce_bytes = match t.dtype {
         // 16-bit gradients with fp16 (loss scaling); with bf16 the engine's choice.
@@ -551,8 +555,8 @@ fn assemble(
             let [w, g, o] = zero_state_bytes_per_param(c.zero, d);
             (params * w, trainable * g, trainable * o)
         };
-        let (wd, gd, od) = per_group(params, trainable, dense_dp);
-        let (we, ge, oe) = per_group(expert_params, trainable_expert, expert_dp);
+        let (wd, gd, od) = per_group(params, trainable, dense_shards);
+        let (we, ge, oe) = per_group(expert_params, trainable_expert, expert_shard_f);
         let inflight = inflight_microbatches(c.schedule, k as u64, c.pp, mb, c.vp);
         let zero3_buffer = zero3_gather_buffer_bytes(c, &policy.block);
         // fp8 copies of the block weights beside the 16-bit ones (of the gathered unit only
@@ -597,19 +601,31 @@ fn assemble(
         };
         let dense_gather = gather_bytes(trainable, stage_block_dense);
         let expert_gather = gather_bytes(trainable_expert, stage_block_expert);
-        let reduce = |grp: &Group, params: f64, gathered: f64| match c.zero {
+        // ZeRO-0 all-reduces over the whole group; ZeRO-1/2 reduce-scatter over the shard
+        // group, all-reduce the shard across the hybrid copies (none without hybrid
+        // sharding) and gather the updated weights back over the shard group.
+        let reduce = |grp: &Group, copies: &Group, params: f64, gathered: f64| match c.zero {
             0 => grp.all_reduce_s(dp_bytes_reduce(params)),
-            _ => grp.reduce_scatter_s(dp_bytes_reduce(params)) + grp.all_gather_s(gathered),
+            _ => {
+                grp.reduce_scatter_s(dp_bytes_reduce(params))
+                    + copies.all_reduce_s(dp_bytes_reduce(params) / grp.size.max(1) as f64)
+                    + grp.all_gather_s(gathered)
+            }
         };
         let dp_total = if c.zero >= 3 {
             0.0
         } else {
-            reduce(&g.dp, trainable, dense_gather)
-                + reduce(&expert_group, trainable_expert, expert_gather)
+            reduce(&g.dp_shard, &g.dp_replicate, trainable, dense_gather)
+                + reduce(
+                    &expert_group,
+                    &expert_replicate,
+                    trainable_expert,
+                    expert_gather,
+                )
         };
         // The ZeRO-1/2 parameter all-gather within `dp_total` (after the optimizer step).
         let param_gather = if (1..3).contains(&c.zero) {
-            g.dp.all_gather_s(dense_gather) + expert_group.all_gather_s(expert_gather)
+            g.dp_shard.all_gather_s(dense_gather) + expert_group.all_gather_s(expert_gather)
         } else {
             0.0
         };
@@ -649,13 +665,21 @@ fn assemble(
             let units = n_blocks as f64 * per_block;
             let unit_dense = block.params / per_block;
             let unit_expert = block.expert_params / per_block;
-            let gather_u = g.dp.all_gather_s(gather_bytes(unit_dense, unit_dense))
+            let gather_u = g
+                .dp_shard
+                .all_gather_s(gather_bytes(unit_dense, unit_dense))
                 + expert_group.all_gather_s(gather_bytes(unit_expert, unit_expert));
-            let scatter_u =
-                g.dp.reduce_scatter_s(block.trainable_params / per_block * grad_reduce_bytes)
-                    + expert_group.reduce_scatter_s(
-                        block.trainable_expert_params / per_block * grad_reduce_bytes,
-                    );
+            // Each unit's gradients reduce-scatter over the shard group, and with hybrid
+            // sharding its shard all-reduces across the copies (FSDP2's HSDP all-reduce
+            // after each reduce-scatter, `_fsdp_collectives.py` `foreach_reduce`).
+            let (dense_grad, expert_grad) = (
+                block.trainable_params / per_block * grad_reduce_bytes,
+                block.trainable_expert_params / per_block * grad_reduce_bytes,
+            );
+            let scatter_u = g.dp_shard.reduce_scatter_s(dense_grad)
+                + g.dp_replicate.all_reduce_s(dense_grad / dense_shards)
+                + expert_group.reduce_scatter_s(expert_grad)
+                + expert_replicate.all_reduce_s(expert_grad / expert_shard_f);
             let hidden_share = engine
                 .sharded
                 .prefetch_params
@@ -702,7 +726,7 @@ fn assemble(
                     units
                 };
                 (gathers + scatters)
-                    * (dense_dp * engine.sharded.host_ops_per_rank)
+                    * (dense_shards * engine.sharded.host_ops_per_rank)
                     * KERNEL_DISPATCH_S
             } else {
                 0.0
@@ -712,8 +736,8 @@ fn assemble(
             zero3_per_mb_worst = zero3_per_mb_worst.max(zero3_exposed);
         }
         worst_dp_contention = worst_dp_contention.max(dp_contention_s);
-        let opt_params = trainable / if c.zero >= 1 { dense_dp } else { 1.0 }
-            + trainable_expert / if c.zero >= 1 { expert_dp } else { 1.0 };
+        let opt_params = trainable / if c.zero >= 1 { dense_shards } else { 1.0 }
+            + trainable_expert / if c.zero >= 1 { expert_shard_f } else { 1.0 };
         let fp8_block_params = if w.low_precision() {
             stage_block_params
         } else {

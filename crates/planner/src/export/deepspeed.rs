@@ -15,7 +15,8 @@
 //!   (`engine.py` builds its groups after the config), so with tp > 1 the world DeepSpeed
 //!   divides by is dp × tp: `train_batch_size` = micro-batch × accumulation × dp × tp.
 //! * `deepspeed/runtime/zero/config.py` (`DeepSpeedZeroConfig`, which forbids unknown keys):
-//!   `zero_optimization.stage`, `zero_optimization.overlap_comm`.
+//!   `zero_optimization.stage`, `zero_optimization.overlap_comm`,
+//!   `zero_optimization.mics_shard_size` (hybrid sharding, ZeRO-3 only).
 //! * `deepspeed/runtime/config.py` `get_pipeline_config`: the `pipeline` section with
 //!   `stages`, `partition`, `activation_checkpoint_interval` (read by
 //!   `deepspeed/runtime/pipe/engine.py`), `pipe_partitioned`, `grad_partitioned`.
@@ -112,6 +113,16 @@ pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
             c.ep
         ));
     }
+    if c.dp_replicas() > 1 && c.zero < 3 {
+        out.push(format!(
+            "hybrid sharding (shard = {} of dp = {}) under ZeRO-{}: DeepSpeed shards ZeRO-1/2 \
+             over all of dp; its hybrid sharding, MiCS (`mics_shard_size`), is ZeRO-3 \
+             (deepspeed/runtime/engine.py)",
+            c.dp_shard(),
+            c.dp,
+            c.zero
+        ));
+    }
     if c.zero >= 2 && c.pp > 1 {
         out.push(format!(
             "ZeRO-{} with pp = {}: DeepSpeed's pipeline engine supports ZeRO-0/1 only \
@@ -188,6 +199,12 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     zero.insert("stage".into(), json!(c.zero));
     if c.zero >= 1 {
         zero.insert("overlap_comm".into(), json!(train.overlap_grad_reduce));
+    }
+    // MiCS: ZeRO-3 states sharded over groups of `mics_shard_size` consecutive ranks,
+    // replicated across them (`zero/config.py`, `zero/mics.py`; the model is built under
+    // `deepspeed.zero.MiCS_Init`).
+    if c.zero == 3 && c.dp_replicas() > 1 {
+        zero.insert("mics_shard_size".into(), json!(c.dp_shard()));
     }
     cfg.insert("zero_optimization".into(), Value::Object(zero));
     if c.tp > 1 {

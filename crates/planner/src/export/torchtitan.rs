@@ -295,10 +295,13 @@ pub(super) fn batch(plan: &Plan) -> Batch {
     } else {
         c.mbs
     };
+    // FSDP2 shards over dp_shard and, with hybrid sharding (HSDP), replicates over
+    // dp_replicate (`parallel_dims.py`: the two multiply to the data-parallel degree).
+    let (replicate, shard) = (c.dp_replicas(), c.dp_shard());
     let (replicate, shard, reshard) = match c.zero {
         0 => (c.dp, 1, None),
-        1 | 2 => (1, c.dp, Some("never")),
-        _ => (1, c.dp, Some("always")),
+        1 | 2 => (replicate, shard, Some("never")),
+        _ => (replicate, shard, Some("always")),
     };
     Batch {
         local,

@@ -106,6 +106,7 @@ fn enumerate(req: &MixedRequest) -> (Vec<ParallelConfig>, Vec<String>) {
                             };
                             for recompute in recomputes {
                                 let c = ParallelConfig {
+                                    dp_shard: None,
                                     dp,
                                     tp,
                                     pp,

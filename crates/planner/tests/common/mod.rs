@@ -170,6 +170,23 @@ pub fn mixtral_etp1() -> Case {
     mixtral(8, Some(1))
 }
 
+/// Llama 3 8B on 32 GPUs (four nodes), data parallel under ZeRO `zero` sharded over each
+/// node's 8 GPUs and replicated across the four nodes (hybrid sharding).
+pub fn llama3_8b_hybrid(zero: u8) -> Case {
+    case(
+        "llama3-8b",
+        256,
+        4096,
+        ParallelConfig {
+            dp: 32,
+            mbs: 1,
+            zero,
+            dp_shard: Some(8),
+            ..ParallelConfig::default()
+        },
+    )
+}
+
 /// Llama 3 8B with context parallelism: dp2 cp2 tp2 on 8 GPUs.
 pub fn llama3_8b_cp() -> Case {
     case(

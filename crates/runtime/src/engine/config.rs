@@ -147,6 +147,12 @@ impl TrainConfig {
         if c.zero > 1 {
             return unsupported(Unsupported::ZeroStage { stage: c.zero });
         }
+        if c.dp_shard() != c.dp {
+            return unsupported(Unsupported::HybridSharding {
+                shard: c.dp_shard(),
+                dp: c.dp,
+            });
+        }
         if c.recompute == Recompute::Selective {
             return unsupported(Unsupported::SelectiveRecompute);
         }
@@ -243,7 +249,7 @@ pub fn parse_plan(text: &str, workers: usize) -> Result<ParallelConfig> {
             workers,
         }));
     }
-    Ok(c)
+    Ok(c.normalised())
 }
 
 /// Most transformer blocks one rank may run: 8,000 blocks of a tiny model train on the

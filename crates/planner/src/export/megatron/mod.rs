@@ -14,6 +14,7 @@
 //!   `--decoder-first-pipeline-num-layers`, `--decoder-last-pipeline-num-layers`,
 //!   `--pipeline-model-parallel-layout`, `--num-virtual-stages-per-pipeline-rank`,
 //!   `--overlap-grad-reduce`, `--use-distributed-optimizer`,
+//!   `--num-distributed-optimizer-instances` (hybrid sharding),
 //!   `--data-parallel-sharding-strategy {no_shard,optim,optim_grads,optim_grads_params}`;
 //!   `_add_network_size_args` builds the rest from the `TransformerConfig` dataclass with
 //!   `ArgumentGroupFactory` (`megatron/training/argument_utils.py`: field `a_b` → `--a-b`,
@@ -541,6 +542,15 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
             );
         }
         _ => {}
+    }
+    // Hybrid sharding: dp / shard copies of the distributed optimizer (Megatron-FSDP's
+    // HSDP under ZeRO-3, `mcore_fsdp_adapter.py` `enable_hsdp`), each over a contiguous
+    // slice of the dp × cp ranks (`parallel_state.py`, the intra-partial groups).
+    if c.dp_replicas() > 1 {
+        par.push((
+            "--num-distributed-optimizer-instances",
+            c.dp_replicas().to_string(),
+        ));
     }
     if train.overlap_grad_reduce {
         par.push(flag("--overlap-grad-reduce"));

@@ -1,0 +1,699 @@
+//! One parallel configuration ([`ParallelConfig`]): its checks against a model, a batch
+//! and a GPU count, its derived quantities (GPUs, mesh, shard groups) and its text form
+//! (`dp32 tp8 pp4 vp8 mbs4 zero1 sp recompute=selective interleaved`, as `plait plan`
+//! prints it and `--config` reads it).
+//!
+//! Well-formed is not the same as feasible: a configuration that does not fit in memory is
+//! well-formed here and rejected with a reason by the cost model.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::{Result, SpecError};
+use crate::model::ModelSpec;
+use crate::parallel::{Degree, Exact, Parallel};
+use crate::train::{Recompute, Schedule, TrainSpec};
+
+/// `model` splits over tensor-parallel degree `tp`: its attention heads, its key/value
+/// heads (split, or replicated onto the ranks) and its MLP width. Whole configurations
+/// ([`ParallelConfig::validate`]) and the planner's pins ask this one rule.
+pub fn check_tp_split(model: &ModelSpec, tp: u64) -> Result<()> {
+    let err =
+        |problem: String, allowed: String| Err(SpecError::new("--tp", "tp", problem, allowed));
+    if !model.heads.is_multiple_of(tp) {
+        return err(
+            format!(
+                "{} attention heads of {} do not split over tp = {tp}",
+                model.heads, model.name
+            ),
+            format!("divisors of {}", model.heads),
+        );
+    }
+    if !model.kv_heads.is_multiple_of(tp) && !tp.is_multiple_of(model.kv_heads) {
+        return err(
+            format!(
+                "{} key/value heads do not split over (or replicate onto) tp = {tp}",
+                model.kv_heads
+            ),
+            format!("divisors or multiples of {}", model.kv_heads),
+        );
+    }
+    if !model.ffn_hidden.is_multiple_of(tp) {
+        return err(
+            format!(
+                "MLP width {} does not split over tp = {tp}",
+                model.ffn_hidden
+            ),
+            format!("divisors of {}", model.ffn_hidden),
+        );
+    }
+    // Megatron-LM's `MambaMixer` splits heads and B/C groups over tp
+    // (`megatron/core/ssm/mamba_mixer.py`: `nheads % tp_size`, `ngroups % tp_size`).
+    if let Some(mamba) = model.mamba.filter(|_| model.has_mamba()) {
+        let split = mamba.heads.is_multiple_of(tp) && mamba.groups.is_multiple_of(tp);
+        if !split {
+            return err(
+                format!(
+                    "Mamba-2 layers of {} ({} heads, {} groups) do not split over tp = {tp}",
+                    model.name, mamba.heads, mamba.groups
+                ),
+                format!("common divisors of {} and {}", mamba.heads, mamba.groups),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `pp` stages of `vp` chunks each hold at least one of `model`'s layers.
+pub fn check_pipeline_chunks(model: &ModelSpec, pp: u64, vp: u64) -> Result<()> {
+    let chunks = pp.saturating_mul(vp);
+    if chunks > model.layers {
+        return Err(SpecError::new(
+            "--pp",
+            "pp",
+            format!(
+                "pp×vp = {chunks} pipeline chunks but {} has only {} layers",
+                model.name, model.layers
+            ),
+            format!("pp×vp ≤ {}", model.layers),
+        ));
+    }
+    Ok(())
+}
+
+/// One parallel configuration: degrees, micro-batch, ZeRO, sequence parallel, recompute and
+/// schedule (the knobs are declared once, in [`Parallel`]).
+pub type ParallelConfig = Parallel<Exact>;
+
+/// Largest degree (dp, tp, pp, vp, cp, ep) or micro-batch a configuration may have: 2^20,
+/// far beyond the largest published runs (tens of thousands of GPUs).
+pub const MAX_DEGREE: u64 = 1 << 20;
+
+impl ParallelConfig {
+    /// GPUs this configuration occupies.
+    pub fn gpus(&self) -> u64 {
+        self.mesh().world()
+    }
+
+    /// The device mesh of this configuration (degrees and rank order).
+    pub fn mesh(&self) -> crate::mesh::Mesh {
+        crate::mesh::Mesh {
+            tp: self.tp,
+            cp: self.cp,
+            dp: self.dp,
+            pp: self.pp,
+        }
+    }
+
+    /// The same configuration with the knobs that equal their default written as the
+    /// default (`dp_shard` = dp as `None`, `etp` = tp as `None`), so that equal
+    /// configurations compare and display equal.
+    pub fn normalised(mut self) -> Self {
+        if self.etp == Some(self.tp) {
+            self.etp = None;
+        }
+        if self.dp_shard == Some(self.dp) {
+            self.dp_shard = None;
+        }
+        self
+    }
+
+    /// The torch device mesh of this configuration ([`Mesh::device_mesh`](crate::Mesh)),
+    /// with the data-parallel dimension split into `dp_replicate` (outer) × `dp_shard`
+    /// (inner) under hybrid sharding, as torchtitan's `ParallelDims` names them and FSDP2
+    /// takes a 2-D mesh for HSDP.
+    pub fn device_mesh(&self) -> crate::mesh::DeviceMeshShape {
+        let mut m = self.mesh().device_mesh();
+        if self.dp_replicas() > 1 {
+            if let Some(i) = m.dims.iter().position(|&d| d == "dp") {
+                m.dims.splice(i..=i, ["dp_replicate", "dp_shard"]);
+                m.shape.splice(i..=i, [self.dp_replicas(), self.dp_shard()]);
+            }
+        }
+        m
+    }
+
+    /// Micro-batches per pipeline per iteration.
+    pub fn microbatches(&self, train: &TrainSpec) -> u64 {
+        train.gbs / (self.mbs * self.dp)
+    }
+
+    /// Checks that the configuration is well-formed for `model`, `train` and `gpus` GPUs.
+    /// Errors name the flag and the values that would be accepted.
+    pub fn validate(&self, model: &ModelSpec, train: &TrainSpec, gpus: u64) -> Result<()> {
+        let err = |field: &str, problem: String, allowed: String| {
+            Err(SpecError::new(
+                format!("--{field}"),
+                field,
+                problem,
+                allowed,
+            ))
+        };
+        let degrees = Degree::ALL.iter().map(|&d| (d.name(), self.degree(d)));
+        for (field, v) in
+            degrees
+                .into_iter()
+                .chain([("mbs", self.mbs), ("gbs", train.gbs), ("seq", train.seq)])
+        {
+            if v == 0 {
+                return err(field, "must be ≥ 1, got 0".into(), "integers ≥ 1".into());
+            }
+            // Degrees beyond any machine are refused before anything is sized by them.
+            if field != "gbs" && field != "seq" && v > MAX_DEGREE {
+                return err(
+                    field,
+                    format!("{v} is larger than any machine runs"),
+                    format!("integers from 1 to {MAX_DEGREE}"),
+                );
+            }
+        }
+        if self.zero > 3 {
+            return err(
+                "zero",
+                format!("ZeRO stage {} does not exist", self.zero),
+                "0|1|2|3".into(),
+            );
+        }
+        if self.gpus() != gpus {
+            return err(
+                "dp",
+                format!(
+                    "dp×tp×pp×cp = {}×{}×{}×{} = {} but --gpus is {gpus}",
+                    self.dp,
+                    self.tp,
+                    self.pp,
+                    self.cp,
+                    self.gpus()
+                ),
+                format!("degrees whose product is {gpus}"),
+            );
+        }
+        check_tp_split(model, self.tp)?;
+        check_pipeline_chunks(model, self.pp, self.vp)?;
+        if !self.schedule.accepts_chunks(self.vp) {
+            return err(
+                "vp",
+                format!(
+                    "vp = {} needs --schedule interleaved (got {})",
+                    self.vp, self.schedule
+                ),
+                "vp = 1, or --schedule interleaved".into(),
+            );
+        }
+        if self.schedule == Schedule::Interleaved && self.pp == 1 {
+            // With chunks asked for, the chunks are what a single stage cannot hold.
+            if self.vp > 1 {
+                return err(
+                    "vp",
+                    format!(
+                        "vp = {} chunks per rank need a pipeline (pp ≥ 2), but pp = 1",
+                        self.vp
+                    ),
+                    "vp = 1 with pp = 1, or pp ≥ 2".into(),
+                );
+            }
+            return err(
+                "schedule",
+                "interleaved needs pp ≥ 2".into(),
+                Schedule::allowed(),
+            );
+        }
+        if self.cp > 1 && model.has_mamba() {
+            return err(
+                "cp",
+                format!(
+                    "context parallelism of Mamba-2 layers ({}) is not modelled",
+                    model.name
+                ),
+                "cp = 1 for models with Mamba-2 layers".into(),
+            );
+        }
+        if !train.seq.is_multiple_of(self.cp) {
+            return err(
+                "cp",
+                format!(
+                    "sequence {} does not split over cp = {}",
+                    train.seq, self.cp
+                ),
+                format!("divisors of {}", train.seq),
+            );
+        }
+        if self.tp > 1 && self.sp && !train.seq.is_multiple_of(self.tp * self.cp) {
+            return err(
+                "sp",
+                format!(
+                    "sequence {} does not split over tp×cp = {}",
+                    train.seq,
+                    self.tp * self.cp
+                ),
+                "sequence lengths divisible by tp×cp".into(),
+            );
+        }
+        match model.moe {
+            Some(moe) => {
+                if moe.experts % self.ep != 0 {
+                    return err(
+                        "ep",
+                        format!("{} experts do not split over ep = {}", moe.experts, self.ep),
+                        format!("divisors of {}", moe.experts),
+                    );
+                }
+                let etp = self.expert_tp();
+                if etp != self.tp && !(self.sp && self.tp > 1) {
+                    return err(
+                        "etp",
+                        format!(
+                            "expert tp = {etp} differs from tp = {} without sequence \
+                             parallelism (the dispatcher hands each tp rank its own \
+                             sequence slice)",
+                            self.tp
+                        ),
+                        format!("{} (= tp), or add sp", self.tp),
+                    );
+                }
+                if etp == 0 || !self.tp.is_multiple_of(etp) {
+                    return err(
+                        "etp",
+                        format!("expert tp = {etp} must divide tp = {}", self.tp),
+                        format!("divisors of {}", self.tp),
+                    );
+                }
+                // The expert layers' ranks (expert-tp, ep, expert-dp) are the dense layers'
+                // tp × cp × dp ranks in another order: ep takes what expert-tp leaves.
+                let room = self.expert_ranks();
+                if !room.is_multiple_of(self.ep) {
+                    return err(
+                        "ep",
+                        format!(
+                            "ep = {} must divide (tp / expert tp)×dp×cp = {room}",
+                            self.ep
+                        ),
+                        format!("divisors of {room}"),
+                    );
+                }
+            }
+            None if self.ep > 1 => {
+                return err("ep", format!("{} has no experts", model.name), "1".into());
+            }
+            None if self.etp.is_some_and(|e| e != self.tp) => {
+                return err(
+                    "etp",
+                    format!("{} has no experts", model.name),
+                    format!("{} (= tp) or unset", self.tp),
+                );
+            }
+            None => {}
+        }
+        if let Some(shard) = self.dp_shard {
+            if shard == 0 || !self.dp.is_multiple_of(shard) {
+                return err(
+                    "shard",
+                    format!("shard = {shard} must divide dp = {}", self.dp),
+                    format!("divisors of {}", self.dp),
+                );
+            }
+            if shard < self.dp && self.zero == 0 {
+                return err(
+                    "shard",
+                    format!(
+                        "shard = {shard} below dp = {} needs ZeRO ≥ 1 (ZeRO-0 shards nothing)",
+                        self.dp
+                    ),
+                    "zero 1–3, or shard = dp".into(),
+                );
+            }
+            let replicas = self.dp_replicas();
+            if model.moe.is_some() && !self.expert_replicas().is_multiple_of(replicas) {
+                return err(
+                    "shard",
+                    format!(
+                        "dp / shard = {replicas} copies do not split the {} replicas of \
+                         each expert",
+                        self.expert_replicas()
+                    ),
+                    format!("shard with dp / shard dividing {}", self.expert_replicas()),
+                );
+            }
+        }
+        if !train.gbs.is_multiple_of(self.mbs) {
+            return err(
+                "mbs",
+                format!(
+                    "micro-batch {} does not divide the global batch of {} sequences",
+                    self.mbs, train.gbs
+                ),
+                format!("divisors of {}", train.gbs),
+            );
+        }
+        if !train.gbs.is_multiple_of(self.mbs * self.dp) {
+            return err(
+                "gbs",
+                format!(
+                    "global batch {} is not a multiple of mbs×dp = {}×{}",
+                    train.gbs, self.mbs, self.dp
+                ),
+                format!("multiples of {}", self.mbs * self.dp),
+            );
+        }
+        let m = self.microbatches(train);
+        if self.schedule == Schedule::Interleaved && !m.is_multiple_of(self.pp) {
+            return err(
+                "schedule",
+                format!(
+                    "interleaved needs the micro-batch count (gbs/(mbs·dp) = {m}) to be a multiple of pp = {}",
+                    self.pp
+                ),
+                "a batch with a multiple of pp micro-batches, or --schedule 1f1b".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A configuration read from its own display string (`dp32 tp8 pp4 vp8 mbs4 zero1 sp
+/// recompute=selective interleaved`, as `plait plan` prints it), items separated by spaces
+/// or commas, each at most once; `schedule=1f1b` works as well as the bare keyword. Degrees
+/// not given are 1; `dp` may be left out (`None`) for the caller to derive from a GPU count.
+pub fn parse_config_items(
+    text: &str,
+) -> std::result::Result<(ParallelConfig, Option<u64>), String> {
+    let mut c = ParallelConfig::default();
+    let mut dp = None;
+    let mut seen: Vec<String> = Vec::new();
+    let degrees: Vec<String> = Degree::ALL.iter().map(|d| format!("{d}2")).collect();
+    let expected = format!(
+        "items like {} etp1 mbs1 zero1 shard8 sp recompute=full 1f1b",
+        degrees.join(" ")
+    );
+    for part in text
+        .split(|ch: char| ch == ',' || ch.is_whitespace())
+        .filter(|p| !p.is_empty())
+    {
+        let bad = || format!("cannot read `{part}` (expected {expected})");
+        let key = match part.find(|ch: char| ch.is_ascii_digit() || ch == '=') {
+            Some(i) if !part.starts_with(|ch: char| ch.is_ascii_digit()) => &part[..i],
+            _ if part.parse::<Schedule>().is_ok() => "schedule",
+            _ => part,
+        };
+        if seen.iter().any(|k| k == key) {
+            return Err(format!("`{key}` is given twice"));
+        }
+        seen.push(key.to_string());
+        if part == "sp" {
+            c.sp = true;
+            continue;
+        }
+        if let Some(v) = part.strip_prefix("recompute=") {
+            c.recompute = v.parse()?;
+            continue;
+        }
+        if let Ok(kind) = part
+            .strip_prefix("schedule=")
+            .unwrap_or(part)
+            .parse::<Schedule>()
+        {
+            c.schedule = kind;
+            continue;
+        }
+        let split = part.find(|ch: char| ch.is_ascii_digit()).ok_or_else(bad)?;
+        let (key, num) = part.split_at(split);
+        let value: u64 = num.parse().map_err(|_| bad())?;
+        if value == 0 {
+            return Err(format!("`{part}` must be at least 1"));
+        }
+        match (key, Degree::named(key)) {
+            (_, Some(Degree::Dp)) => dp = Some(value),
+            (_, Some(d)) => *c.degree_mut(d) = value,
+            ("etp", _) => c.etp = Some(value),
+            ("shard", _) => c.dp_shard = Some(value),
+            ("mbs", _) => c.mbs = value,
+            ("zero", _) if value <= 3 => c.zero = value as u8,
+            ("zero", _) => {
+                return Err(format!(
+                    "ZeRO stage {value} does not exist (allowed: 0|1|2|3)"
+                ))
+            }
+            _ => return Err(bad()),
+        }
+    }
+    if c.vp > 1 && c.schedule == Schedule::OneFOneB {
+        c.schedule = Schedule::Interleaved;
+    }
+    // An expert tp equal to tp is the default, written or not.
+    if c.etp == Some(c.tp) {
+        c.etp = None;
+    }
+    c.dp = dp.unwrap_or(1);
+    // Sharding over all of dp is the default, written or not (with dp left to the caller,
+    // the caller normalises it once dp is known: `ParallelConfig::normalised`).
+    if dp.is_some() {
+        c = c.normalised();
+    }
+    Ok((c, dp))
+}
+
+impl FromStr for ParallelConfig {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        parse_config_items(s).map(|(c, _)| c)
+    }
+}
+
+impl fmt::Display for ParallelConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut sep = "";
+        for &d in Degree::ALL {
+            let v = self.degree(d);
+            if v > 1 || d.shown_at_one() {
+                write!(f, "{sep}{d}{v}")?;
+                sep = " ";
+            }
+        }
+        if let Some(etp) = self.etp.filter(|&e| e != self.tp) {
+            write!(f, "{sep}etp{etp}")?;
+            sep = " ";
+        }
+        write!(f, "{sep}mbs{}", self.mbs)?;
+        if self.zero > 0 {
+            write!(f, " zero{}", self.zero)?;
+        }
+        if let Some(shard) = self.dp_shard.filter(|&s| s != self.dp) {
+            write!(f, " shard{shard}")?;
+        }
+        if self.sp {
+            write!(f, " sp")?;
+        }
+        if self.recompute != Recompute::None {
+            write!(f, " recompute={}", self.recompute)?;
+        }
+        write!(f, " {}", self.schedule)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::presets::model_preset;
+
+    fn check_err(cfg: ParallelConfig, train: TrainSpec, gpus: u64, field: &str) {
+        let m = model_preset("gpt3-175b").unwrap();
+        let e = cfg.validate(&m, &train, gpus).unwrap_err();
+        assert_eq!(e.field, field, "{e}");
+        assert!(!e.allowed.is_empty(), "{e}");
+        assert!(!e.to_string().contains('\n'));
+    }
+
+    #[test]
+    fn malformed_configurations_name_their_field() {
+        let ok = ParallelConfig {
+            dp: 8,
+            tp: 8,
+            pp: 8,
+            mbs: 1,
+            ..Default::default()
+        };
+        let t = TrainSpec::new(512, 2048);
+        ok.validate(&model_preset("gpt3-175b").unwrap(), &t, 512)
+            .unwrap();
+        check_err(
+            ParallelConfig {
+                tp: 7,
+                dp: 1,
+                pp: 1,
+                ..ok
+            },
+            t.clone(),
+            7,
+            "tp",
+        );
+        check_err(
+            ParallelConfig {
+                pp: 128,
+                dp: 1,
+                tp: 1,
+                ..ok
+            },
+            t.clone(),
+            128,
+            "pp",
+        );
+        check_err(ok, t.clone(), 64, "dp");
+        check_err(ParallelConfig { mbs: 0, ..ok }, t.clone(), 512, "mbs");
+        check_err(ParallelConfig { zero: 4, ..ok }, t.clone(), 512, "zero");
+        check_err(ParallelConfig { vp: 2, ..ok }, t.clone(), 512, "vp");
+        // A micro-batch that does not divide the batch is the micro-batch's fault; one that
+        // does, but not with dp, is the batch's.
+        check_err(ParallelConfig { mbs: 3, ..ok }, t.clone(), 512, "mbs");
+        check_err(
+            ParallelConfig {
+                mbs: 1_000_000,
+                ..ok
+            },
+            t.clone(),
+            512,
+            "mbs",
+        );
+        check_err(ok, TrainSpec::new(12, 2048), 512, "gbs");
+        check_err(
+            ParallelConfig {
+                pp: 1,
+                vp: 3,
+                dp: 64,
+                schedule: Schedule::Interleaved,
+                ..ok
+            },
+            t.clone(),
+            512,
+            "vp",
+        );
+        check_err(ParallelConfig { ep: 2, ..ok }, t.clone(), 512, "ep");
+        check_err(
+            ParallelConfig {
+                vp: 2,
+                schedule: Schedule::Interleaved,
+                ..ok
+            },
+            TrainSpec::new(8 * 12, 2048),
+            512,
+            "schedule",
+        );
+        check_err(
+            ParallelConfig {
+                cp: 3,
+                dp: 1,
+                tp: 1,
+                pp: 1,
+                ..ok
+            },
+            TrainSpec::new(8, 2048),
+            3,
+            "cp",
+        );
+    }
+
+    #[test]
+    fn expert_tensor_parallelism_is_checked_against_tp_and_the_experts() {
+        let m = model_preset("mixtral-8x7b").unwrap();
+        let t = TrainSpec::new(64, 4096);
+        let c = ParallelConfig {
+            dp: 4,
+            tp: 2,
+            ep: 8,
+            etp: Some(1),
+            sp: true,
+            ..Default::default()
+        };
+        // ep 8 takes the tp ranks too: 8 divides (tp / etp)·dp = 8, not dp = 4.
+        c.validate(&m, &t, 8).unwrap();
+        assert_eq!(c.validate(&m, &t, 8).ok(), Some(()));
+        let field =
+            |c: ParallelConfig, m: &ModelSpec| c.validate(m, &t, c.gpus()).unwrap_err().field;
+        assert_eq!(field(ParallelConfig { etp: None, ..c }, &m), "ep");
+        assert_eq!(field(ParallelConfig { etp: Some(3), ..c }, &m), "etp");
+        assert_eq!(field(ParallelConfig { sp: false, ..c }, &m), "etp");
+        let dense = model_preset("llama2-7b").unwrap();
+        assert_eq!(field(ParallelConfig { ep: 1, ..c }, &dense), "etp");
+    }
+
+    #[test]
+    fn hybrid_sharding_is_checked_written_and_meshed() {
+        let m = model_preset("llama3-8b").unwrap();
+        let t = TrainSpec::new(512, 4096);
+        let c: ParallelConfig = "dp64 tp2 mbs1 zero3 shard8".parse().unwrap();
+        assert_eq!((c.dp_shard(), c.dp_replicas()), (8, 8));
+        c.validate(&m, &t, 128).unwrap();
+        assert!(c.to_string().contains("zero3 shard8"), "{c}");
+        assert_eq!(c.to_string().parse::<ParallelConfig>().unwrap(), c);
+        // ZeRO shards each state over the shard group (times cp), not all of dp.
+        assert_eq!(c.state_shards().0, 8);
+        // Sharding over all of dp is the default, written or not.
+        let all: ParallelConfig = "dp64 tp2 mbs1 zero3 shard64".parse().unwrap();
+        assert_eq!(all.dp_shard, None);
+        assert!(!all.to_string().contains("shard"));
+        // torch's mesh splits dp into replicate (outer) × shard (inner).
+        let mesh = c.device_mesh();
+        assert_eq!(mesh.dims, ["pp", "dp_replicate", "dp_shard", "cp", "tp"]);
+        assert_eq!(mesh.shape, [1, 8, 8, 1, 2]);
+        assert_eq!(all.device_mesh().dims, ["pp", "dp", "cp", "tp"]);
+        let field = |c: ParallelConfig| c.validate(&m, &t, c.gpus()).unwrap_err().field;
+        assert_eq!(
+            field(ParallelConfig {
+                dp_shard: Some(3),
+                ..c
+            }),
+            "shard"
+        );
+        assert_eq!(field(ParallelConfig { zero: 0, ..c }), "shard");
+        // The expert replicas split evenly over the hybrid copies.
+        let moe = model_preset("mixtral-8x7b").unwrap();
+        let e: ParallelConfig = "dp16 ep8 mbs1 zero1 shard8".parse().unwrap();
+        e.validate(&moe, &t, 16).unwrap();
+        assert_eq!(e.state_shards(), (8, 1));
+        let e4 = ParallelConfig {
+            dp_shard: Some(4),
+            ..e
+        };
+        assert_eq!(e4.validate(&moe, &t, 16).unwrap_err().field, "shard");
+    }
+
+    #[test]
+    fn configurations_parse_from_their_display() {
+        let c = ParallelConfig {
+            dp_shard: None,
+            dp: 32,
+            tp: 8,
+            pp: 4,
+            vp: 8,
+            cp: 2,
+            ep: 2,
+            etp: Some(1),
+            mbs: 4,
+            zero: 1,
+            sp: true,
+            recompute: Recompute::Selective,
+            schedule: Schedule::Interleaved,
+        };
+        assert_eq!(c.to_string().parse::<ParallelConfig>(), Ok(c));
+        assert!(c.to_string().contains("ep2 etp1 mbs4"), "{c}");
+        let d = ParallelConfig::default();
+        assert_eq!(d.to_string().parse::<ParallelConfig>(), Ok(d));
+        // An expert tp equal to tp is the default: neither written nor kept.
+        let same = ParallelConfig { etp: None, ..c };
+        assert!(!same.to_string().contains("etp"));
+        assert_eq!("tp8 etp8".parse::<ParallelConfig>().unwrap().etp, None);
+        let (c, dp) = parse_config_items("tp2,pp2,schedule=gpipe").unwrap();
+        assert_eq!((c.tp, c.pp, c.schedule, dp), (2, 2, Schedule::Gpipe, None));
+        assert!("tp2 tp4"
+            .parse::<ParallelConfig>()
+            .unwrap_err()
+            .contains("twice"));
+        assert!("zero5"
+            .parse::<ParallelConfig>()
+            .unwrap_err()
+            .contains("0|1|2|3"));
+        assert!("xx2"
+            .parse::<ParallelConfig>()
+            .unwrap_err()
+            .contains("cannot read"));
+    }
+}
