@@ -222,13 +222,23 @@ impl Groups {
     pub fn new(cluster: &ClusterSpec, c: &ParallelConfig) -> Groups {
         let mesh = c.mesh();
         let stride = |d: Dim| mesh.stride(d);
+        // Gradients reduce over the dp × cp block, which starts at cp's stride; a hybrid
+        // shard group is its innermost shard × cp ranks, the copies every shard-th dp rank.
+        let dp = Group::place(cluster, c.dp * c.cp, stride(Dim::Cp));
+        let (dp_shard, dp_replicate) = if c.dp_replicas() > 1 {
+            (
+                Group::place(cluster, c.dp_shard() * c.cp, stride(Dim::Cp)),
+                Group::place(cluster, c.dp_replicas(), stride(Dim::Dp) * c.dp_shard()),
+            )
+        } else {
+            (dp, Group::place_single())
+        };
         Groups {
             tp: Group::place(cluster, c.tp, stride(Dim::Tp)),
             cp: Group::place(cluster, c.cp, stride(Dim::Cp)),
-            // Gradients reduce over the dp × cp block, which starts at cp's stride.
-            dp: Group::place(cluster, c.dp * c.cp, stride(Dim::Cp)),
-            dp_shard: Group::place(cluster, c.dp_shard() * c.cp, stride(Dim::Cp)),
-            dp_replicate: Group::place(cluster, c.dp_replicas(), stride(Dim::Dp) * c.dp_shard()),
+            dp,
+            dp_shard,
+            dp_replicate,
             // Expert layers have a rank order of their own: expert-tp (tp unless set), ep,
             // expert-dp, pp, with cp folded into ep × expert-dp (Megatron-LM d98e8a6
             // `parallel_state.py:871-893`: `expert_tensor_parallel_size` defaults to tp and

@@ -463,7 +463,11 @@ fn assemble(
     let (dense_shards, expert_shard_f) = (dense_shards as f64, expert_shards as f64);
     let expert_stride = c.expert_tp() * c.ep;
     let expert_group = Group::place(cluster, expert_shards, expert_stride);
-    let expert_replicate = Group::place(cluster, c.dp_replicas(), expert_stride * expert_shards);
+    let expert_replicate = if c.dp_replicas() > 1 {
+        Group::place(cluster, c.dp_replicas(), expert_stride * expert_shards)
+    } else {
+        Group::place_single()
+    };
     let engine = &w.engine;
     let grad_reduce_bytes = match t.dtype {
         // 16-bit gradients with fp16 (loss scaling); with bf16 the engine's choice.
