@@ -198,6 +198,19 @@ pub fn a100_80g() -> GpuSpec {
     }
 }
 
+/// A100 SXM4 40 GB: the A100's compute (A100 datasheet: 312 TFLOP/s dense fp16/bf16, the
+/// same 108 SMs and 1,410 MHz boost clock) with 40 GB of HBM2 at 1,555 GB/s (A100
+/// datasheet). MAMF and sustained clock: the 80 GB part's (same SMs and clocks; no
+/// separate measurement).
+pub fn a100_40g() -> GpuSpec {
+    GpuSpec {
+        name: "A100-SXM4-40GB".into(),
+        memory_bytes: 40.0 * GIB,
+        memory_bandwidth_bytes_per_s: 1555.0 * GB,
+        ..a100_80g()
+    }
+}
+
 /// H100 SXM5 80 GB. Peaks: NVIDIA H100 datasheet (989.4 TFLOP/s dense bf16, 1,978.9 fp8,
 /// 3.35 TB/s, 80 GB), 132 SMs. MAMF 792.1 TFLOP/s = 80.1 % (Bekman, ml-engineering).
 pub fn h100() -> GpuSpec {
@@ -215,6 +228,16 @@ pub fn h100() -> GpuSpec {
         memory_bytes: 80.0 * GIB,
         memory_bandwidth_bytes_per_s: 3350.0 * GB,
         sms: 132,
+    }
+}
+
+/// H800 SXM5 80 GB, the export variant of the H100 SXM5: the same tensor-core peaks,
+/// memory and SMs (NVIDIA H800 datasheet: 1,979 / 3,958 TFLOP/s bf16 / fp8 with sparsity,
+/// 80 GB at 3.35 TB/s), its NVLink cut to 400 GB/s (the cluster's, `hgx-h800`).
+pub fn h800() -> GpuSpec {
+    GpuSpec {
+        name: "H800-SXM5-80GB".into(),
+        ..h100()
     }
 }
 
@@ -405,9 +428,11 @@ fn dgx(
 }
 
 /// Names of the built-in cluster presets.
-pub const CLUSTER_PRESETS: [&str; 10] = [
+pub const CLUSTER_PRESETS: [&str; 12] = [
     "dgx-a100-80g",
+    "dgx-a100-40g",
     "dgx-h100",
+    "hgx-h800",
     "dgx-h200",
     "dgx-b200",
     "dgx-b300",
@@ -427,8 +452,17 @@ pub fn cluster_preset(name: &str) -> Result<ClusterSpec> {
         "dgx-a100-80g" | "dgx-a100" | "a100" | "selene" => {
             dgx("dgx-a100-80g", a100_80g(), 600.0, 8, 200.0)
         }
+        // DGX A100 with 40 GB GPUs (the original DGX A100 320 GB): the same NVLink3 and 8 ×
+        // 200 Gb/s HDR compute NICs (DGX A100 datasheet).
+        "dgx-a100-40g" | "a100-40g" => dgx("dgx-a100-40g", a100_40g(), 600.0, 8, 200.0),
         // DGX H100: NVLink4 900 GB/s bidirectional; 8 × 400 Gb/s ConnectX-7 (DGX H100 datasheet).
         "dgx-h100" | "h100" => dgx("dgx-h100", h100(), 900.0, 8, 400.0),
+        // HGX H800, as DeepSeek-V3 trained on it (DeepSeek-V3 technical report, arXiv
+        // 2412.19437, §3.1 and §3.2.2): 8 GPUs on NVLink/NVSwitch at 400 GB/s bidirectional
+        // (H800 datasheet; the report measures 160 GB/s per direction, which the NVLink
+        // collective efficiency reproduces), one 400 Gb/s InfiniBand NIC per GPU ("IB
+        // (50 GB/s)").
+        "hgx-h800" | "h800" | "dgx-h800" => dgx("hgx-h800", h800(), 400.0, 8, 400.0),
         // DGX H200: same NVLink4 and 8 × 400 Gb/s network as DGX H100 (DGX H200 datasheet).
         "dgx-h200" | "h200" => dgx("dgx-h200", h200(), 900.0, 8, 400.0),
         // DGX B200: NVLink5 1.8 TB/s bidirectional; 8 × 400 Gb/s ConnectX-7 (DGX B200 datasheet).
@@ -525,6 +559,24 @@ mod tests {
             cluster_preset("H200").unwrap(),
             cluster_preset("dgx-h200").unwrap()
         );
+    }
+
+    #[test]
+    fn h800_is_h100_compute_on_a_narrower_nvlink() {
+        let (h800, h100) = (
+            cluster_preset("hgx-h800").unwrap(),
+            cluster_preset("dgx-h100").unwrap(),
+        );
+        assert_eq!(
+            h800.gpu.peak_bf16_flops_per_s,
+            h100.gpu.peak_bf16_flops_per_s
+        );
+        // DeepSeek-V3's report: NVLink 160 GB/s achieved per direction, IB 50 GB/s.
+        let nvlink = h800.intra_node.bandwidth_bytes_per_s * h800.intra_node.collective_efficiency;
+        assert!((nvlink / 1e9 - 160.0).abs() < 5.0, "{nvlink}");
+        assert_eq!(h800.inter_node.bandwidth_bytes_per_s, 50e9);
+        let a100_40 = cluster_preset("dgx-a100-40g").unwrap();
+        assert_eq!(a100_40.gpu.memory_bytes, 40.0 * GIB);
     }
 
     #[test]
