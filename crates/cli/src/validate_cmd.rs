@@ -41,6 +41,10 @@ struct TableJson<'a> {
     mean_signed_error: f64,
     max_abs_error: f64,
     band_coverage: f64,
+    /// Comparable pairs (same model, cluster, GPUs, batch, sequence, task) measured ≥ 10 %
+    /// apart, and how many the predictions order as measured.
+    pairs: usize,
+    pairs_ordered: usize,
     rows: Vec<RowJson<'a>>,
     skipped: Vec<(&'a str, &'a str)>,
 }
@@ -54,6 +58,8 @@ fn to_json(t: &TableResult) -> TableJson<'_> {
         mean_signed_error: t.mean_signed_error(),
         max_abs_error: t.max_abs_error(),
         band_coverage: t.band_coverage(),
+        pairs: t.pairs_ordered().1,
+        pairs_ordered: t.pairs_ordered().0,
         rows: t
             .rows
             .iter()
@@ -131,6 +137,7 @@ pub fn run(args: &ValidateArgs) -> Result<String> {
         "mean signed",
         "max |error|",
         "in band",
+        "pairs ordered",
     ]);
     for t in &results {
         summary.add_row([
@@ -144,6 +151,11 @@ pub fn run(args: &ValidateArgs) -> Result<String> {
                 .set_alignment(CellAlignment::Right),
             Cell::new(format!("{:.0} %", 100.0 * t.band_coverage()))
                 .set_alignment(CellAlignment::Right),
+            Cell::new(match t.pairs_ordered() {
+                (_, 0) => "no pairs".to_string(),
+                (ordered, pairs) => format!("{ordered} of {pairs}"),
+            })
+            .set_alignment(CellAlignment::Right),
         ]);
     }
     out += &format!("{summary}\n");

@@ -53,6 +53,9 @@ pub struct RowResult {
     pub fits: bool,
     /// Where the predicted time goes (the estimate's breakdown), to explain an error.
     pub breakdown: Breakdown,
+    /// What a user compares configurations within: the model, cluster, GPU count, batch,
+    /// sequence and task (rows that share it differ only in their configuration).
+    pub comparable: String,
 }
 
 impl RowResult {
@@ -84,6 +87,32 @@ impl TableResult {
             .map(|r| r.error().abs())
             .fold(0.0, f64::max)
     }
+    /// Pairs of comparable rows (same model, cluster, GPUs, batch, sequence and task)
+    /// whose measured times differ by at least [`PAIR_MIN_GAP`], and how many of them the
+    /// predictions order as measured: a planner is only as good as its order.
+    pub fn pairs_ordered(&self) -> (usize, usize) {
+        let (mut ordered, mut pairs) = (0, 0);
+        for (i, a) in self.rows.iter().enumerate() {
+            for b in &self.rows[i + 1..] {
+                let (fast, slow) = if a.measured_step_s <= b.measured_step_s {
+                    (a, b)
+                } else {
+                    (b, a)
+                };
+                if a.comparable != b.comparable
+                    || slow.measured_step_s < fast.measured_step_s * (1.0 + PAIR_MIN_GAP)
+                {
+                    continue;
+                }
+                pairs += 1;
+                if fast.predicted_step_s < slow.predicted_step_s {
+                    ordered += 1;
+                }
+            }
+        }
+        (ordered, pairs)
+    }
+
     /// Share of rows whose measured time lies inside the predicted band.
     pub fn band_coverage(&self) -> f64 {
         mean(self.rows.iter().map(|r| {
@@ -103,6 +132,11 @@ fn mean(it: impl Iterator<Item = f64>) -> f64 {
     }
 }
 
+/// Measured times of a pair must differ by this share for their order to count (issue
+/// "Plans you can trust": pairs whose times differ by ≥ 10 %; closer ones are within the
+/// noise of published figures).
+pub const PAIR_MIN_GAP: f64 = 0.10;
+
 /// Estimates every run of `table` (each on its cluster's GPU in its dtype, published
 /// numbers only: no calibration profile).
 pub fn evaluate(table: &Table) -> Result<TableResult, SpecError> {
@@ -118,6 +152,15 @@ pub fn evaluate(table: &Table) -> Result<TableResult, SpecError> {
             predicted_high_s: e.iteration_time_high_s,
             fits: e.fits,
             breakdown: e.breakdown,
+            comparable: format!(
+                "{} on {} × {}, {} × {} tokens, {:?}",
+                r.model.name,
+                r.config.gpus(),
+                r.cluster.name,
+                r.train.gbs,
+                r.train.seq,
+                r.train.task
+            ),
         });
     }
     Ok(TableResult {
@@ -652,4 +695,45 @@ pub fn builtin_tables() -> Result<Vec<Table>, SpecError> {
         llmfoundry_fsdp(include_str!("../data/llmfoundry_fsdp_a100_80gb.csv"))?,
         nemo(include_str!("../data/nemo_performance.csv"))?,
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(comparable: &str, measured: f64, predicted: f64) -> RowResult {
+        RowResult {
+            label: format!("{comparable} {measured}"),
+            measured_step_s: measured,
+            predicted_step_s: predicted,
+            predicted_low_s: predicted,
+            predicted_high_s: predicted,
+            fits: true,
+            breakdown: Breakdown::default(),
+            comparable: comparable.into(),
+        }
+    }
+
+    #[test]
+    fn pairs_count_comparable_rows_measured_apart() {
+        let t = TableResult {
+            name: "t",
+            engine: Engine::Megatron,
+            rows: vec![
+                // Measured 20 % apart, predicted the other way round: out of order.
+                row("a", 1.0, 1.1),
+                row("a", 1.2, 1.0),
+                // 5 % from the first: too close to count.
+                row("a", 1.05, 2.0),
+                // Another model: never paired with the others.
+                row("b", 3.0, 0.1),
+                // In order.
+                row("c", 1.0, 1.0),
+                row("c", 2.0, 1.5),
+            ],
+            skipped: vec![],
+        };
+        // a: (1.0, 1.2) out of order, (1.05, 1.2) out of order (1.2 ≥ 1.155); c in order.
+        assert_eq!(t.pairs_ordered(), (1, 3));
+    }
 }

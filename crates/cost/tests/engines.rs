@@ -117,6 +117,9 @@ fn sc21_table2_zero3_against_ptd_p() {
         }
         zero3.push(z);
     }
+    // The table's own count of pairs measured ≥ 10 % apart agrees: every one in order.
+    let (ordered, pairs) = result.pairs_ordered();
+    assert!(pairs >= 2 && ordered == pairs, "{ordered} of {pairs}");
     // Doubling the GPUs at a fixed batch halves the compute but not the gathers, whose host
     // work grows with the ranks: the ZeRO-3 step no longer shrinks from 768 to 1536 GPUs.
     assert!(zero3[2] > 0.9 * zero3[1], "{zero3:?}");
