@@ -64,6 +64,12 @@ pub struct WorkloadArgs {
     /// (1 = balanced; the band's pessimistic end assumes at least 1.25).
     #[arg(long, default_value_t = 1.0)]
     pub moe_skew: f64,
+    /// MoE expert capacity factor with token dropping, each expert's input padded to its
+    /// capacity (Megatron's --moe-expert-capacity-factor with
+    /// --moe-pad-expert-input-to-capacity): every expert runs the factor times the balanced
+    /// share (default: dropless, the work follows --moe-skew).
+    #[arg(long)]
+    pub moe_capacity: Option<f64>,
     /// What the run trains: pretrain, sft (every weight, packed samples) or lora (low-rank
     /// adapters beside frozen weights).
     #[arg(long, default_value = "pretrain", value_parser = parse_keyword::<Task>)]
@@ -332,6 +338,12 @@ impl WorkloadArgs {
                     "--moe-skew: {} is not a load imbalance (allowed: a number from 1 to 64)",
                     self.moe_skew
                 )
+            },
+            moe_capacity: match self.moe_capacity {
+                Some(f) if !(f.is_finite() && (0.01..=64.0).contains(&f)) => bail!(
+                    "--moe-capacity: {f} is not a capacity factor (allowed: a number from 0.01 to 64)"
+                ),
+                other => other,
             },
             task: self.task,
             lora: Lora {

@@ -630,6 +630,7 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
                 }
             }
         };
+        let moe_capacity = model.moe.map(|_| 1.0);
         runs.push(Run {
             label,
             model,
@@ -642,6 +643,12 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
                 // 0.1, the Llama and Nemotron configs 0.0. (NeMo 2.0's recipes, 8cfedd7
                 // `gpt/model/base.py`, later set 0 for 175B.)
                 dropout: row.str("model")?.starts_with("GPT3"),
+                // NeMo's MoE performance recipes (Mixtral 8x7B and 8x22B, Llama 4 e16, in
+                // `performance_mode`) add `MegatronTokenDropCallback`: capacity factor 1.0,
+                // each expert's input padded to capacity (NeMo 8cfedd7
+                // `lightning/pytorch/callbacks/moe_token_drop.py`; in the Mixtral recipe
+                // since cc494c9d93, 2024-09-16, before the 25.02 release).
+                moe_capacity,
                 task,
                 lora,
                 ..TrainSpec::new(gbs, seq)

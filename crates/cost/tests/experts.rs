@@ -43,3 +43,42 @@ fn unsplit_experts_keep_the_expert_group_in_a_node_and_hold_more_weights() {
     assert!(wb > 1.5 * wa, "weights {wb} (etp 1) vs {wa} (etp = tp)");
     assert_eq!(a.model_flops_per_iteration, b.model_flops_per_iteration);
 }
+
+#[test]
+fn a_capacity_factor_fixes_the_experts_work_whatever_the_routing() {
+    // Mixtral 8x7B on 64 H100, ep 8. Dropless, the work follows the routing: the band's
+    // pessimistic end assumes the busiest expert rank gets 1.25× its share. At a capacity
+    // factor with padding every expert runs exactly its capacity: capacity 1.25 costs as
+    // a skew of 1.25 at every level, capacity 1.0 as balanced routing, and the user's skew
+    // no longer matters.
+    let m = model_preset("mixtral-8x7b").unwrap();
+    let cluster = cluster_preset("dgx-h100").unwrap();
+    let d = device_for(&cluster, Dtype::Bf16).unwrap();
+    let c = ParallelConfig {
+        dp: 64,
+        ep: 8,
+        zero: 1,
+        ..ParallelConfig::default()
+    };
+    let run = |moe_skew: f64, moe_capacity: Option<f64>| {
+        let t = TrainSpec {
+            moe_skew,
+            moe_capacity,
+            ..TrainSpec::new(256, 4096)
+        };
+        estimate(&m, &cluster, &t, &c, &d).unwrap()
+    };
+    let dropless = run(1.0, None);
+    let skewed = run(1.25, None);
+    let at_1 = run(1.0, Some(1.0));
+    let at_125 = run(1.0, Some(1.25));
+    assert_eq!(at_1.iteration_time_s, dropless.iteration_time_s);
+    assert!(at_1.iteration_time_high_s < dropless.iteration_time_high_s);
+    assert_eq!(at_125.iteration_time_s, skewed.iteration_time_s);
+    assert_eq!(
+        at_125.iteration_time_s,
+        run(2.0, Some(1.25)).iteration_time_s
+    );
+    // The optimistic end is no longer balanced routing either.
+    assert!(at_125.iteration_time_low_s > dropless.iteration_time_low_s);
+}

@@ -89,6 +89,23 @@ fn check_megatron(k: &Case, files: &[ExportFile]) {
     assert_eq!(vp, if interleaved { c.vp } else { 1 });
     assert_eq!(num(&f, "--micro-batch-size", 0), c.mbs);
     assert_eq!(num(&f, "--global-batch-size", 0), k.train.gbs);
+    // MoE runs the all-to-all dispatcher the cost model prices, and a capacity factor
+    // with padding where the run drops tokens.
+    let moe = k.model.moe.is_some();
+    assert_eq!(
+        f.get("--moe-token-dispatcher-type").map(String::as_str),
+        moe.then_some("alltoall")
+    );
+    let capacity = k.train.moe_capacity.filter(|_| moe);
+    assert_eq!(
+        f.get("--moe-expert-capacity-factor")
+            .map(|v| v.parse::<f64>().unwrap()),
+        capacity
+    );
+    assert_eq!(
+        f.contains_key("--moe-pad-expert-input-to-capacity"),
+        capacity.is_some()
+    );
     assert_eq!(
         k.train.gbs / (c.mbs * (c.gpus() / (c.tp * c.pp * c.cp))),
         k.plan.microbatches
@@ -410,6 +427,7 @@ fn every_export_reads_back_as_its_plan() {
         llama2_7b_autotp(),
         llama3_8b_hybrid(1),
         llama3_8b_hybrid(3),
+        mixtral_capacity(),
     ];
     for k in &cases {
         for engine in Engine::ALL {

@@ -42,6 +42,10 @@ const MEGATRON_FLAGS: &[&str] = &[
     "--num-experts",
     "--moe-router-topk",
     "--moe-grouped-gemm",
+    "--moe-token-dispatcher-type",
+    "--moe-expert-capacity-factor",
+    "--moe-pad-expert-input-to-capacity",
+    "--num-distributed-optimizer-instances",
     "--hidden-dropout",
     "--attention-dropout",
     "--attention-backend",
@@ -97,6 +101,7 @@ const DEEPSPEED_KEYS: &[&str] = &[
     "fp16.loss_scale",
     "zero_optimization.stage",
     "zero_optimization.overlap_comm",
+    "zero_optimization.mics_shard_size",
     "pipeline.stages",
     "pipeline.partition",
     "pipeline.activation_checkpoint_interval",
@@ -210,7 +215,10 @@ fn every_emitted_name_is_the_engines_own() {
         llama2_7b_pp4(vec![8; 4], vec![8; 4]),
         llama2_7b_pp4(vec![8; 4], vec![3; 4]),
         mixtral_ep(),
+        mixtral_capacity(),
         llama3_8b_cp(),
+        llama3_8b_hybrid(1),
+        llama3_8b_hybrid(3),
     ];
     let mut z3 = llama2_7b();
     z3.plan.config.zero = 3;

@@ -190,6 +190,15 @@ pub struct TrainSpec {
     /// balanced). Every rank waits for the busiest at the all-to-all.
     #[serde(default = "default_moe_skew")]
     pub moe_skew: f64,
+    /// MoE expert capacity factor with token dropping, each expert's input padded to its
+    /// capacity: capacity = ⌈tokens × top-k / experts × factor⌉ (Megatron-Core
+    /// `moe_utils.get_capacity`, `--moe-expert-capacity-factor` with
+    /// `--moe-pad-expert-input-to-capacity`; GShard's and Switch Transformer's fixed
+    /// capacity). Every expert then runs exactly its capacity, so the experts' work is the
+    /// factor times the balanced share whatever the routing. `None`: dropless (the work
+    /// follows `moe_skew`).
+    #[serde(default)]
+    pub moe_capacity: Option<f64>,
     /// Pre-training, SFT or LoRA.
     #[serde(default = "default_task")]
     pub task: Task,
@@ -239,6 +248,7 @@ impl TrainSpec {
             overlap_grad_reduce: true,
             engine: Engine::Megatron,
             moe_skew: 1.0,
+            moe_capacity: None,
             task: Task::Pretrain,
             lora: Lora::default(),
             pack_len: None,

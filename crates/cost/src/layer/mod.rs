@@ -151,6 +151,8 @@ pub struct Workload {
     pub level: usize,
     /// MoE load imbalance given by the user (busiest expert rank over the balanced share).
     pub moe_skew: f64,
+    /// Expert capacity factor with padding to capacity (`TrainSpec::moe_capacity`).
+    pub moe_capacity: Option<f64>,
     /// Keys each query attends over: the packed sample, or the whole sequence.
     pub attention_span: f64,
     /// LoRA adapters beside frozen weights (`None`: every weight trains).
@@ -175,6 +177,7 @@ impl Workload {
             engine: EngineProfile::of(t.engine),
             level: 1,
             moe_skew: t.moe_skew.max(1.0),
+            moe_capacity: t.moe_capacity,
             attention_span: t.attention_span() as f64,
             lora: t.lora_adapters(),
         }
@@ -183,8 +186,12 @@ impl Workload {
     /// MoE imbalance at this assumption level: balanced at the optimistic end, the user's
     /// skew at the centre, at least Switch Transformer's training capacity factor of 1.25
     /// (Fedus et al. 2021, §2.1: tokens per expert up to 1.25× the balanced share) at the
-    /// pessimistic end.
+    /// pessimistic end. With a capacity factor and padding, every expert runs its capacity
+    /// at every level: the factor, certain.
     fn skew(&self) -> f64 {
+        if let Some(factor) = self.moe_capacity {
+            return factor;
+        }
         match self.level {
             0 => 1.0,
             1 => self.moe_skew,

@@ -299,8 +299,15 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
         ));
     }
     if c.ep > 1 {
+        // DeepSpeed-MoE drops tokens at capacity factor 1 unless told otherwise
+        // (`deepspeed/moe/layer.py`: `capacity_factor=1.0`, `drop_tokens=True`); the plan's
+        // is written out either way.
+        let capacity = match train.moe_capacity {
+            Some(factor) => format!("capacity_factor={factor}, drop_tokens=True"),
+            None => "drop_tokens=False".to_string(),
+        };
         lines.push(format!(
-            "- MoE layers as deepspeed.moe.layer.MoE(…, num_experts={}, ep_size={}, k={})",
+            "- MoE layers as deepspeed.moe.layer.MoE(…, num_experts={}, ep_size={}, k={}, {capacity})",
             model.moe.map(|m| m.experts).unwrap_or(0),
             c.ep,
             model.moe.map(|m| m.top_k).unwrap_or(0)

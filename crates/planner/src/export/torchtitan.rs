@@ -113,6 +113,12 @@ pub(super) fn model_reasons(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -
             train.dtype
         ));
     }
+    if let (Some(factor), Some(_)) = (train.moe_capacity, model.moe) {
+        out.push(format!(
+            "an expert capacity factor of {factor} (token dropping): the torchtitan exports \
+             write no capacity setting, and plait costs its MoE as dropless"
+        ));
+    }
     match model.family {
         Family::Gpt | Family::Bert => out.push(format!(
             "{} is a {} model (LayerNorm, GELU, learned positions) and torchtitan ships none: \

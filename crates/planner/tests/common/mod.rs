@@ -170,6 +170,13 @@ pub fn mixtral_etp1() -> Case {
     mixtral(8, Some(1))
 }
 
+/// Mixtral 8x7B dp4 tp2 ep4 dropping tokens at capacity factor 1.25 (padded to capacity).
+pub fn mixtral_capacity() -> Case {
+    let mut k = mixtral(4, None);
+    k.train.moe_capacity = Some(1.25);
+    k
+}
+
 /// Llama 3 8B on 32 GPUs (four nodes), data parallel under ZeRO `zero` sharded over each
 /// node's 8 GPUs and replicated across the four nodes (hybrid sharding).
 pub fn llama3_8b_hybrid(zero: u8) -> Case {

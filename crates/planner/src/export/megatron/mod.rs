@@ -10,7 +10,8 @@
 //!   `--yarn-beta-fast`, `--yarn-beta-slow`, `--mscale`, `--mscale-all-dim`,
 //!   `--no-yarn-correction-range-round-to-int`,
 //!   `--swiglu`, `--untie-embeddings-and-output-weights`, `--seq-length`, `--num-experts`,
-//!   `--moe-grouped-gemm`,
+//!   `--moe-grouped-gemm`, `--moe-token-dispatcher-type`, `--moe-expert-capacity-factor`,
+//!   `--moe-pad-expert-input-to-capacity` (the last three `TransformerConfig` fields),
 //!   `--decoder-first-pipeline-num-layers`, `--decoder-last-pipeline-num-layers`,
 //!   `--pipeline-model-parallel-layout`, `--num-virtual-stages-per-pipeline-rank`,
 //!   `--overlap-grad-reduce`, `--use-distributed-optimizer`,
@@ -436,6 +437,16 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
         // The local experts as one grouped GEMM, as the `megatron` profile costs them
         // (`plait_cost::engine::EngineProfile::grouped_expert_gemm`).
         m.push(flag("--moe-grouped-gemm"));
+        // The all-to-all dispatcher the cost model prices (Megatron's default is
+        // `allgather`, `transformer_config.py` `moe_token_dispatcher_type`; NVIDIA's MoE
+        // recipes and scripts run `alltoall`).
+        m.push(("--moe-token-dispatcher-type", "alltoall".into()));
+        // Token dropping at a capacity, each expert's input padded to it (the
+        // `moe_expert_capacity_factor` and `moe_pad_expert_input_to_capacity` fields).
+        if let Some(factor) = train.moe_capacity {
+            m.push(("--moe-expert-capacity-factor", format!("{factor}")));
+            m.push(flag("--moe-pad-expert-input-to-capacity"));
+        }
         // `model_reasons` has accepted the layer mix.
         m.extend(moe_layer_flags(model).unwrap_or_default());
     }
