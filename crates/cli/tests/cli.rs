@@ -153,6 +153,11 @@ fn bad_input_is_a_one_line_error_naming_the_field() {
     check_error(&["estimate", "--gpus", "64", "--shard", "8"], "ZeRO ≥ 1");
     check_error(&["estimate", "--shard", "0"], "`shard`");
     check_error(
+        &["estimate", "--model", "mixtral-8x7b", "--moe-capacity", "0"],
+        "--moe-capacity",
+    );
+    check_error(&["estimate", "--moe-capacity", "NaN"], "capacity factor");
+    check_error(
         &["plan", "--gpus", "64", "--dp", "64", "--shard", "6"],
         "`shard`",
     );
