@@ -116,11 +116,23 @@ pub(crate) fn node_line(c: &plait_spec::ClusterSpec) -> String {
 /// or across nodes, as the cost model places it.
 fn placement_line(cluster: &plait_spec::ClusterSpec, c: &plait_spec::ParallelConfig) -> String {
     let g = plait_cost::comm::Groups::new(cluster, c);
+    let hybrid = c.dp_replicas() > 1;
     let groups = [
         ("tp", c.tp, g.tp),
         ("cp", c.cp, g.cp),
         ("ep", c.ep, g.ep),
         ("dp", c.dp * c.cp, g.dp),
+        // Hybrid sharding: the ZeRO shard group and the copies that all-reduce its shards.
+        (
+            "zero shard",
+            if hybrid { c.dp_shard() * c.cp } else { 1 },
+            g.dp_shard,
+        ),
+        (
+            "shard copies",
+            if hybrid { c.dp_replicas() } else { 1 },
+            g.dp_replicate,
+        ),
     ];
     let parts: Vec<String> = groups
         .iter()
