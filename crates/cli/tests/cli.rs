@@ -277,12 +277,18 @@ fn estimate_names_its_engine_and_brackets_the_time() {
 fn validate_prints_every_table_with_its_error() {
     let (code, out, err) = plait(&["validate"]);
     assert_eq!(code, 0, "{err}");
-    for table in ["SC'21 Table 1", "SC'21 Table 2", "llm-foundry", "NeMo"] {
+    for table in [
+        "SC'21 Table 1",
+        "SC'21 Table 2",
+        "PyTorch FSDP, A100",
+        "PyTorch FSDP, H100",
+        "NeMo",
+    ] {
         assert!(out.contains(table), "{out}");
     }
     let v = common::json(&["validate", "--json"]);
     let tables = v.as_array().unwrap();
-    assert_eq!(tables.len(), 4);
+    assert_eq!(tables.len(), 5);
     for t in tables {
         let rows = t["rows"].as_array().unwrap();
         assert!(!rows.is_empty());

@@ -376,11 +376,35 @@ pub fn sc21_table2(text: &str) -> Result<Table, SpecError> {
 /// MosaicML llm-foundry's MPT benchmarks on A100 80GB: PyTorch FSDP1 through Composer, no
 /// tensor or pipeline parallelism, bf16, flash attention, ALiBi (no position parameters).
 pub fn llmfoundry_fsdp(text: &str) -> Result<Table, SpecError> {
-    const SOURCE: &str = "llmfoundry_fsdp_a100_80gb.csv";
-    let (header, data) = csv(text, SOURCE)?;
-    let cluster = cluster_preset("dgx-a100-80g")?;
+    llmfoundry_table(
+        text,
+        "llmfoundry_fsdp_a100_80gb.csv",
+        "dgx-a100-80g",
+        "llm-foundry MPT (PyTorch FSDP, A100)",
+    )
+}
+
+/// llm-foundry's H100 80GB sections (BF16 at 8–512 GPUs, and FP8), costed on DGX H100s.
+pub fn llmfoundry_fsdp_h100(text: &str) -> Result<Table, SpecError> {
+    llmfoundry_table(
+        text,
+        "llmfoundry_fsdp_h100_80gb.csv",
+        "dgx-h100",
+        "llm-foundry MPT (PyTorch FSDP, H100)",
+    )
+}
+
+/// One of llm-foundry's benchmark tables on `cluster` (a preset name).
+fn llmfoundry_table(
+    text: &str,
+    source: &'static str,
+    cluster: &str,
+    name: &'static str,
+) -> Result<Table, SpecError> {
+    let (header, data) = csv(text, source)?;
+    let cluster = cluster_preset(cluster)?;
     let mut runs = vec![];
-    for row in rows(SOURCE, &header, &data) {
+    for row in rows(source, &header, &data) {
         let (gpus, seq, mbs, gbs) = (
             row.int("gpus")?,
             row.int("seq")?,
@@ -429,10 +453,24 @@ pub fn llmfoundry_fsdp(text: &str) -> Result<Table, SpecError> {
             "SHARD_GRAD_OP" => 2,
             other => {
                 return Err(SpecError::new(
-                    SOURCE,
+                    source,
                     "sharding",
                     format!("unknown sharding `{other}`"),
                     "FULL_SHARD|SHARD_GRAD_OP",
+                ))
+            }
+        };
+        // Composer's `amp_fp8` runs the linears as Transformer Engine fp8 layers; the
+        // others train in bf16.
+        let dtype = match row.str("precision")? {
+            "amp_fp8" => Dtype::Fp8,
+            "amp_bf16" | "bf16" => Dtype::Bf16,
+            other => {
+                return Err(SpecError::new(
+                    source,
+                    "precision",
+                    format!("unknown precision `{other}`"),
+                    "amp_bf16|bf16|amp_fp8",
                 ))
             }
         };
@@ -443,19 +481,21 @@ pub fn llmfoundry_fsdp(text: &str) -> Result<Table, SpecError> {
         };
         runs.push(Run {
             label: format!(
-                "{} seq{seq} mbs{mbs} {}{} on {gpus}",
+                "{} seq{seq} mbs{mbs} {}{} on {gpus}{}",
                 model.name,
                 sharding,
                 if recompute == Recompute::Full {
                     " ckpt"
                 } else {
                     ""
-                }
+                },
+                if dtype == Dtype::Fp8 { " fp8" } else { "" }
             ),
             model,
             cluster: cluster.clone(),
             train: TrainSpec {
                 engine: Engine::Fsdp,
+                dtype,
                 ..TrainSpec::new(gbs, seq)
             },
             config: ParallelConfig {
@@ -469,7 +509,7 @@ pub fn llmfoundry_fsdp(text: &str) -> Result<Table, SpecError> {
         });
     }
     Ok(Table {
-        name: "llm-foundry MPT (PyTorch FSDP, A100)",
+        name,
         engine: Engine::Fsdp,
         runs,
         skipped: vec![],
@@ -700,6 +740,7 @@ pub fn builtin_tables() -> Result<Vec<Table>, SpecError> {
         sc21_table1(include_str!("../data/megatron_sc21_table1.csv"))?,
         sc21_table2(include_str!("../data/megatron_sc21_table2.csv"))?,
         llmfoundry_fsdp(include_str!("../data/llmfoundry_fsdp_a100_80gb.csv"))?,
+        llmfoundry_fsdp_h100(include_str!("../data/llmfoundry_fsdp_h100_80gb.csv"))?,
         nemo(include_str!("../data/nemo_performance.csv"))?,
     ])
 }

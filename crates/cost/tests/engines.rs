@@ -46,7 +46,10 @@ fn check(results: &[TableResult], name_part: &str, mean_abs: f64, mean_signed: f
 fn published_tables_within_their_bounds() {
     let r = results();
     check(&r, "SC'21", 0.03, 0.02);
-    check(&r, "llm-foundry", 0.065, 0.05);
+    check(&r, "PyTorch FSDP, A100", 0.065, 0.05);
+    // llm-foundry's H100 sections: 6.3 % today, the runs at 128–512 GPUs without
+    // recomputation 8–18 % too fast (a shortfall that grows with the GPU count).
+    check(&r, "PyTorch FSDP, H100", 0.07, 0.05);
     // NeMo: the fine-tuning rows cost attention over the whole packed sequence (the table
     // gives no sample lengths), an upper bound, −2 … +17 %; the four Mixtral rows on
     // Blackwell are predicted 19–35 % too fast, Llama 4 Scout's −12 % (GB200) and −1 % (B200),
