@@ -3,7 +3,8 @@ causal LM with PyTorch's own parallelism.
 
 * **Mesh** — ``init_device_mesh`` with dims ``("pp", "dp", "cp", "tp")``, outermost to
   innermost: rank = ((pp·dp + dp)·cp + cp)·tp + tp, plait's rank order (tp fastest, then
-  cp, dp, pp; ``crates/spec/src/mesh.rs``).
+  cp, dp, pp; ``crates/spec/src/mesh.rs``); under hybrid sharding plait's JSON splits
+  ``dp`` into ``("dp_replicate", "dp_shard")`` (``ParallelConfig::device_mesh``).
 * **Tensor + sequence parallel** — DTensor ``parallelize_module`` per block as torchtitan
   does for Llama: q/k/v and gate/up column-parallel, o/down row-parallel, the embedding
   vocabulary-parallel, the head column-parallel with replicated logits; with ``sp`` the
