@@ -82,8 +82,7 @@ impl Workload {
             ("gen-len", self.gen_len, 0, MAX_GEN_LEN),
         ] {
             if v < min || v > max {
-                return Err(SpecError::new(
-                    format!("--{field}"),
+                return Err(SpecError::for_flag(
                     field,
                     format!("{v} is out of range"),
                     format!("integers {min} to {max}"),

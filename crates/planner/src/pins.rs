@@ -15,12 +15,7 @@ const MESH_PIN_ORDER: [Degree; 4] = [Degree::Tp, Degree::Pp, Degree::Cp, Degree:
 pub fn check_pins(req: &Request) -> Result<(), SpecError> {
     let (m, t, p, n) = (req.model, req.train, &req.pins, req.gpus);
     let err = |field: &str, problem: String, allowed: String| {
-        Err(SpecError::new(
-            format!("--{field}"),
-            field,
-            problem,
-            allowed,
-        ))
+        Err(SpecError::for_flag(field, problem, allowed))
     };
     // Each mesh degree divides the GPUs, and so does the product of those given.
     let mut product: u64 = 1;

@@ -142,12 +142,7 @@ impl ParallelConfig {
     /// Errors name the flag and the values that would be accepted.
     pub fn validate(&self, model: &ModelSpec, train: &TrainSpec, gpus: u64) -> Result<()> {
         let err = |field: &str, problem: String, allowed: String| {
-            Err(SpecError::new(
-                format!("--{field}"),
-                field,
-                problem,
-                allowed,
-            ))
+            Err(SpecError::for_flag(field, problem, allowed))
         };
         let degrees = Degree::ALL.iter().map(|&d| (d.name(), self.degree(d)));
         for (field, v) in

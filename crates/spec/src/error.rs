@@ -34,6 +34,12 @@ impl SpecError {
         }
     }
 
+    /// An error in the configuration value `field`, its source the command-line flag of
+    /// the same name (`--field`): the one place a library spells a flag from a field.
+    pub fn for_flag(field: &str, problem: impl Into<String>, allowed: impl Into<String>) -> Self {
+        Self::new(format!("--{field}"), field, problem, allowed)
+    }
+
     /// Replaces the source (e.g. once the caller knows the file name).
     pub fn in_source(mut self, source: impl Into<String>) -> Self {
         self.source = source.into();
