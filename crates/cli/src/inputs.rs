@@ -506,11 +506,7 @@ impl ConfigArgs {
             *c.degree_mut(d) = given(d)?;
         }
         c.mbs = positive("mbs", k.mbs.unwrap_or(1))?;
-        c.etp = k
-            .etp
-            .map(|e| positive("etp", e))
-            .transpose()?
-            .filter(|&e| e != c.tp);
+        c.etp = k.etp.map(|e| positive("etp", e)).transpose()?;
         c.dp_shard = k.shard.map(|s| positive("shard", s)).transpose()?;
         c = c.normalised();
         if c.vp > 1 && self.schedule == Schedule::OneFOneB {

@@ -8,9 +8,8 @@
 //! engine's defaults.
 
 use plait_spec::{
-    cluster_preset, model_preset, Activation, AttentionImpl, ClusterSpec, Dtype, Engine, Family,
-    Lora, ModelSpec, MoeSpec, Norm, ParallelConfig, Positions, Recompute, Schedule, SpecError,
-    Task, TrainSpec,
+    cluster_preset, model_preset, AttentionImpl, ClusterSpec, Dtype, Engine, Lora, ModelSpec,
+    MoeSpec, ParallelConfig, Positions, Recompute, Schedule, SpecError, Task, TrainSpec,
 };
 
 use crate::estimate::{device_for, estimate, Breakdown};
@@ -411,41 +410,23 @@ fn llmfoundry_table(
             row.int("mbs")?,
             row.int("gbs")?,
         );
-        let hidden = row.int("hidden")?;
+        // MPT: GPT's LayerNorm and GELU MLP of width ffn, without biases, ALiBi positions
+        // (no position table).
         let model = ModelSpec {
-            name: format!("mpt-{}", row.str("model")?),
-            family: Family::Gpt,
-            hidden,
-            layers: row.int("layers")?,
-            heads: row.int("heads")?,
             kv_heads: row.int("kv_heads")?,
             head_dim: row.int("head_dim")?,
             ffn_hidden: row.int("ffn")?,
-            vocab: row.int("vocab")?,
-            // ALiBi: no position table.
-            max_positions: 0,
-            type_vocab: 0,
-            norm: Norm::LayerNorm,
-            activation: Activation::Gelu,
-            positions: Positions::Learned,
             qkv_bias: false,
             linear_bias: false,
             tied_embeddings: row.int("tied")? == 1,
-            causal: true,
-            moe: None,
-            // Neither changes a cost.
-            rope_theta: plait_spec::model::DEFAULT_ROPE_THETA,
-            rope_scaling: None,
-            norm_eps: plait_spec::model::DEFAULT_NORM_EPS,
-            attention_window: None,
-            attention_chunk: None,
-            block_runs: Vec::new(),
-            mla: None,
-            qk_norm: None,
-            router: None,
-            mtp_layers: 0,
-            block: plait_spec::BlockKind::Transformer,
-            mamba: None,
+            ..plait_spec::presets::gpt(
+                &format!("mpt-{}", row.str("model")?),
+                row.int("hidden")?,
+                row.int("layers")?,
+                row.int("heads")?,
+                row.int("vocab")?,
+                0,
+            )
         };
         let sharding = row.str("sharding")?;
         let zero = match sharding {
@@ -604,69 +585,58 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
         let model = match preset {
             Some(m) => m,
             None => {
-                let hidden = row.int("hidden")?;
-                let heads = row.int("heads")?;
-                let experts = row.int("experts")?;
-                let arch = row.str("arch_family")?;
-                let gpt_like = arch == "gpt2";
-                ModelSpec {
-                    name: row.str("model")?.to_ascii_lowercase(),
-                    family: match arch {
-                        "mixtral" => Family::Moe,
-                        "llama" => Family::Llama,
-                        _ => Family::Gpt,
-                    },
-                    hidden,
-                    layers: row.int("layers")?,
-                    heads,
-                    kv_heads: row.int("kv_heads")?,
-                    head_dim: row.int("head_dim")?,
-                    ffn_hidden: row.int("ffn")?,
-                    vocab: row.int("vocab")?,
-                    max_positions: if gpt_like && row.str("model")?.starts_with("GPT3") {
-                        seq
-                    } else {
-                        0
-                    },
-                    type_vocab: 0,
-                    norm: if gpt_like {
-                        Norm::LayerNorm
-                    } else {
-                        Norm::RmsNorm
-                    },
-                    activation: if gpt_like {
-                        Activation::Gelu
-                    } else {
-                        Activation::SwiGlu
-                    },
-                    positions: if gpt_like && row.str("model")?.starts_with("GPT3") {
-                        Positions::Learned
-                    } else {
-                        Positions::Rotary
-                    },
-                    // GPT-3 has biases; Nemotron (`add_bias_linear = False`) and Llama do not.
-                    qkv_bias: gpt_like && row.str("model")?.starts_with("GPT3"),
-                    linear_bias: gpt_like && row.str("model")?.starts_with("GPT3"),
-                    tied_embeddings: row.int("tied")? == 1,
-                    causal: true,
-                    // Neither changes a cost.
-                    rope_theta: plait_spec::model::DEFAULT_ROPE_THETA,
-                    rope_scaling: None,
-                    norm_eps: plait_spec::model::DEFAULT_NORM_EPS,
-                    attention_window: None,
-                    attention_chunk: None,
-                    block_runs: Vec::new(),
-                    mla: None,
-                    qk_norm: None,
-                    router: None,
-                    mtp_layers: 0,
-                    block: plait_spec::BlockKind::Transformer,
-                    mamba: None,
-                    moe: (experts > 0).then(|| MoeSpec {
+                let (name, hidden, layers, heads, vocab) = (
+                    row.str("model")?.to_ascii_lowercase(),
+                    row.int("hidden")?,
+                    row.int("layers")?,
+                    row.int("heads")?,
+                    row.int("vocab")?,
+                );
+                let (kv_heads, head_dim, ffn_hidden, tied_embeddings) = (
+                    row.int("kv_heads")?,
+                    row.int("head_dim")?,
+                    row.int("ffn")?,
+                    row.int("tied")? == 1,
+                );
+                if row.str("arch_family")? == "gpt2" {
+                    // GPT-3 has learned positions and biases; Nemotron rotary positions and
+                    // no biases (`add_bias_linear = False`).
+                    let gpt3 = row.str("model")?.starts_with("GPT3");
+                    ModelSpec {
+                        kv_heads,
+                        head_dim,
+                        ffn_hidden,
+                        tied_embeddings,
+                        positions: if gpt3 {
+                            Positions::Learned
+                        } else {
+                            Positions::Rotary
+                        },
+                        qkv_bias: gpt3,
+                        linear_bias: gpt3,
+                        ..plait_spec::presets::gpt(
+                            &name,
+                            hidden,
+                            layers,
+                            heads,
+                            vocab,
+                            if gpt3 { seq } else { 0 },
+                        )
+                    }
+                } else {
+                    let experts = row.int("experts")?;
+                    let moe = (experts > 0).then(|| MoeSpec {
                         experts,
                         top_k: row.int("top_k").unwrap_or(2),
                         shared_experts: 0,
-                    }),
+                    });
+                    ModelSpec {
+                        head_dim,
+                        tied_embeddings,
+                        ..plait_spec::presets::llama(
+                            &name, hidden, layers, heads, kv_heads, ffn_hidden, vocab, moe,
+                        )
+                    }
                 }
             }
         };

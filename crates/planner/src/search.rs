@@ -245,6 +245,8 @@ fn shards(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
             .chain(domain_shard.map(Some))
             .collect(),
     };
+    // A loop rather than `map(|dp_shard| ParallelConfig { dp_shard, ..c })`: that closure
+    // trips a rustc internal error (broken MIR on `Form::Of` in a struct update) on rustc 1.95.0.
     let mut out = Vec::with_capacity(choices.len());
     for dp_shard in choices {
         out.push(ParallelConfig { dp_shard, ..c });

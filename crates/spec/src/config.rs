@@ -434,15 +434,13 @@ pub fn parse_config_items(
     if c.vp > 1 && c.schedule == Schedule::OneFOneB {
         c.schedule = Schedule::Interleaved;
     }
-    // An expert tp equal to tp is the default, written or not.
-    if c.etp == Some(c.tp) {
-        c.etp = None;
-    }
     c.dp = dp.unwrap_or(1);
-    // Sharding over all of dp is the default, written or not (with dp left to the caller,
-    // the caller normalises it once dp is known: `ParallelConfig::normalised`).
-    if dp.is_some() {
-        c = c.normalised();
+    // Knobs equal to their default are the default, written or not; with dp left to the
+    // caller the shard group is kept for the caller to normalise once dp is known.
+    let shard = c.dp_shard;
+    c = c.normalised();
+    if dp.is_none() {
+        c.dp_shard = shard;
     }
     Ok((c, dp))
 }

@@ -9,14 +9,8 @@ use crate::model::{
 };
 
 /// GPT-style decoder with learned positions, LayerNorm, GELU 4h MLP, biases, tied head.
-pub(crate) fn gpt(
-    name: &str,
-    hidden: u64,
-    layers: u64,
-    heads: u64,
-    vocab: u64,
-    seq: u64,
-) -> ModelSpec {
+/// Tables of published runs build their models on it (`plait_cost::calibration`).
+pub fn gpt(name: &str, hidden: u64, layers: u64, heads: u64, vocab: u64, seq: u64) -> ModelSpec {
     ModelSpec {
         name: name.into(),
         family: Family::Gpt,
@@ -53,9 +47,10 @@ pub(crate) fn gpt(
     }
 }
 
-/// LLaMA-style decoder: RMSNorm, SwiGLU, GQA, RoPE, no biases, untied head.
+/// LLaMA-style decoder: RMSNorm, SwiGLU, GQA, RoPE, no biases, untied head (a MoE
+/// family with `moe`).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn llama(
+pub fn llama(
     name: &str,
     hidden: u64,
     layers: u64,
