@@ -50,12 +50,13 @@ fn published_tables_within_their_bounds() {
     // llm-foundry's H100 sections: 6.3 % today, the runs at 128–512 GPUs without
     // recomputation 8–18 % too fast (a shortfall that grows with the GPU count).
     check(&r, "PyTorch FSDP, H100", 0.07, 0.05);
-    // NeMo: the fine-tuning rows cost attention over the whole packed sequence (the table
-    // gives no sample lengths), an upper bound, −2 … +17 %; the four Mixtral rows on
-    // Blackwell are predicted 19–35 % too fast, Llama 4 Scout's −12 % (GB200) and −1 % (B200),
-    // and the dense pre-training rows 5.5 % too fast on average. A regression guard on
-    // today's 10.3 %, not the target of 5 %.
-    check(&r, "NeMo", 0.11, 0.06);
+    // NeMo: 9.8 %, signed −9.6 %. The fine-tuning rows cost attention within SQuAD's
+    // packed samples (`SQUAD_PACKED_SAMPLE_TOKENS`): 13B SFT 0.0 %, LoRA −3 … −8 %, 7B SFT
+    // −16.7 % (its measured throughput equals pre-training's despite a sixth less work);
+    // the four Mixtral rows on Blackwell are predicted 19–35 % too fast, Llama 4 Scout's
+    // −12 % (GB200) and −1 % (B200), and the dense pre-training rows 5.5 % too fast on
+    // average. A regression guard, not the target of 5 %.
+    check(&r, "NeMo", 0.10, 0.10);
 }
 
 #[test]
