@@ -253,6 +253,9 @@ MEGATRON_PLANS = [
     pytest.param(dict(gpus=16, tp=2, pp=4, zero=1, vp=2, schedule="interleaved"), id="pp4-vp2"),
     pytest.param(dict(gpus=8, tp=1, pp=1, zero=3), id="fsdp"),
     pytest.param(dict(gpus=16, tp=2, pp=1, cp=2, zero=1, recompute="selective"), id="cp2"),
+    # Ulysses (--cp-comm-type a2a) and the key/value all-gather.
+    pytest.param(dict(gpus=16, tp=2, pp=1, cp=2, zero=1, cp_comm="a2a"), id="cp2-a2a"),
+    pytest.param(dict(gpus=16, tp=2, pp=1, cp=2, zero=1, cp_comm="allgather"), id="cp2-allgather"),
     pytest.param(dict(gpus=16, tp=2, pp=1, ep=8, zero=1, model="mixtral-8x7b"), id="moe-ep8"),
     # Qwen3: RMSNorm on each head's q and k (--qk-layernorm).
     pytest.param(dict(gpus=8, tp=2, pp=1, zero=1, model=str(FIXTURES / "qwen3-8b.json")), id="qwen3"),
@@ -331,6 +334,7 @@ def test_megatron_parses_the_export(plait_bin, tmp_path, monkeypatch, pins):
     assert args.tensor_model_parallel_size == c["tp"]
     assert args.pipeline_model_parallel_size == c["pp"]
     assert args.context_parallel_size == c["cp"]
+    assert args.cp_comm_type == [c["cp_comm"]]
     assert args.expert_model_parallel_size == c["ep"]
     assert args.expert_tensor_parallel_size == (c["etp"] or c["tp"])
     assert args.data_parallel_size == c["dp"]

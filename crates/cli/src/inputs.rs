@@ -11,8 +11,8 @@ use plait_runtime::error::PlanMismatch;
 use plait_runtime::RuntimeError;
 use plait_spec::{
     cluster_from_toml, cluster_preset, model_from_hf_config, model_preset, AttentionImpl,
-    ClusterSpec, Degree, Dtype, Engine, Lora, ModelSpec, ParallelConfig, ParallelPins, Recompute,
-    Schedule, SpecError, Task, TrainSpec,
+    ClusterSpec, CpComm, Degree, Dtype, Engine, Lora, ModelSpec, ParallelConfig, ParallelPins,
+    Recompute, Schedule, SpecError, Task, TrainSpec,
 };
 
 /// Model, cluster and batch.
@@ -107,6 +107,12 @@ pub struct KnobArgs {
     /// searched).
     #[arg(long, allow_negative_numbers = true)]
     pub cp: Option<i64>,
+    /// How context parallelism moves the sequence for attention (Megatron's
+    /// --cp-comm-type): p2p (ring attention, overlapped), a2a (DeepSpeed-Ulysses: heads
+    /// split over cp, all-to-alls in line) or allgather (keys and values gathered, as
+    /// Llama 3) (default: p2p; plan: p2p or a2a, searched).
+    #[arg(long, value_parser = parse_keyword::<CpComm>)]
+    pub cp_comm: Option<CpComm>,
     /// Expert-parallel degree (MoE models), carved out of dp × cp (default: 1; plan:
     /// searched).
     #[arg(long, allow_negative_numbers = true)]
@@ -154,6 +160,7 @@ impl KnobArgs {
         p.mbs = opt("mbs", self.mbs)?;
         p.etp = opt("etp", self.etp)?.map(Some);
         p.dp_shard = opt("shard", self.shard)?.map(Some);
+        p.cp_comm = self.cp_comm;
         Ok(p)
     }
 }
@@ -164,7 +171,7 @@ pub struct ConfigArgs {
     /// The whole configuration as `plait plan` prints it, e.g. "dp32 tp8 pp4 vp8 mbs4 zero1
     /// sp recompute=selective interleaved" (instead of the flags below; dp may be left to
     /// --gpus).
-    #[arg(long, conflicts_with_all = ["dp", "tp", "pp", "vp", "cp", "ep", "etp", "shard", "mbs", "zero", "sp", "recompute", "schedule"])]
+    #[arg(long, conflicts_with_all = ["dp", "tp", "pp", "vp", "cp", "cp_comm", "ep", "etp", "shard", "mbs", "zero", "sp", "recompute", "schedule"])]
     pub config: Option<String>,
     #[command(flatten)]
     pub knobs: KnobArgs,
@@ -508,6 +515,7 @@ impl ConfigArgs {
         c.mbs = positive("mbs", k.mbs.unwrap_or(1))?;
         c.etp = k.etp.map(|e| positive("etp", e)).transpose()?;
         c.dp_shard = k.shard.map(|s| positive("shard", s)).transpose()?;
+        c.cp_comm = k.cp_comm.unwrap_or(CpComm::P2p);
         c = c.normalised();
         if c.vp > 1 && self.schedule == Schedule::OneFOneB {
             c.schedule = Schedule::Interleaved;

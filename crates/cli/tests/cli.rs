@@ -165,6 +165,29 @@ fn bad_input_is_a_one_line_error_naming_the_field() {
         &["plan", "--gpus", "64", "--zero", "0", "--shard", "8"],
         "ZeRO ≥ 1",
     );
+    // Ulysses splits heads over cp; a kind of cp communication needs cp.
+    check_error(
+        &[
+            "estimate",
+            "--model",
+            "llama3-70b",
+            "--gpus",
+            "64",
+            "--tp",
+            "8",
+            "--cp",
+            "2",
+            "--sp",
+            "--cp-comm",
+            "a2a",
+        ],
+        "--cp-comm: `cp_comm`",
+    );
+    check_error(&["estimate", "--cp-comm", "ring"], "p2p|a2a|allgather");
+    check_error(
+        &["plan", "--gpus", "64", "--cp", "1", "--cp-comm", "a2a"],
+        "cp ≥ 2",
+    );
     check_error(
         &["estimate", "--schedule", "pipedream"],
         "gpipe|1f1b|interleaved|zb-h1|scp",

@@ -8,8 +8,8 @@
 //! engine's defaults.
 
 use plait_spec::{
-    cluster_preset, model_preset, AttentionImpl, ClusterSpec, Dtype, Engine, Lora, ModelSpec,
-    MoeSpec, ParallelConfig, Positions, Recompute, Schedule, SpecError, Task, TrainSpec,
+    cluster_preset, model_preset, AttentionImpl, ClusterSpec, CpComm, Dtype, Engine, Lora,
+    ModelSpec, MoeSpec, ParallelConfig, Positions, Recompute, Schedule, SpecError, Task, TrainSpec,
 };
 
 use crate::estimate::{device_for, estimate, Breakdown};
@@ -681,6 +681,9 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
                 pp,
                 vp,
                 cp,
+                // Megatron-Core's default ring (`cp_comm_type` None → p2p; NeMo 8cfedd7 sets
+                // a2a only for Mistral's sliding-window configs, `gpt/model/mistral.py`).
+                cp_comm: CpComm::P2p,
                 ep,
                 // NeMo's Mixtral 8x22B runs its experts without tensor parallelism (expert
                 // tp 1 beside tp 2: `etp_size` 1 in NeMo 8cfedd7

@@ -13,8 +13,8 @@
 
 use plait_cost::{device_for, estimate, Estimate, MemoryBreakdown};
 use plait_spec::{
-    cluster_preset, model_preset, AttentionImpl, Dtype, ParallelConfig, Recompute, Schedule,
-    TrainSpec,
+    cluster_preset, model_preset, AttentionImpl, CpComm, Dtype, ParallelConfig, Recompute,
+    Schedule, TrainSpec,
 };
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -118,11 +118,12 @@ prop_compose! {
             0u32..=2,
             1u64..=8,
         ),
-        (zero, sp, recompute, schedule) in (
+        (zero, sp, recompute, schedule, cp_comm) in (
             0u8..=3,
             any::<bool>(),
             prop::sample::select(RECOMPUTES.to_vec()),
             prop::sample::select(SCHEDULES.to_vec()),
+            prop::sample::select(vec![CpComm::P2p, CpComm::A2a, CpComm::Allgather]),
         ),
     ) -> Case {
         let model = MODELS[model];
@@ -132,6 +133,15 @@ prop_compose! {
         let interleaved = schedule == Schedule::Interleaved;
         let pp = if interleaved { pp.max(2) } else { pp };
         let vp = if interleaved { 2 } else { 1 };
+        // Ulysses only where the heads split over tp × cp (its doubled-tp variant too, which
+        // the properties compare), the ring otherwise.
+        let m = model_preset(model).unwrap();
+        let splits = |heads: u64| heads.is_multiple_of(2 * tp * cp);
+        let cp_comm = if cp_comm == CpComm::A2a && !(splits(m.heads) && splits(m.kv_heads)) {
+            CpComm::P2p
+        } else {
+            cp_comm
+        };
         // Experts (8 in Mixtral) split over a divisor of dp × cp.
         let ep = if model == "mixtral-8x7b" {
             1 << ep_log.min((dp * cp).trailing_zeros()).min(3)
@@ -159,6 +169,7 @@ prop_compose! {
                 pp,
                 vp,
                 cp,
+                cp_comm,
                 ep,
                 etp: None,
                 mbs,

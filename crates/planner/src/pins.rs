@@ -121,6 +121,15 @@ pub fn check_pins(req: &Request) -> Result<(), SpecError> {
             );
         }
     }
+    if let (Some(cp_comm), Some(1)) = (p.cp_comm, p.cp) {
+        if cp_comm != plait_spec::CpComm::P2p {
+            return err(
+                "cp_comm",
+                format!("cp-comm = {cp_comm} moves the sequence over cp, but cp = 1"),
+                "cp ≥ 2, or leave cp-comm unset".into(),
+            );
+        }
+    }
     if let Some(Some(shard)) = p.dp_shard {
         if let Some(dp) = p.dp.filter(|dp| !dp.is_multiple_of(shard)) {
             return err(

@@ -12,7 +12,7 @@ use rayon::prelude::*;
 
 use plait_cost::estimate::{estimate_from_costs, policy_recompute};
 use plait_cost::{Estimate, Scenario, ShapeKey};
-use plait_spec::{ModelSpec, ParallelConfig, Recompute, Schedule, StageMap, TrainSpec};
+use plait_spec::{CpComm, ModelSpec, ParallelConfig, Recompute, Schedule, StageMap, TrainSpec};
 
 use crate::export::Layout;
 use crate::layout::{fit_recompute, partition_blocks, state_bytes, state_bytes_per_param};
@@ -159,17 +159,28 @@ fn step_pp(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
     each(c, req.pins.pp, pps, |c, v| c.pp = v)
 }
 
-/// Context-parallel degrees (unpinned: only those leaving each rank `MIN_CP_TOKENS`);
-/// dp takes the GPUs left.
+/// Context-parallel degrees (unpinned: only those leaving each rank `MIN_CP_TOKENS`), with
+/// the ring, or the pinned communication (`plan` turns a ring into Ulysses' all-to-all
+/// where that runs the shape's blocks faster); dp takes the GPUs left. A pinned
+/// communication other than the ring asks for context parallelism.
 fn step_cp_dp(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
     let (n, pins) = (req.gpus, &req.pins);
+    let wants_cp = pins.cp_comm.is_some_and(|k| k != CpComm::P2p);
+    let too_short = |cp: u64| cp > 1 && pins.cp.is_none() && req.train.seq / cp < MIN_CP_TOKENS;
     let cps = divisors(n / (c.tp * c.pp))
         .into_iter()
-        .filter(|&cp| !(cp > 1 && (pins.cp.is_none() && req.train.seq / cp < MIN_CP_TOKENS)));
-    let mut out = each(c, pins.cp, cps, |c, v| {
+        .filter(|&cp| !too_short(cp) && (cp > 1 || !wants_cp));
+    let mut out = Vec::new();
+    for c in each(c, pins.cp, cps, |c, v| {
         c.cp = v;
         c.dp = n / (c.tp * c.pp * v);
-    });
+    }) {
+        let cp_comm = match pins.cp_comm {
+            Some(k) if c.cp > 1 => k,
+            _ => CpComm::P2p,
+        };
+        out.push(ParallelConfig { cp_comm, ..c });
+    }
     out.retain(|c| pins.dp.is_none_or(|d| d == c.dp));
     out
 }
@@ -382,6 +393,25 @@ pub(super) struct Screened {
     peak_bytes: f64,
 }
 
+/// The all-to-all (Ulysses) twin of ring configuration `c`, where the communication is not
+/// pinned and the heads split over cp.
+fn ulysses_twin(req: &Request, c: &ParallelConfig) -> Option<ParallelConfig> {
+    (req.pins.cp_comm.is_none()
+        && c.cp > 1
+        && c.cp_comm == CpComm::P2p
+        && c.heads_split_over_cp(req.model))
+    .then_some(ParallelConfig {
+        cp_comm: CpComm::A2a,
+        ..*c
+    })
+}
+
+/// A mean block's forward, backward and recompute under `c`'s recompute policy.
+fn block_s(scenario: &Scenario, c: &ParallelConfig) -> f64 {
+    let b = scenario.layer_costs(c, policy_recompute(c.recompute)).block;
+    b.forward.total_s() + b.backward.total_s() + b.recompute.total_s()
+}
+
 impl Screened {
     pub(super) fn map(&self, layers: u64) -> StageMap {
         self.fitted
@@ -414,8 +444,9 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
     let scenario = req.scenario();
     let mut shapes: Vec<(ShapeKey, ParallelConfig, Recompute)> = hopeful
         .iter()
-        .flat_map(|(_, c)| {
-            [policy_recompute(c.recompute), Recompute::Full].map(|r| (ShapeKey::of(c, r), *c, r))
+        .flat_map(|(_, c)| std::iter::once(*c).chain(ulysses_twin(req, c)))
+        .flat_map(|c| {
+            [policy_recompute(c.recompute), Recompute::Full].map(|r| (ShapeKey::of(&c, r), c, r))
         })
         .collect();
     let mut seen = std::collections::HashSet::new();
@@ -424,6 +455,15 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
         scenario.layer_costs(c, *r);
     });
     scenario.freeze();
+    // Ulysses or the ring: the same weights, activations and collectives outside
+    // attention, so the shape's faster blocks make the faster configuration.
+    let hopeful: Vec<(usize, ParallelConfig)> = hopeful
+        .into_iter()
+        .map(|(i, c)| match ulysses_twin(req, &c) {
+            Some(u) if block_s(&scenario, &u) < block_s(&scenario, &c) => (i, u),
+            _ => (i, c),
+        })
+        .collect();
 
     let done = std::sync::atomic::AtomicUsize::new(0);
     let total = hopeful.len();

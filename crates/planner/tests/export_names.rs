@@ -8,7 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use plait_planner::export::{export, Engine};
 use plait_planner::Plan;
 use plait_spec::{
-    cluster_preset, model_preset, Dtype, ModelSpec, ParallelConfig, Recompute, StageMap, TrainSpec,
+    cluster_preset, model_preset, CpComm, Dtype, ModelSpec, ParallelConfig, Recompute, StageMap,
+    TrainSpec,
 };
 
 use common::*;
@@ -56,6 +57,7 @@ const MEGATRON_FLAGS: &[&str] = &[
     "--decoder-last-pipeline-num-layers",
     "--pipeline-model-parallel-layout",
     "--context-parallel-size",
+    "--cp-comm-type",
     "--expert-model-parallel-size",
     "--expert-tensor-parallel-size",
     "--qk-layernorm",
@@ -128,6 +130,7 @@ const TORCHTITAN_KEYS: &[&str] = &[
     "parallelism.fsdp_reshard_after_forward",
     "parallelism.tensor_parallel_degree",
     "parallelism.context_parallel_degree",
+    "parallelism.context_parallel_rotate_method",
     "parallelism.expert_parallel_degree",
     "parallelism.pipeline_parallel_degree",
     "parallelism.pipeline_parallel_schedule",
@@ -217,6 +220,8 @@ fn every_emitted_name_is_the_engines_own() {
         mixtral_ep(),
         mixtral_capacity(),
         llama3_8b_cp(),
+        llama3_8b_cp_comm(CpComm::A2a),
+        llama3_8b_cp_comm(CpComm::Allgather),
         llama3_8b_hybrid(1),
         llama3_8b_hybrid(3),
     ];

@@ -4,8 +4,8 @@
 use plait_cost::device_for;
 use plait_planner::{plan, simulate_config, Request};
 use plait_spec::{
-    cluster_preset, model_preset, AttentionImpl, Dtype, ParallelConfig, Recompute, Schedule,
-    TrainSpec,
+    cluster_preset, model_preset, AttentionImpl, CpComm, Dtype, ParallelConfig, Recompute,
+    Schedule, TrainSpec,
 };
 
 /// Megatron-LM as SC'21 ran it: fp16, unfused attention with dropout, gradients reduced
@@ -363,4 +363,34 @@ fn zero3_at_scale_plans_hybrid_sharding_and_honours_a_pinned_shard() {
     req.pins.dp_shard = Some(Some(8192));
     let out = plan(&req, &|_, _| {}).unwrap();
     assert!(out.plans.iter().all(|p| p.config.dp_shard.is_none()));
+}
+
+#[test]
+fn context_parallelism_across_nodes_plans_ulysses_and_honours_a_pinned_kind() {
+    // Llama 2 7B (32 heads) at 32k tokens with cp 16 pinned over two DGX H100 nodes: every
+    // ring step waits on the chunk crossing between the nodes through one NIC share, while
+    // Ulysses' all-to-all sends most of its bytes over NVLink, so the plans run a2a.
+    let m = model_preset("llama2-7b").unwrap();
+    let cluster = cluster_preset("dgx-h100").unwrap();
+    let t = TrainSpec::new(16, 32768);
+    let d = device_for(&cluster, t.dtype).unwrap();
+    let mut req = Request::new(&m, &cluster, &t, &d, 16);
+    req.pins.cp = Some(16);
+    let out = plan(&req, &|_, _| {}).unwrap();
+    assert!(!out.plans.is_empty());
+    assert!(
+        out.plans.iter().all(|p| p.config.cp_comm == CpComm::A2a),
+        "{:?}",
+        out.plans
+            .iter()
+            .map(|p| p.config.to_string())
+            .collect::<Vec<_>>()
+    );
+    // A pinned ring or all-gather is what every plan runs.
+    for kind in [CpComm::P2p, CpComm::Allgather] {
+        req.pins.cp_comm = Some(kind);
+        let out = plan(&req, &|_, _| {}).unwrap();
+        assert!(!out.plans.is_empty());
+        assert!(out.plans.iter().all(|p| p.config.cp_comm == kind), "{kind}");
+    }
 }

@@ -12,7 +12,7 @@ use std::str::FromStr;
 use crate::error::{Result, SpecError};
 use crate::model::ModelSpec;
 use crate::parallel::{Degree, Exact, Parallel};
-use crate::train::{Recompute, Schedule, TrainSpec};
+use crate::train::{CpComm, Recompute, Schedule, TrainSpec};
 
 /// `model` splits over tensor-parallel degree `tp`: its attention heads, its key/value
 /// heads (split, or replicated onto the ranks) and its MLP width. Whole configurations
@@ -81,6 +81,14 @@ pub fn check_pipeline_chunks(model: &ModelSpec, pp: u64, vp: u64) -> Result<()> 
     Ok(())
 }
 
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
 /// One parallel configuration: degrees, micro-batch, ZeRO, sequence parallel, recompute and
 /// schedule (the knobs are declared once, in [`Parallel`]).
 pub type ParallelConfig = Parallel<Exact>;
@@ -115,7 +123,19 @@ impl ParallelConfig {
         if self.dp_shard == Some(self.dp) {
             self.dp_shard = None;
         }
+        if self.cp == 1 {
+            self.cp_comm = CpComm::P2p;
+        }
         self
+    }
+
+    /// Whether each tp rank's query and key/value heads split over cp, as Ulysses
+    /// (`cp_comm = a2a`) needs (TE d0067d0 `flash_attn_a2a_communicate` views the head
+    /// dimension as cp × heads / cp; key/value heads fewer than tp are replicated, one per
+    /// rank).
+    pub fn heads_split_over_cp(&self, model: &ModelSpec) -> bool {
+        let (heads, kv) = (model.heads / self.tp, model.kv_heads.div_ceil(self.tp));
+        heads.is_multiple_of(self.cp) && kv.is_multiple_of(self.cp)
     }
 
     /// The torch device mesh of this configuration ([`Mesh::device_mesh`](crate::Mesh)),
@@ -232,6 +252,19 @@ impl ParallelConfig {
                 ),
                 format!("divisors of {}", train.seq),
             );
+        }
+        if self.cp > 1 && self.cp_comm == CpComm::A2a && !self.heads_split_over_cp(model) {
+            let (heads, kv) = (model.heads / self.tp, model.kv_heads.div_ceil(self.tp));
+            {
+                return err(
+                    "cp_comm",
+                    format!(
+                        "a2a splits attention heads over cp, but {} ({heads} query and {kv} key/value heads per tp rank) do not split over cp = {}",
+                        model.name, self.cp
+                    ),
+                    format!("p2p or allgather, or a cp dividing {}", gcd(heads, kv)),
+                );
+            }
         }
         if self.tp > 1 && self.sp && !train.seq.is_multiple_of(self.tp * self.cp) {
             return err(
@@ -377,7 +410,7 @@ pub fn parse_config_items(
     let mut seen: Vec<String> = Vec::new();
     let degrees: Vec<String> = Degree::ALL.iter().map(|d| format!("{d}2")).collect();
     let expected = format!(
-        "items like {} etp1 mbs1 zero1 shard8 sp recompute=full 1f1b",
+        "items like {} cp-comm=a2a etp1 mbs1 zero1 shard8 sp recompute=full 1f1b",
         degrees.join(" ")
     );
     for part in text
@@ -400,6 +433,10 @@ pub fn parse_config_items(
         }
         if let Some(v) = part.strip_prefix("recompute=") {
             c.recompute = v.parse()?;
+            continue;
+        }
+        if let Some(v) = part.strip_prefix("cp-comm=") {
+            c.cp_comm = v.parse()?;
             continue;
         }
         if let Ok(kind) = part
@@ -460,6 +497,9 @@ impl fmt::Display for ParallelConfig {
             if v > 1 || d.shown_at_one() {
                 write!(f, "{sep}{d}{v}")?;
                 sep = " ";
+            }
+            if d == Degree::Cp && self.cp > 1 && self.cp_comm != CpComm::P2p {
+                write!(f, " cp-comm={}", self.cp_comm)?;
             }
         }
         if let Some(etp) = self.etp.filter(|&e| e != self.tp) {
@@ -658,6 +698,7 @@ mod tests {
             pp: 4,
             vp: 8,
             cp: 2,
+            cp_comm: CpComm::A2a,
             ep: 2,
             etp: Some(1),
             mbs: 4,
@@ -667,7 +708,10 @@ mod tests {
             schedule: Schedule::Interleaved,
         };
         assert_eq!(c.to_string().parse::<ParallelConfig>(), Ok(c));
-        assert!(c.to_string().contains("ep2 etp1 mbs4"), "{c}");
+        assert!(
+            c.to_string().contains("cp2 cp-comm=a2a ep2 etp1 mbs4"),
+            "{c}"
+        );
         let d = ParallelConfig::default();
         assert_eq!(d.to_string().parse::<ParallelConfig>(), Ok(d));
         // An expert tp equal to tp is the default: neither written nor kept.

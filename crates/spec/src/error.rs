@@ -35,9 +35,15 @@ impl SpecError {
     }
 
     /// An error in the configuration value `field`, its source the command-line flag of
-    /// the same name (`--field`): the one place a library spells a flag from a field.
+    /// the same name (`--field`, underscores as hyphens): the one place a library spells a
+    /// flag from a field.
     pub fn for_flag(field: &str, problem: impl Into<String>, allowed: impl Into<String>) -> Self {
-        Self::new(format!("--{field}"), field, problem, allowed)
+        Self::new(
+            format!("--{}", field.replace('_', "-")),
+            field,
+            problem,
+            allowed,
+        )
     }
 
     /// Replaces the source (e.g. once the caller knows the file name).

@@ -36,5 +36,5 @@ pub use plait_schedule::virtual_stage;
 pub use presets::{model_preset, model_preset_names};
 pub use stage_map::{even_chunk_blocks, schedule_spec, StageMap};
 pub use train::{
-    AttentionImpl, Dtype, Engine, Lora, LoraTarget, Recompute, Schedule, Task, TrainSpec,
+    AttentionImpl, CpComm, Dtype, Engine, Lora, LoraTarget, Recompute, Schedule, Task, TrainSpec,
 };

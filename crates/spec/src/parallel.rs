@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::mesh::Dim;
-use crate::train::{Recompute, Schedule};
+use crate::train::{CpComm, Recompute, Schedule};
 
 /// What a knob's value may be: plain data.
 pub trait Value:
@@ -70,6 +70,9 @@ pub struct Parallel<F: Form> {
     /// Virtual pipeline chunks per pipeline rank (interleaved schedule); 1 otherwise.
     pub vp: F::Of<u64>,
     pub cp: F::Of<u64>,
+    /// How context parallelism moves the sequence for attention (ring, all-to-all or
+    /// all-gather); `p2p` whenever cp = 1.
+    pub cp_comm: F::Of<CpComm>,
     /// Expert parallel degree (MoE), carved out of the data-parallel ranks.
     pub ep: F::Of<u64>,
     /// Tensor parallelism of the expert MLPs (MoE), a divisor of tp; `None` = tp, as in
@@ -108,6 +111,7 @@ impl Default for Parallel<Exact> {
             pp: 1,
             vp: 1,
             cp: 1,
+            cp_comm: CpComm::P2p,
             ep: 1,
             etp: None,
             dp_shard: None,
@@ -128,6 +132,7 @@ impl Default for Parallel<Pinned> {
             pp: None,
             vp: None,
             cp: None,
+            cp_comm: None,
             ep: None,
             etp: None,
             dp_shard: None,

@@ -46,6 +46,22 @@ keyword_enum!(
     /// or full (only each layer's input is kept).
     Recompute { None => "none", Selective => "selective", Full => "full" }
 );
+keyword_enum!(
+    /// How context parallelism moves the sequence for attention (Megatron-Core's
+    /// `--cp-comm-type`, Megatron-LM d98e8a6 `arguments.py`; Transformer Engine d0067d0
+    /// `attention/dot_product_attention/context_parallel.py`):
+    /// * `p2p` — ring attention: each rank passes its key/value chunk round the ring,
+    ///   overlapped with the attention of the chunk already present
+    ///   (`AttnFuncWithCPAndKVP2P`);
+    /// * `a2a` — DeepSpeed-Ulysses (Jacobs et al. 2023): an all-to-all turns q, k, v from
+    ///   sequence-split to head-split, attention runs over the whole sequence for heads /
+    ///   cp heads, and an all-to-all turns the output back (`AttnFuncWithCPAndQKVOA2A`);
+    ///   the heads must split over tp × cp;
+    /// * `allgather` — the key/value chunks are all-gathered before attention and their
+    ///   gradients reduce-scattered after it, as Llama 3 trained (Llama Team 2024, §3.3.2;
+    ///   `AttnFuncWithCPAndKVAllGather`).
+    CpComm { P2p => "p2p", A2a => "a2a", Allgather => "allgather" }
+);
 /// Pipeline schedule: the kind and its rules are `plait-schedule`'s.
 pub use plait_schedule::ScheduleKind as Schedule;
 keyword_enum!(

@@ -134,6 +134,9 @@ pub struct Workload {
     pub seq: f64,
     /// Sequence on this GPU (seq / cp).
     pub seq_local: f64,
+    pub cp: u64,
+    /// How context parallelism moves the sequence for attention.
+    pub cp_comm: plait_spec::CpComm,
     pub tp: u64,
     pub ep: u64,
     /// Tensor parallelism of the expert MLPs (a divisor of tp).
@@ -165,6 +168,12 @@ impl Workload {
             mbs: c.mbs as f64,
             seq: t.seq as f64,
             seq_local: (t.seq / c.cp) as f64,
+            cp: c.cp,
+            cp_comm: if c.cp > 1 {
+                c.cp_comm
+            } else {
+                plait_spec::CpComm::P2p
+            },
             tp: c.tp,
             ep: c.ep,
             etp: c.expert_tp(),

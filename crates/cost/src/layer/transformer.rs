@@ -3,7 +3,7 @@
 //! elementwise kernels, the attention core, tensor-, context- and expert-parallel
 //! collectives with what the engine overlaps them with, and the tensors it saves.
 
-use plait_spec::{Activation, AttentionImpl, Gemm, ModelSpec, Positions, Recompute, Shard};
+use plait_spec::{Activation, AttentionImpl, CpComm, Gemm, ModelSpec, Positions, Recompute, Shard};
 
 use super::{
     backward_gemms, column_parallel_backward_comm, expert_gemm_s, userbuffer_overlap, userbuffers,
@@ -36,7 +36,14 @@ fn attention_core(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> AttentionCore
     let keys = m
         .attention_window
         .map_or(context, |win| context.min(win as f64));
-    let scores = w.mbs * heads * w.seq_local * keys;
+    // The queries one kernel sees: the local chunk of the sequence, or under Ulysses
+    // (`cp_comm = a2a`) the whole sequence for heads / cp of the heads.
+    let (queries, heads) = if w.cp_comm == CpComm::A2a {
+        (w.seq, heads / w.cp as f64)
+    } else {
+        (w.seq_local, heads)
+    };
+    let scores = w.mbs * heads * queries * keys;
     // Causal: a query sees on average keys · (1 − keys / 2·context) of them (half the
     // context without a window; nearly the whole window when it is much shorter).
     let causal_share = if m.causal {
@@ -52,14 +59,14 @@ fn attention_core(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> AttentionCore
             let (f_s, b_s) = d.attention_s(
                 w.engine.attention,
                 flops,
-                w.seq_local.min(keys),
+                queries.min(keys),
                 dim,
                 m.causal,
                 w.level,
             );
             forward.fixed(f_s, 1.0);
             backward.fixed(b_s, 2.0);
-            w.mbs * heads * w.seq_local * FP32
+            w.mbs * heads * queries * FP32
         }
         AttentionImpl::Unfused => {
             let batch = w.mbs * heads;
@@ -476,14 +483,42 @@ pub(super) fn transformer_block_cost(
         }
     }
     if g.cp.size > 1 && has_attn {
-        // Ring attention: cp − 1 exchanges of the local K and V, overlapped with the
-        // attention of the chunk already present; backward also returns dK, dV.
+        let cp = g.cp.size as f64;
         let kv_bytes = 2.0 * w.mbs * w.seq_local * kv_local * e;
-        let steps = (g.cp.size - 1) as f64;
-        let per_step_f = core.forward.gpu_s / g.cp.size as f64;
-        let per_step_b = core.backward.gpu_s / g.cp.size as f64;
-        fwd_phase.cp_comm_s = steps * (g.cp.p2p_s(kv_bytes) - per_step_f).max(0.0);
-        bwd_phase.cp_comm_s = steps * (g.cp.p2p_s(2.0 * kv_bytes) - per_step_b).max(0.0);
+        match w.cp_comm {
+            CpComm::P2p => {
+                // Ring attention: cp − 1 exchanges of the local K and V, overlapped with
+                // the attention of the chunk already present; backward also returns dK, dV.
+                let steps = cp - 1.0;
+                let per_step_f = core.forward.gpu_s / cp;
+                let per_step_b = core.backward.gpu_s / cp;
+                fwd_phase.cp_comm_s = steps * (g.cp.p2p_s(kv_bytes) - per_step_f).max(0.0);
+                bwd_phase.cp_comm_s = steps * (g.cp.p2p_s(2.0 * kv_bytes) - per_step_b).max(0.0);
+            }
+            CpComm::A2a => {
+                // Ulysses: q, k, v to head-split before the kernel and the output back after
+                // it, in line on the compute stream (TE d0067d0 `AttnFuncWithCPAndQKVOA2A`:
+                // each `flash_attn_a2a_communicate` waits for its all-to-all); the backward
+                // runs the mirror image (dO in, dQ, dK, dV out).
+                let q_bytes = w.mbs * w.seq_local * q_local * e;
+                let qkv = g.cp.all_to_all_s(q_bytes + kv_bytes);
+                let out = g.cp.all_to_all_s(w.mbs * w.seq_local * out_local * e);
+                fwd_phase.cp_comm_s = qkv + out;
+                bwd_phase.cp_comm_s = out + qkv;
+            }
+            CpComm::Allgather => {
+                // K and V gathered over cp before the kernel, dK and dV reduce-scattered
+                // after it; only the attention of the rank's own chunk runs beside them (TE
+                // d0067d0 `AttnFuncWithCPAndKVAllGather`, Llama Team 2024 §3.3.2: "we
+                // all-gather the key and value tensors ... then compute attention output for
+                // the local query tensor chunk").
+                let gathered = cp * kv_bytes;
+                fwd_phase.cp_comm_s =
+                    (g.cp.all_gather_s(gathered) - core.forward.gpu_s / cp).max(0.0);
+                bwd_phase.cp_comm_s =
+                    (g.cp.reduce_scatter_s(gathered) - core.backward.gpu_s / cp).max(0.0);
+            }
+        }
     }
     if m.moe.is_some() && (g.ep.size > 1 || moe_dispatch_over_tp) {
         // Token dispatch and combine, forward and backward (the backward runs the mirror

@@ -100,9 +100,10 @@ pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
     }
     if c.cp > 1 {
         out.push(format!(
-            "context parallelism (cp = {}): ds_config.json has none (DeepSpeed-Ulysses is a \
-             head-wise all-to-all split set up in model code, not ring attention)",
-            c.cp
+            "context parallelism (cp = {}, {}): ds_config.json has none (DeepSpeed-Ulysses, \
+             cp-comm=a2a, is set up in model code: deepspeed.sequence.layer.\
+             DistributedAttention over the model's sequence-parallel group)",
+            c.cp, c.cp_comm
         ));
     }
     if c.ep > 1 && (c.pp > 1 || c.tp > 1) {

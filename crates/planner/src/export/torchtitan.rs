@@ -36,7 +36,9 @@
 //! * Merak's scp schedule; sequences not divisible by 2·tp·cp (`parallel_dims.seq_len_divisor`).
 //! * Models other than the llama3 architecture (RMSNorm, SwiGLU, RoPE, no biases, untied head).
 
-use plait_spec::{Activation, AttentionImpl, Dtype, Family, ModelSpec, Norm, Positions, TrainSpec};
+use plait_spec::{
+    Activation, AttentionImpl, CpComm, Dtype, Family, ModelSpec, Norm, Positions, TrainSpec,
+};
 
 use super::{commented, list, pipe, recompute, summary_lines, ExportFile, Layout, Pipe, Rc};
 use crate::Plan;
@@ -78,6 +80,13 @@ pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
             "replicated data parallelism (ZeRO-0, dp = {}) beside tp/pp/cp: torchtitan's DDP \
              runs only when data parallelism is the sole dimension; use zero ≥ 1 (FSDP)",
             c.dp
+        ));
+    }
+    if c.cp > 1 && c.cp_comm == CpComm::A2a {
+        out.push(format!(
+            "all-to-all context parallelism (Ulysses, cp = {}): torchtitan's context \
+             parallelism is ring attention over SDPA (its kv shards all-gathered or rotated)",
+            c.cp
         ));
     }
     if c.zero == 0 && c.cp > 1 {
@@ -484,6 +493,15 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     }
     out.push_str(&format!("tensor_parallel_degree = {}\n", c.tp));
     out.push_str(&format!("context_parallel_degree = {}\n", c.cp));
+    if c.cp > 1 {
+        // v0.2.2 `context_parallel_rotate_method`: "allgather" gathers every kv shard after
+        // the first sub-SDPA, "alltoall" shuffles the shards round the ranks (the ring).
+        let rotate = match c.cp_comm {
+            CpComm::Allgather => "allgather",
+            CpComm::P2p | CpComm::A2a => "alltoall",
+        };
+        out.push_str(&format!("context_parallel_rotate_method = \"{rotate}\"\n"));
+    }
     out.push_str(&format!("expert_parallel_degree = {}\n", c.ep));
     out.push_str(&format!("pipeline_parallel_degree = {}\n", c.pp));
     if pipelined {

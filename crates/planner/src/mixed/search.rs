@@ -106,19 +106,15 @@ fn enumerate(req: &MixedRequest) -> (Vec<ParallelConfig>, Vec<String>) {
                             };
                             for recompute in recomputes {
                                 let c = ParallelConfig {
-                                    dp_shard: None,
                                     dp,
                                     tp,
                                     pp,
-                                    vp: 1,
-                                    cp: 1,
-                                    ep: 1,
-                                    etp: None,
                                     mbs,
                                     zero,
                                     sp,
                                     recompute,
                                     schedule,
+                                    ..ParallelConfig::default()
                                 };
                                 if let Err(e) = c.validate(m, t, c.gpus()) {
                                     why.push(e.problem);

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use plait_planner::export::{export, Engine, ExportFile};
 use plait_planner::Plan;
 use plait_spec::{
-    cluster_preset, model_preset, ModelSpec, ParallelConfig, Recompute, Schedule, StageMap,
+    cluster_preset, model_preset, CpComm, ModelSpec, ParallelConfig, Recompute, Schedule, StageMap,
     TrainSpec,
 };
 
@@ -196,6 +196,11 @@ pub fn llama3_8b_hybrid(zero: u8) -> Case {
 
 /// Llama 3 8B with context parallelism: dp2 cp2 tp2 on 8 GPUs.
 pub fn llama3_8b_cp() -> Case {
+    llama3_8b_cp_comm(CpComm::P2p)
+}
+
+/// Llama 3 8B at tp 2 × cp 2 with context parallelism's communication `cp_comm`.
+pub fn llama3_8b_cp_comm(cp_comm: CpComm) -> Case {
     case(
         "llama3-8b",
         64,
@@ -204,6 +209,7 @@ pub fn llama3_8b_cp() -> Case {
             dp: 2,
             tp: 2,
             cp: 2,
+            cp_comm,
             mbs: 1,
             zero: 1,
             sp: true,

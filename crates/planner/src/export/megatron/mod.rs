@@ -70,7 +70,7 @@
 //! The model's architecture flags (MoE, RoPE scaling, MLA, router, hybrids) are `model`'s;
 //! this module writes the parallel layout, the schedule and the files.
 
-use plait_spec::{AttentionImpl, Dtype, Family, ModelSpec, Norm, Positions, TrainSpec};
+use plait_spec::{AttentionImpl, CpComm, Dtype, Family, ModelSpec, Norm, Positions, TrainSpec};
 
 use super::{commented, list, pipe, recompute, summary_lines, ExportFile, Layout, Pipe, Rc};
 use crate::Plan;
@@ -515,6 +515,11 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     }
     if c.cp > 1 {
         par.push(("--context-parallel-size", c.cp.to_string()));
+        // `--cp-comm-type` takes p2p, a2a, allgather or a2a+p2p, default p2p
+        // (`arguments.py:3221`): written where the plan is not the ring.
+        if c.cp_comm != CpComm::P2p {
+            par.push(("--cp-comm-type", c.cp_comm.to_string()));
+        }
     }
     if c.ep > 1 {
         par.push(("--expert-model-parallel-size", c.ep.to_string()));

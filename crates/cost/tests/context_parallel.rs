@@ -1,0 +1,135 @@
+//! Context parallelism's three ways of moving the sequence (`cp-comm`): the ring (p2p),
+//! Ulysses' all-to-all (a2a) and the key/value all-gather, in what they cost and hold.
+
+use plait_cost::{device_for, estimate, Estimate};
+use plait_spec::{cluster_preset, model_preset, Dtype, ParallelConfig, TrainSpec};
+
+/// `config` for `model` on DGX H100s in bf16, dp filled to `gpus`.
+fn run(model: &str, gpus: u64, seq: u64, config: &str) -> Estimate {
+    let m = model_preset(model).unwrap();
+    let cluster = cluster_preset("dgx-h100").unwrap();
+    let d = device_for(&cluster, Dtype::Bf16).unwrap();
+    let mut c: ParallelConfig = config.parse().unwrap();
+    c.dp = gpus / c.replica_gpus();
+    let c = c.normalised();
+    let t = TrainSpec::new(c.dp * c.mbs, seq);
+    c.validate(&m, &t, gpus).unwrap();
+    estimate(&m, &cluster, &t, &c, &d).unwrap()
+}
+
+/// The three kinds of `base` (a configuration with cp > 1).
+fn kinds(model: &str, gpus: u64, seq: u64, base: &str) -> [Estimate; 3] {
+    ["p2p", "a2a", "allgather"].map(|k| run(model, gpus, seq, &format!("{base} cp-comm={k}")))
+}
+
+#[test]
+fn every_kind_holds_the_same_activations() {
+    // Outside attention the sequence is split over cp whatever moves it; inside, Ulysses'
+    // head-split q, k, v are as large as the sequence-split ones.
+    let [p2p, a2a, gather] = kinds("llama2-7b", 16, 32768, "tp1 cp8 mbs1 zero1");
+    let act = |e: &Estimate| e.stages[0].memory.activations_bytes;
+    assert_eq!(act(&p2p), act(&a2a));
+    assert_eq!(act(&p2p), act(&gather));
+}
+
+#[test]
+fn ulysses_runs_attention_over_the_whole_sequence() {
+    // Llama 2 7B at 8k over cp 8: the ring's kernels see 1,024-token chunks, Ulysses'
+    // kernels the 8,192-token sequence for 4 of the 32 heads — the same work at the
+    // longer sequence's kernel efficiency (FlashAttention-2's tables rise with length).
+    let [p2p, a2a, _] = kinds("llama2-7b", 8, 8192, "tp1 cp8 mbs1");
+    assert!(
+        a2a.breakdown.compute_s < p2p.breakdown.compute_s,
+        "a2a {} s vs ring {} s of compute",
+        a2a.breakdown.compute_s,
+        p2p.breakdown.compute_s
+    );
+    // Its all-to-alls run in line: never hidden.
+    assert!(a2a.breakdown.cp_comm_s > 0.0);
+}
+
+#[test]
+fn inside_a_node_the_all_gather_hides_less_than_the_ring() {
+    // Both move (cp − 1) key/value chunks into every rank; the ring hides each step behind
+    // the attention of the chunk already present, the all-gather only behind the rank's own.
+    for (gpus, seq, base) in [(8, 8192, "tp1 cp8 mbs1"), (8, 65536, "tp2 cp4 mbs1 sp")] {
+        let [p2p, _, gather] = kinds("llama2-7b", gpus, seq, base);
+        assert!(
+            gather.breakdown.cp_comm_s >= p2p.breakdown.cp_comm_s,
+            "{base} at {seq}: all-gather {} s vs ring {} s exposed",
+            gather.breakdown.cp_comm_s,
+            p2p.breakdown.cp_comm_s
+        );
+    }
+}
+
+#[test]
+fn across_nodes_the_ring_waits_on_one_nic_per_step() {
+    // cp 16 over two DGX nodes: every ring step waits for the chunk that crosses between
+    // the nodes through one GPU's NIC share, while NCCL's all-gather runs a ring per NIC
+    // (channel), so the node's eight NICs carry it together.
+    let [p2p, _, gather] = kinds("llama2-7b", 16, 32768, "tp1 cp16 mbs1");
+    assert!(
+        p2p.breakdown.cp_comm_s > 4.0 * gather.breakdown.cp_comm_s,
+        "ring {} s vs all-gather {} s exposed",
+        p2p.breakdown.cp_comm_s,
+        gather.breakdown.cp_comm_s
+    );
+}
+
+#[test]
+fn ulysses_across_nodes_costs_more_than_inside_one() {
+    // cp 8 inside a DGX node against cp 16 over two: the all-to-all's off-node share
+    // crosses the 50 GB/s NIC share instead of NVLink; per GPU the bytes are about the same.
+    let inside = run("llama2-7b", 8, 16384, "tp1 cp8 mbs1 cp-comm=a2a");
+    let across = run("llama2-7b", 16, 32768, "tp1 cp16 mbs1 cp-comm=a2a");
+    assert!(
+        across.breakdown.cp_comm_s > 2.0 * inside.breakdown.cp_comm_s,
+        "across {} s vs inside {} s",
+        across.breakdown.cp_comm_s,
+        inside.breakdown.cp_comm_s
+    );
+}
+
+#[test]
+fn ulysses_needs_heads_that_split_over_cp() {
+    // Llama 3 70B has 8 key/value heads: one per rank at tp 8, none to split over cp 2.
+    let m = model_preset("llama3-70b").unwrap();
+    let t = TrainSpec::new(8, 8192);
+    let c: ParallelConfig = "dp4 tp8 cp2 mbs1 sp cp-comm=a2a".parse().unwrap();
+    let e = c.validate(&m, &t, 64).unwrap_err();
+    assert_eq!(e.field, "cp_comm");
+    assert_eq!(e.source, "--cp-comm");
+    assert!(e.allowed.contains("p2p"), "{e}");
+    // The ring and the all-gather have no such limit.
+    for k in ["p2p", "allgather"] {
+        let c: ParallelConfig = format!("dp4 tp8 cp2 mbs1 sp cp-comm={k}").parse().unwrap();
+        c.validate(&m, &t, 64).unwrap();
+    }
+}
+
+#[test]
+fn the_kind_round_trips_through_the_configuration_text() {
+    for (text, shown) in [
+        (
+            "dp2 tp2 cp4 mbs1 cp-comm=a2a",
+            "dp2 tp2 pp1 cp4 cp-comm=a2a mbs1 1f1b",
+        ),
+        (
+            "dp2 cp4 cp-comm=allgather",
+            "dp2 tp1 pp1 cp4 cp-comm=allgather mbs1 1f1b",
+        ),
+        // The ring is the default, and without cp there is nothing to move.
+        ("dp2 cp4 cp-comm=p2p", "dp2 tp1 pp1 cp4 mbs1 1f1b"),
+        ("dp2 cp-comm=a2a", "dp2 tp1 pp1 mbs1 1f1b"),
+    ] {
+        let c: ParallelConfig = text.parse().unwrap();
+        let c = c.normalised();
+        assert_eq!(c.to_string(), shown, "{text}");
+        assert_eq!(shown.parse::<ParallelConfig>().unwrap().normalised(), c);
+    }
+    assert!("cp4 cp-comm=ring"
+        .parse::<ParallelConfig>()
+        .unwrap_err()
+        .contains("p2p|a2a|allgather"));
+}
