@@ -8,6 +8,8 @@
 //! that order, and ties are broken by the enumeration index, so the plan does not depend
 //! on the thread count.
 
+use std::collections::HashMap;
+
 use rayon::prelude::*;
 
 use plait_cost::estimate::{estimate_from_costs, policy_recompute};
@@ -160,9 +162,9 @@ fn step_pp(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
 }
 
 /// Context-parallel degrees (unpinned: only those leaving each rank `MIN_CP_TOKENS`), with
-/// the ring, or the pinned communication (`plan` turns a ring into Ulysses' all-to-all
-/// where that runs the shape's blocks faster); dp takes the GPUs left. A pinned
-/// communication other than the ring asks for context parallelism.
+/// the ring, or the pinned communication (`plan` turns a ring into Ulysses' all-to-all or the
+/// key/value all-gather where that runs the shape's blocks faster); dp takes the GPUs left.
+/// A pinned communication other than the ring asks for context parallelism.
 fn step_cp_dp(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
     let (n, pins) = (req.gpus, &req.pins);
     let wants_cp = pins.cp_comm.is_some_and(|k| k != CpComm::P2p);
@@ -393,17 +395,31 @@ pub(super) struct Screened {
     peak_bytes: f64,
 }
 
-/// The all-to-all (Ulysses) twin of ring configuration `c`, where the communication is not
-/// pinned and the heads split over cp.
-fn ulysses_twin(req: &Request, c: &ParallelConfig) -> Option<ParallelConfig> {
-    (req.pins.cp_comm.is_none()
-        && c.cp > 1
-        && c.cp_comm == CpComm::P2p
-        && c.heads_split_over_cp(req.model))
-    .then_some(ParallelConfig {
-        cp_comm: CpComm::A2a,
-        ..*c
-    })
+/// The twins of ring configuration `c` that move the sequence otherwise — Ulysses'
+/// all-to-all where the heads split over cp, and the key/value all-gather — where the
+/// communication is not pinned and the engine runs them.
+fn cp_twins(req: &Request, c: &ParallelConfig) -> Vec<ParallelConfig> {
+    if req.pins.cp_comm.is_some() || c.cp == 1 || c.cp_comm != CpComm::P2p {
+        return Vec::new();
+    }
+    [CpComm::A2a, CpComm::Allgather]
+        .into_iter()
+        .map(|cp_comm| ParallelConfig { cp_comm, ..*c })
+        .filter(|t| t.cp_comm != CpComm::A2a || t.heads_split_over_cp(req.model))
+        .filter(|t| allowed(req, t, None))
+        .collect()
+}
+
+/// Costs each distinct shape of `shapes` (configuration, recompute) once, in parallel, into
+/// `scenario`'s memo.
+fn cost_shapes(scenario: &Scenario, shapes: impl Iterator<Item = (ParallelConfig, Recompute)>) {
+    let mut seen = std::collections::HashSet::new();
+    let shapes: Vec<(ParallelConfig, Recompute)> = shapes
+        .filter(|(c, r)| seen.insert(ShapeKey::of(c, *r)))
+        .collect();
+    shapes.par_iter().for_each(|(c, r)| {
+        scenario.layer_costs(c, *r);
+    });
 }
 
 /// A mean block's forward, backward and recompute under `c`'s recompute policy.
@@ -442,26 +458,65 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
     // only), computed once, in parallel, into the scenario's memo that the screening, the
     // layouts and the simulations below all read.
     let scenario = req.scenario();
-    let mut shapes: Vec<(ShapeKey, ParallelConfig, Recompute)> = hopeful
+    // The other ways to move each ring shape's sequence (Ulysses, the all-gather) that its
+    // engine runs, asked once per shape: an engine's rule on the communication does not
+    // depend on the knobs a shape leaves out (dp, pp, vp, ZeRO, schedule).
+    let mut twins: HashMap<ShapeKey, Vec<ParallelConfig>> = HashMap::new();
+    for (_, c) in &hopeful {
+        if c.cp > 1 && c.cp_comm == CpComm::P2p && req.pins.cp_comm.is_none() {
+            twins
+                .entry(ShapeKey::of(c, policy_recompute(c.recompute)))
+                .or_insert_with(|| cp_twins(req, c));
+        }
+    }
+    // The candidates' shapes under their recompute policy and under full recompute; the
+    // twins' under the policy first, under full recompute once they win.
+    let shapes = hopeful
         .iter()
-        .flat_map(|(_, c)| std::iter::once(*c).chain(ulysses_twin(req, c)))
-        .flat_map(|c| {
-            [policy_recompute(c.recompute), Recompute::Full].map(|r| (ShapeKey::of(&c, r), c, r))
+        .flat_map(|(_, c)| [(*c, policy_recompute(c.recompute)), (*c, Recompute::Full)])
+        .chain(
+            twins
+                .values()
+                .flatten()
+                .map(|t| (*t, policy_recompute(t.recompute))),
+        );
+    cost_shapes(&scenario, shapes);
+    // The ring, Ulysses or the all-gather: the same weights, activations and collectives
+    // outside attention, so the shape's fastest blocks make the fastest configuration (the
+    // ring on a tie).
+    let fastest: HashMap<ShapeKey, ParallelConfig> = twins
+        .into_iter()
+        .filter_map(|(key, twins)| {
+            let ring = ParallelConfig {
+                cp_comm: CpComm::P2p,
+                ..*twins.first()?
+            };
+            let best = twins.into_iter().fold(ring, |best, t| {
+                if block_s(&scenario, &t) < block_s(&scenario, &best) {
+                    t
+                } else {
+                    best
+                }
+            });
+            Some((key, best))
         })
         .collect();
-    let mut seen = std::collections::HashSet::new();
-    shapes.retain(|(k, _, _)| seen.insert(*k));
-    shapes.par_iter().for_each(|(_, c, r)| {
-        scenario.layer_costs(c, *r);
-    });
+    cost_shapes(&scenario, fastest.values().map(|t| (*t, Recompute::Full)));
     scenario.freeze();
-    // Ulysses or the ring: the same weights, activations and collectives outside
-    // attention, so the shape's faster blocks make the faster configuration.
     let hopeful: Vec<(usize, ParallelConfig)> = hopeful
         .into_iter()
-        .map(|(i, c)| match ulysses_twin(req, &c) {
-            Some(u) if block_s(&scenario, &u) < block_s(&scenario, &c) => (i, u),
-            _ => (i, c),
+        .map(|(i, c)| {
+            let key = (c.cp > 1).then(|| ShapeKey::of(&c, policy_recompute(c.recompute)));
+            match key.and_then(|k| fastest.get(&k)) {
+                Some(best) => (
+                    i,
+                    ParallelConfig {
+                        cp_comm: best.cp_comm,
+                        ..c
+                    },
+                ),
+                None => (i, c),
+            }
         })
         .collect();
 

@@ -386,6 +386,25 @@ fn context_parallelism_across_nodes_plans_ulysses_and_honours_a_pinned_kind() {
             .map(|p| p.config.to_string())
             .collect::<Vec<_>>()
     );
+    // torchtitan has no Ulysses: its context parallelism gathers the keys and values.
+    let tt = TrainSpec {
+        engine: plait_spec::Engine::Torchtitan,
+        ..t
+    };
+    let tt_req = Request::new(&m, &cluster, &tt, &d, 16);
+    let out = plan(
+        &Request {
+            pins: req.pins,
+            ..tt_req
+        },
+        &|_, _| {},
+    )
+    .unwrap();
+    assert!(!out.plans.is_empty());
+    assert!(out
+        .plans
+        .iter()
+        .all(|p| p.config.cp_comm == CpComm::Allgather));
     // A pinned ring or all-gather is what every plan runs.
     for kind in [CpComm::P2p, CpComm::Allgather] {
         req.pins.cp_comm = Some(kind);
