@@ -253,21 +253,28 @@ pub fn h200() -> GpuSpec {
     GpuSpec {
         name: "H200-SXM-141GB".into(),
         matmul_efficiency: 0.789,
+        // FP8 (e4m3) MAMF 1,453.4 TFLOP/s = 73.4 % (Bekman, ml-engineering 744d01e, torch
+        // 2.7.1+cu128).
+        fp8_matmul_efficiency: Some(1453.4 / 1978.9),
         memory_bytes: 141.0 * GB,
         memory_bandwidth_bytes_per_s: 4800.0 * GB,
         ..h100()
     }
 }
 
-/// B200 MAMF: OpenXLA's measured GEMM table for "sm_100" (B200), commit 1088d5ab ("Update
-/// GEMM cost model for B200", `xla/service/gpu/model/matmul_interpolator_data.h`): bf16 at
-/// most 1,690.7 TFLOP/s over its 375 shapes (b = 4, 4096³) = 75.1 %. The same table's H100
-/// maximum, 810.5 TFLOP/s, is within 2.3 % of Bekman's H100 MAMF.
-const B200_MATMUL_EFFICIENCY: f64 = 1690.7 / 2250.0;
+/// MAMF of the Blackwell parts (S. Bekman, ml-engineering, "Maximum Achievable Matmul FLOPS
+/// comparison table", read at 744d01e; `mamf-finder.py` with torch's `matmul` and
+/// `torch._scaled_mm`, whose default is precise, not fast, fp8 accumulation): B200 bf16
+/// 1,745.0 TFLOP/s = 77.6 % and fp8 3,432.5 = 76.3 % (torch 2.7.1+cu128); GB200 bf16 1,822.0
+/// of 2,500 = 72.9 % and fp8 3,615.6 of 5,000 = 72.3 % (torch 2.10 dev, cu130); B300 bf16
+/// 1,769.0 = 78.6 % and fp8 3,353.3 = 74.5 % (torch 2.9.1+cu130). OpenXLA's B200 table
+/// (1088d5ab, `matmul_interpolator_data.h`) tops out at 1,690.7 bf16 over its 375 shapes.
+const B200_MATMUL_EFFICIENCY: f64 = 1745.0 / 2250.0;
+const B200_FP8_MATMUL_EFFICIENCY: f64 = 3432.5 / 4500.0;
 
 /// B200 (DGX B200). Peaks: NVIDIA DGX B200 datasheet, per GPU, dense (half the quoted
 /// sparse figures): 2.25 PFLOP/s bf16, 4.5 PFLOP/s fp8; 180 GB HBM3e at 8 TB/s; 148 SMs.
-/// MAMF measured by OpenXLA (`B200_MATMUL_EFFICIENCY`).
+/// MAMF measured by Bekman (`B200_MATMUL_EFFICIENCY`, `B200_FP8_MATMUL_EFFICIENCY`).
 pub fn b200() -> GpuSpec {
     GpuSpec {
         name: "B200-180GB".into(),
@@ -277,9 +284,7 @@ pub fn b200() -> GpuSpec {
         // DGX B200 datasheet: FP4 tensor core 144 PFLOP/s for 8 GPUs with sparsity.
         peak_fp4_flops_per_s: Some(9000.0 * TERA),
         matmul_efficiency: B200_MATMUL_EFFICIENCY,
-        // No trustworthy public fp8 MAMF (OpenXLA's fp8 rows put H100 above its dense fp8
-        // peak): assumes H100's measured 70.9 %.
-        fp8_matmul_efficiency: Some(1402.6 / 1978.9),
+        fp8_matmul_efficiency: Some(B200_FP8_MATMUL_EFFICIENCY),
         // No public measurement: assumes Hopper's.
         sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
         memory_bytes: 180.0 * GB,
@@ -290,8 +295,9 @@ pub fn b200() -> GpuSpec {
 
 /// B200 in a GB200 superchip (GB200 NVL72 datasheet, per GPU = rack figures / 72: dense
 /// bf16 2.5 PFLOP/s and fp8 5 PFLOP/s (half the sparse 360 / 720 PFLOP/s per rack ÷ 72),
-/// HBM3e 13.4 TB / 72 = 186 GB at 576 TB/s / 72 = 8 TB/s); 148 SMs as B200. No public MAMF
-/// measurement of the GB200's B200: assumes the B200's, and Hopper's sustained clock.
+/// HBM3e 13.4 TB / 72 = 186 GB at 576 TB/s / 72 = 8 TB/s); 148 SMs as B200. MAMF measured
+/// by Bekman (see `B200_MATMUL_EFFICIENCY`): 72.9 % bf16, 72.3 % fp8 of these peaks; the
+/// sustained clock assumed Hopper's.
 pub fn gb200() -> GpuSpec {
     GpuSpec {
         name: "B200-GB200-186GB".into(),
@@ -300,6 +306,8 @@ pub fn gb200() -> GpuSpec {
         peak_fp8_flops_per_s: Some(5000.0 * TERA),
         // GB200 NVL72: FP4 tensor core 1,440 PFLOP/s per rack with sparsity.
         peak_fp4_flops_per_s: Some(10000.0 * TERA),
+        matmul_efficiency: 1822.0 / 2500.0,
+        fp8_matmul_efficiency: Some(3615.6 / 5000.0),
         memory_bytes: 186.0 * GB,
         ..b200()
     }
@@ -310,8 +318,8 @@ pub fn gb200() -> GpuSpec {
 /// 4.5 PFLOP/s dense per GPU. 288 GB HBM3e at 8 TB/s and 160 SMs: NVIDIA technical blog
 /// "Inside NVIDIA Blackwell Ultra: The Chip Powering the AI Factory Era" (Aug 2025; 160 SMs
 /// is its full implementation, the one its 15 PFLOP/s dense NVFP4 figure is quoted for).
-/// No public MAMF measurement (ml-engineering lists B300 as "??"): assumes the B200's
-/// (`B200_MATMUL_EFFICIENCY`), and Hopper's sustained clock.
+/// MAMF measured by Bekman (see `B200_MATMUL_EFFICIENCY`): 78.6 % bf16, 74.5 % fp8; the
+/// sustained clock assumed Hopper's.
 pub fn b300() -> GpuSpec {
     GpuSpec {
         name: "B300-288GB".into(),
@@ -321,9 +329,8 @@ pub fn b300() -> GpuSpec {
         // HGX B300 specifications: FP4 tensor core 108 PFLOP/s dense for 8 GPUs (144 with
         // sparsity).
         peak_fp4_flops_per_s: Some(13500.0 * TERA),
-        matmul_efficiency: B200_MATMUL_EFFICIENCY,
-        // No public fp8 MAMF: assumes H100's measured 70.9 %.
-        fp8_matmul_efficiency: Some(1402.6 / 1978.9),
+        matmul_efficiency: 1769.0 / 2250.0,
+        fp8_matmul_efficiency: Some(3353.3 / 4500.0),
         sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
         memory_bytes: 288.0 * GB,
         memory_bandwidth_bytes_per_s: 8000.0 * GB,
