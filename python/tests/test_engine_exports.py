@@ -129,6 +129,8 @@ TORCHTITAN_PLANS = [
     pytest.param(
         dict(gpus=8, tp=1, pp=2, vp=2, zero=1, schedule="interleaved"), id="pp2-interleaved"
     ),
+    # ZB-V: two chunks per rank in a V (ZBVZeroBubble); --schedule zb-v implies vp 2.
+    pytest.param(dict(gpus=8, tp=1, pp=4, zero=1, schedule="zb-v"), id="pp4-zb-v"),
     pytest.param(
         dict(gpus=64, tp=8, pp=2, zero=1, sp=True, model="llama3-70b", seq=8192), id="70b"
     ),

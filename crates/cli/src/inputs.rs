@@ -186,7 +186,8 @@ pub struct ConfigArgs {
     /// other blocks keep their activations (default: every block).
     #[arg(long, allow_negative_numbers = true)]
     pub recompute_layers: Option<i64>,
-    /// Pipeline schedule: gpipe, 1f1b, interleaved (implied by --vp > 1), zb-h1, scp.
+    /// Pipeline schedule: gpipe, 1f1b, interleaved (implied by --vp > 1), zb-h1, scp, zb-v
+    /// (two chunks per rank in a V, zero-bubble; implies --vp 2).
     #[arg(long, default_value = "1f1b", value_parser = parse_keyword::<Schedule>)]
     pub schedule: Schedule,
 }
@@ -521,6 +522,10 @@ impl ConfigArgs {
             c.schedule = Schedule::Interleaved;
         } else {
             c.schedule = self.schedule;
+        }
+        // A schedule of a fixed chunk count (ZB-V: two) sets vp when --vp is not given.
+        if let (Some(n), None) = (c.schedule.fixed_chunks(), k.vp) {
+            c.vp = n;
         }
         Ok(c)
     }

@@ -263,7 +263,7 @@ pub fn run(args: &MixedArgs) -> Result<String> {
             z => z.map(|z| z as u8),
         },
         schedule: match args.schedule {
-            Some(Schedule::Interleaved) => bail!(
+            Some(s) if !s.accepts_chunks(1) || s == Schedule::Interleaved => bail!(
                 "--schedule: mixed plans run one chunk per rank (allowed: gpipe|1f1b|zb-h1|scp)"
             ),
             s => s,
@@ -492,6 +492,7 @@ fn run_config(args: &MixedArgs, req: &MixedRequest, text: &str, header: &str) ->
             StageMap {
                 chunk_blocks,
                 recompute_blocks,
+                placement: mc.config.schedule.placement(),
             }
         }
         None => match layout_mixed(req, &mc)? {

@@ -35,7 +35,7 @@ pub struct PinArgs {
     /// none, selective, full, or auto (the planner picks per stage).
     #[arg(long, default_value = "auto")]
     pub recompute: String,
-    /// Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, scp.
+    /// Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, scp, zb-v.
     #[arg(long, value_parser = parse_keyword::<Schedule>)]
     pub schedule: Option<Schedule>,
 }

@@ -17,7 +17,8 @@ use crate::outputs::{write_pictures, Pictures};
 
 #[derive(Debug, Args)]
 pub struct ScheduleArgs {
-    /// Pipeline schedule: gpipe, 1f1b, interleaved (implied by --virtual > 1), zb-h1, scp.
+    /// Pipeline schedule: gpipe, 1f1b, interleaved (implied by --virtual > 1), zb-h1, scp,
+    /// zb-v (two chunks per rank in a V; implies --virtual 2).
     #[arg(long, default_value = "1f1b", value_parser = parse_keyword::<Schedule>)]
     pub schedule: Schedule,
     /// Pipeline stages (ranks) p.
@@ -42,9 +43,9 @@ pub struct ScheduleArgs {
     /// Transfer time of one activation or gradient between neighbouring ranks.
     #[arg(long, allow_negative_numbers = true, default_value_t = 0.0)]
     pub comm: f64,
-    /// Virtual chunks v per rank (interleaved schedule).
-    #[arg(long = "virtual", allow_negative_numbers = true, default_value_t = 1)]
-    pub virtual_chunks: i64,
+    /// Virtual chunks v per rank (default 1; interleaved takes any, zb-v two).
+    #[arg(long = "virtual", allow_negative_numbers = true)]
+    pub virtual_chunks: Option<i64>,
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -106,7 +107,10 @@ fn at_most(flag: &str, v: i64, max: u64) -> Result<u32> {
 pub fn run(args: &ScheduleArgs) -> Result<String> {
     let p = at_most("stages", args.stages, MAX_STAGES)?;
     let m = at_most("microbatches", args.microbatches, MAX_STEPS)?;
-    let v = at_most("virtual", args.virtual_chunks, MAX_STAGES)?;
+    let given = args
+        .virtual_chunks
+        .unwrap_or(args.schedule.fixed_chunks().map_or(1, |n| n as i64));
+    let v = at_most("virtual", given, MAX_STAGES)?;
     let kind = if v > 1 && args.schedule == Schedule::OneFOneB {
         Schedule::Interleaved
     } else {

@@ -13,7 +13,7 @@ use plait_schedule::RankReport;
 
 use crate::inputs::{ConfigArgs, WorkloadArgs};
 use crate::outputs::{write_pictures, Pictures};
-use plait_spec::{virtual_stage, StageMap, GIB};
+use plait_spec::{StageMap, GIB};
 
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
@@ -105,7 +105,7 @@ pub(crate) fn placement(map: &StageMap, pp: u64, vp: u64) -> (Vec<Vec<u64>>, Vec
             .collect()
     };
     (
-        per_rank(&|r, c| virtual_stage(r, c, pp)),
+        per_rank(&|r, c| map.placement.virtual_stage(r, c, pp)),
         per_rank(&|r, c| map.chunk_recompute_blocks(r, c, pp)),
     )
 }

@@ -165,6 +165,39 @@ fn bad_input_is_a_one_line_error_naming_the_field() {
         &["plan", "--gpus", "64", "--zero", "0", "--shard", "8"],
         "ZeRO ≥ 1",
     );
+    // ZB-V runs exactly two chunks per rank, over a pipeline.
+    check_error(
+        &[
+            "estimate",
+            "--gpus",
+            "8",
+            "--pp",
+            "4",
+            "--vp",
+            "3",
+            "--schedule",
+            "zb-v",
+        ],
+        "exactly 2 chunks",
+    );
+    check_error(&["estimate", "--gpus", "8", "--schedule", "zb-v"], "pp ≥ 2");
+    // plait's CPU runtime passes activations only between ranks: no V.
+    check_error(
+        &[
+            "train",
+            "--model",
+            "tiny-gpt",
+            "--workers",
+            "2",
+            "--plan",
+            "pp2,zb-v",
+            "--steps",
+            "1",
+            "--gbs",
+            "4",
+        ],
+        "places a rank's chunks in a V",
+    );
     // Ulysses splits heads over cp; a kind of cp communication needs cp.
     check_error(
         &[
@@ -484,4 +517,39 @@ fn recompute_layers_recompute_part_of_each_stage() {
     selective[at] = "selective";
     selective.extend_from_slice(&["--recompute-layers", "5"]);
     check_error(&selective, "recompute_layers");
+}
+
+#[test]
+fn zb_v_takes_its_two_chunks_without_being_told() {
+    // `--schedule zb-v` implies --vp 2 (flags) and `zb-v` implies vp2 (--config).
+    for args in [
+        vec![
+            "estimate",
+            "--model",
+            "llama2-7b",
+            "--gpus",
+            "8",
+            "--pp",
+            "4",
+            "--schedule",
+            "zb-v",
+            "--json",
+        ],
+        vec![
+            "estimate",
+            "--model",
+            "llama2-7b",
+            "--gpus",
+            "8",
+            "--config",
+            "pp4 zb-v",
+            "--json",
+        ],
+    ] {
+        let (code, out, err) = plait(&args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["config"]["vp"], 2, "{out}");
+        assert_eq!(v["config"]["schedule"], "zb-v", "{out}");
+    }
 }

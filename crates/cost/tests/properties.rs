@@ -28,12 +28,13 @@ const MODELS: [&str; 5] = [
 ];
 const CLUSTERS: [&str; 2] = ["dgx-a100-80g", "dgx-h100"];
 const RECOMPUTES: [Recompute; 3] = [Recompute::None, Recompute::Selective, Recompute::Full];
-const SCHEDULES: [Schedule; 5] = [
+const SCHEDULES: [Schedule; 6] = [
     Schedule::OneFOneB,
     Schedule::Gpipe,
     Schedule::Interleaved,
     Schedule::ZbH1,
     Schedule::Scp,
+    Schedule::ZbV,
 ];
 
 /// Relative slack for comparing figures that are equal in exact arithmetic but summed in a
@@ -129,10 +130,11 @@ prop_compose! {
         let model = MODELS[model];
         let (dp, tp, pp, cp, mbs): (u64, u64, u64, u64, u64) =
             (1 << dp_log, 1 << tp_log, 1 << pp_log, 1 << cp_log, 1 << mbs_log);
-        // Interleaving needs pp ≥ 2; take two chunks per rank.
+        // Interleaving and ZB-V need pp ≥ 2; take two chunks per rank.
         let interleaved = schedule == Schedule::Interleaved;
-        let pp = if interleaved { pp.max(2) } else { pp };
-        let vp = if interleaved { 2 } else { 1 };
+        let two_chunks = interleaved || schedule.fixed_chunks() == Some(2);
+        let pp = if two_chunks { pp.max(2) } else { pp };
+        let vp = if two_chunks { 2 } else { 1 };
         // Ulysses only where the heads split over tp × cp (its doubled-tp variant too, which
         // the properties compare), the ring otherwise.
         let m = model_preset(model).unwrap();

@@ -341,6 +341,7 @@ pub fn partition_blocks(
     let mut candidate = StageMap {
         recompute_blocks,
         chunk_blocks: blocks.iter().map(|&b| b as u64).collect(),
+        placement: c.schedule.placement(),
     };
     if req.shape != MapShape::Any {
         uniform_recompute(c, &mut candidate);

@@ -330,6 +330,14 @@ fn schedules(layers: u64, pp: u64, micro: u64, pins: &Pins) -> Vec<(Schedule, u6
             out.push((s, 1));
         }
     }
+    // ZB-V: two chunks per rank, each a whole number of blocks.
+    let v_chunks = Schedule::ZbV.fixed_chunks().unwrap_or(2);
+    if pins.schedule.is_none_or(|p| p == Schedule::ZbV)
+        && pins.vp.is_none_or(|v| v == v_chunks)
+        && layers.is_multiple_of(pp * v_chunks)
+    {
+        out.push((Schedule::ZbV, v_chunks));
+    }
     if pins.schedule.is_none_or(|p| p == Schedule::Interleaved) && micro.is_multiple_of(pp) {
         // A pinned chunk count is tried even above the searched range.
         let tried = match pins.vp {

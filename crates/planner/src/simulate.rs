@@ -48,7 +48,7 @@ pub fn costs(
             // Ranks the schedule never recomputes on (scp's last), whatever the map.
             let spared = c.schedule.spares_rank(r, p);
             let layers_of = |chunk: u64| {
-                let j = plait_schedule::virtual_stage(r, chunk, p);
+                let j = map.placement.virtual_stage(r, chunk, p);
                 let first = map.chunk_first_block(j as usize);
                 let n = map.chunk_blocks[j as usize];
                 let x = if spared {

@@ -287,6 +287,7 @@ fn check_torchtitan(k: &Case, files: &[ExportFile]) {
             Schedule::Interleaved if c.vp > 1 => "Interleaved1F1B",
             Schedule::Gpipe => "GPipe",
             Schedule::ZbH1 => "InterleavedZeroBubble",
+            Schedule::ZbV => "ZBVZeroBubble",
             _ => "1F1B",
         };
         assert_eq!(schedule, expect);
@@ -365,6 +366,7 @@ fn check_torchtitan_py(k: &Case, files: &[ExportFile]) {
             Schedule::Interleaved if c.vp > 1 => "\"Interleaved1F1B\"",
             Schedule::Gpipe => "\"GPipe\"",
             Schedule::ZbH1 => "\"InterleavedZeroBubble\"",
+            Schedule::ZbV => "\"ZBVZeroBubble\"",
             _ => "\"1F1B\"",
         };
         assert_eq!(
@@ -428,6 +430,7 @@ fn every_export_reads_back_as_its_plan() {
         llama3_8b_hybrid(1),
         llama3_8b_hybrid(3),
         mixtral_capacity(),
+        llama2_7b_zb_v(),
     ];
     for k in &cases {
         for engine in Engine::ALL {

@@ -413,3 +413,44 @@ fn context_parallelism_across_nodes_plans_ulysses_and_honours_a_pinned_kind() {
         assert!(out.plans.iter().all(|p| p.config.cp_comm == kind), "{kind}");
     }
 }
+
+#[test]
+fn zb_v_is_planned_where_the_engine_runs_it() {
+    // Llama 3 8B on 64 H100 with pp 4 pinned: torchtitan runs ZB-V (its
+    // ScheduleZBVZeroBubble), whose V puts the embedding and the head on rank 0 and all but
+    // removes the bubble, so it leads; Megatron-LM has no ZB-V and never gets one.
+    let m = model_preset("llama3-8b").unwrap();
+    let cluster = cluster_preset("dgx-h100").unwrap();
+    for (engine, zb_v) in [
+        (plait_spec::Engine::Torchtitan, true),
+        (plait_spec::Engine::Megatron, false),
+    ] {
+        let t = TrainSpec {
+            engine,
+            ..TrainSpec::new(256, 8192)
+        };
+        let d = device_for(&cluster, t.dtype).unwrap();
+        let mut req = Request::new(&m, &cluster, &t, &d, 64);
+        req.pins.pp = Some(4);
+        let out = plan(&req, &|_, _| {}).unwrap();
+        assert!(!out.plans.is_empty(), "{engine}");
+        let best = &out.plans[0];
+        assert_eq!(
+            best.config.schedule == Schedule::ZbV,
+            zb_v,
+            "{engine}: {}",
+            best.config
+        );
+        if zb_v {
+            assert_eq!(best.config.vp, 2);
+            assert_eq!(best.stage_map.placement, plait_spec::Placement::V);
+            // Rank 0 holds the first and the last virtual stage.
+            let e = &best.estimate;
+            assert!(e.stages[0].memory.activations_bytes > 0.0);
+        }
+        assert!(out
+            .plans
+            .iter()
+            .all(|p| zb_v || p.config.schedule != Schedule::ZbV));
+    }
+}

@@ -145,6 +145,8 @@ pub enum Unsupported {
     SelectiveRecompute,
     #[error("sub-pipelined tensor parallelism is not combined with recompute in the runtime; use recompute none")]
     SubPipelineTpWithRecompute,
+    #[error("{schedule} places a rank's chunks in a V, whose turn hands activations over inside a rank; the runtime passes them only between ranks (use 1f1b, interleaved, gpipe, zb-h1 or scp)")]
+    VPlacement { schedule: plait_spec::Schedule },
 }
 
 /// Why the runtime cannot build or split a model (the message follows the model's name).

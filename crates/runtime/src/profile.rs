@@ -575,6 +575,7 @@ pub fn runtime_supports(model: &ModelSpec, c: &ParallelConfig, seq: u64) -> bool
         && c.ep == 1
         && c.zero <= 1
         && c.recompute != Recompute::Selective
+        && c.schedule.placement() == plait_spec::Placement::Looped
         && model.heads.is_multiple_of(c.tp)
         && model.kv_heads.is_multiple_of(c.tp)
         && model.ffn_hidden.is_multiple_of(c.tp)

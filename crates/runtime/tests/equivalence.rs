@@ -138,6 +138,7 @@ fn pp2_scp_recompute_on_stage_0() {
     let map = StageMap {
         chunk_blocks: vec![2, 2],
         recompute_blocks: vec![2, 0],
+        placement: plait_spec::Placement::Looped,
     };
     let (.., recomputed) = check("tiny-gpt", "pp2,schedule=scp,recompute=full", 2, Some(map));
     // Both blocks of stage 0, for each of the 8 micro-batches of each of the 5 steps.
@@ -149,6 +150,7 @@ fn pp2_1f1b_partial_recompute_uneven_stages() {
     let map = StageMap {
         chunk_blocks: vec![3, 1],
         recompute_blocks: vec![1, 1],
+        placement: plait_spec::Placement::Looped,
     };
     let (.., recomputed) = check("tiny-gpt", "pp2,recompute=full", 2, Some(map));
     assert_eq!(recomputed, 2 * 8 * STEPS);

@@ -44,6 +44,24 @@ pub fn pipeline_time(schedule: Schedule, stages: &[StageTime], m: u64, vp: u64) 
         }
         // Narayanan et al. 2021: the bubble shrinks by the number of chunks v.
         Schedule::Interleaved => (p - 1) as f64 * slowest / vp.max(1) as f64,
+        // ZB-V in torch's order: each rank's two chunks take f, b and w (half the rank's
+        // F, B_input and W); with f ≤ b and w ≤ b, the regime of Qi et al. 2024 ("Pipeline
+        // Parallelism with Controllable Memory", whose figures take F = B = W), the bubble
+        // is (p − 1)·max(b, 2(b − w)) once m ≥ 2p − 1 (tests/closed_forms.rs holds the
+        // simulator to it): one chunk's input pass per hop of the gradients' return, or the
+        // input passes' excess over the weight passes that fill the drain.
+        Schedule::ZbV => {
+            let worst = stages
+                .iter()
+                .copied()
+                .max_by(|a, b| a.total_s().total_cmp(&b.total_s()))
+                .unwrap_or_default();
+            let input_grad = worst.backward_s - worst.weight_grad_s;
+            (p - 1) as f64
+                * ((worst.forward_s + worst.p2p_s) / 2.0)
+                    .max(input_grad / 2.0)
+                    .max(input_grad - worst.weight_grad_s)
+        }
         // Qi et al. 2024 (ZB-H1): bubble (p − 1)(F + B_input − W), B = B_input + W.
         Schedule::ZbH1 => {
             let worst = stages
@@ -78,6 +96,9 @@ pub fn inflight_microbatches(
         Schedule::ZbH1 => {
             (p - k).min(m) as f64 + k.min(m.saturating_sub(p - k)) as f64 * weight_input_share
         }
+        // ZB-V: every rank runs 2p − r − 1 chunk-0 and r + 1 chunk-1 forwards before its
+        // first input pass frees one, 2p chunks of half a stage each: p micro-batches.
+        Schedule::ZbV => ((2 * p - k - 1).min(m) + (k + 1).min(m)) as f64 / 2.0,
         // Megatron-LM's interleaved warm-up: 2(p − k − 1) + (v − 1)p chunk forwards, then one
         // more before the first backward — or every forward first when m = p; each chunk
         // holds 1/v of the stage's activations.

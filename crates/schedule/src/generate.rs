@@ -1,8 +1,8 @@
-//! Schedule generators: GPipe, 1F1B, interleaved 1F1B, ZB-H1 and Merak's shifted critical
-//! path. Each writes, per rank, the order of compute and the sends/receives around it; the
+//! Schedule generators: GPipe, 1F1B, interleaved 1F1B, ZB-H1, ZB-V and Merak's shifted
+//! critical path. Each writes, per rank, the order of compute and the sends/receives around it; the
 //! order alone defines the schedule — durations are the simulator's business.
 
-use crate::kind::ScheduleKind as Kind;
+use crate::kind::{Placement, ScheduleKind as Kind};
 use thiserror::Error;
 
 use crate::ir::{GradReduce, Instr, Op, Schedule};
@@ -45,6 +45,10 @@ pub enum GenerateError {
     Zero { field: &'static str },
     #[error("{kind} runs one chunk per rank; --virtual must be 1 (got {chunks}); use interleaved for more")]
     ChunksNeedInterleaved { kind: Kind, chunks: u32 },
+    #[error(
+        "{kind} runs exactly {needs} chunks per rank; --virtual must be {needs} (got {chunks})"
+    )]
+    FixedChunks { kind: Kind, needs: u64, chunks: u32 },
     #[error("interleaved needs the micro-batches ({microbatches}) to be a multiple of the stages ({stages}), as Megatron-LM's schedule does")]
     InterleavedMicrobatches { microbatches: u32, stages: u32 },
     #[error("{what} = {value} is larger than the {max} a schedule supports")]
@@ -83,26 +87,34 @@ enum RecomputeAt {
     BeforeRecv,
 }
 
-/// Builds one rank's program, inserting the receives before and the sends after compute.
+/// Builds one rank's program, inserting the receives before and the sends after compute
+/// where the neighbouring virtual stage is on another rank (a V's turn stays on its rank).
 struct Program<'a> {
     rank: u32,
     stages: u32,
     virtual_stages: u32,
+    placement: Placement,
     out: &'a mut Vec<Instr>,
 }
 
 impl Program<'_> {
     fn stage_of(&self, chunk: u32) -> u32 {
-        chunk * self.stages + self.rank
+        self.placement
+            .virtual_stage(self.rank.into(), chunk.into(), self.stages.into()) as u32
+    }
+
+    /// Whether virtual stage `j` is held by another rank.
+    fn elsewhere(&self, j: u32) -> bool {
+        self.placement.locate(j.into(), self.stages.into()).0 != u64::from(self.rank)
     }
 
     fn forward(&mut self, mb: u32, chunk: u32) {
         let j = self.stage_of(chunk);
-        if j > 0 {
+        if j > 0 && self.elsewhere(j - 1) {
             self.out.push(Instr::new(Op::RecvActivation, mb, chunk));
         }
         self.out.push(Instr::new(Op::Forward, mb, chunk));
-        if j + 1 < self.virtual_stages {
+        if j + 1 < self.virtual_stages && self.elsewhere(j + 1) {
             self.out.push(Instr::new(Op::SendActivation, mb, chunk));
         }
     }
@@ -113,7 +125,7 @@ impl Program<'_> {
         if recompute == RecomputeAt::BeforeRecv {
             self.out.push(Instr::new(Op::Recompute, mb, chunk));
         }
-        if j + 1 < self.virtual_stages {
+        if j + 1 < self.virtual_stages && self.elsewhere(j + 1) {
             self.out.push(Instr::new(Op::RecvGradient, mb, chunk));
         }
         if recompute == RecomputeAt::AfterRecv {
@@ -125,7 +137,7 @@ impl Program<'_> {
             Op::Backward
         };
         self.out.push(Instr::new(op, mb, chunk));
-        if j > 0 {
+        if j > 0 && self.elsewhere(j - 1) {
             self.out.push(Instr::new(Op::SendGradient, mb, chunk));
         }
     }
@@ -168,7 +180,14 @@ pub fn generate(spec: &ScheduleSpec) -> Result<Schedule, GenerateError> {
         }
     }
     if !kind.accepts_chunks(v as u64) {
-        return Err(GenerateError::ChunksNeedInterleaved { kind, chunks: v });
+        return Err(match kind.fixed_chunks() {
+            Some(needs) => GenerateError::FixedChunks {
+                kind,
+                needs,
+                chunks: v,
+            },
+            None => GenerateError::ChunksNeedInterleaved { kind, chunks: v },
+        });
     }
     if kind == Kind::Interleaved && v > 1 && m % p != 0 {
         return Err(GenerateError::InterleavedMicrobatches {
@@ -190,6 +209,7 @@ pub fn generate(spec: &ScheduleSpec) -> Result<Schedule, GenerateError> {
                 rank,
                 stages: p,
                 virtual_stages: p * v,
+                placement: kind.placement(),
                 out: &mut out,
             };
             let recomputes = spec.recompute.get(rank as usize).copied().unwrap_or(false);
@@ -203,6 +223,7 @@ pub fn generate(spec: &ScheduleSpec) -> Result<Schedule, GenerateError> {
                 Kind::OneFOneB => one_f_one_b(&mut prog, m, |_| plain),
                 Kind::Interleaved => interleaved(&mut prog, m, v, plain),
                 Kind::ZbH1 => zb_h1(&mut prog, m, plain),
+                Kind::ZbV => zb_v(&mut prog, m, plain),
                 Kind::Scp => {
                     // Merak: the last rank keeps its activations (its backward follows its
                     // forward at once); rank r issues the recompute of its last p − r − 1
@@ -228,6 +249,7 @@ pub fn generate(spec: &ScheduleSpec) -> Result<Schedule, GenerateError> {
         chunks: v,
         microbatches: m,
         grad_reduce: spec.grad_reduce,
+        placement: kind.placement(),
         ranks,
     })
 }
@@ -318,6 +340,77 @@ fn zb_h1(prog: &mut Program, m: u32, recompute: RecomputeAt) {
     }
     for mb in next_w..m {
         prog.weight(mb, 0);
+    }
+}
+
+/// ZB-V (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory"), in the order of
+/// torch.distributed.pipelining's `ScheduleZBVZeroBubble`: rank r holds virtual stages r
+/// (chunk 0) and 2p − 1 − r (chunk 1). It first runs 2(p − r) − 1 chunk-0 forwards, then r
+/// pairs (chunk-1 forward, chunk-0 forward), then p − r rounds of a chunk-1 forward with
+/// its input and weight passes; in the steady state each round is a chunk-0 forward (while
+/// any remain), the chunk-0 input and weight passes, a chunk-1 forward and the chunk-1
+/// input and weight passes; the drain runs r pairs of input passes (chunk 0, chunk 1), then
+/// p − r chunk-0 input passes each followed by a deferred weight pass, and the remaining
+/// weight passes, chunk 1's first. The order is written for at least 2p − 1 micro-batches
+/// and the steps of micro-batches beyond `m` are left out, as torch does.
+fn zb_v(prog: &mut Program, m: u32, recompute: RecomputeAt) {
+    let (p, r) = (prog.stages, prog.rank);
+    let n = m.max(2 * p - 1);
+    // Per chunk: next forward, next input pass, next weight pass.
+    let (mut f, mut b, mut w) = ([0u32; 2], [0u32; 2], [0u32; 2]);
+    let forward = |prog: &mut Program, c: usize, f: &mut [u32; 2]| {
+        if f[c] < m {
+            prog.forward(f[c], c as u32);
+        }
+        f[c] += 1;
+    };
+    let input = |prog: &mut Program, c: usize, b: &mut [u32; 2]| {
+        if b[c] < m {
+            prog.backward(b[c], c as u32, recompute, true);
+        }
+        b[c] += 1;
+    };
+    let weight = |prog: &mut Program, c: usize, w: &mut [u32; 2]| {
+        if w[c] < m {
+            prog.weight(w[c], c as u32);
+        }
+        w[c] += 1;
+    };
+    for _ in 0..2 * (p - r) - 1 {
+        forward(prog, 0, &mut f);
+    }
+    for _ in 0..r {
+        forward(prog, 1, &mut f);
+        forward(prog, 0, &mut f);
+    }
+    for _ in 0..p - r {
+        forward(prog, 1, &mut f);
+        input(prog, 1, &mut b);
+        weight(prog, 1, &mut w);
+    }
+    while f[1] < f[0] || f[0] < n {
+        if f[0] < n {
+            forward(prog, 0, &mut f);
+        }
+        input(prog, 0, &mut b);
+        weight(prog, 0, &mut w);
+        forward(prog, 1, &mut f);
+        input(prog, 1, &mut b);
+        weight(prog, 1, &mut w);
+    }
+    for _ in 0..r {
+        input(prog, 0, &mut b);
+        input(prog, 1, &mut b);
+    }
+    for _ in 0..p - r {
+        input(prog, 0, &mut b);
+        weight(prog, 0, &mut w);
+    }
+    while w[1] < b[1] {
+        weight(prog, 1, &mut w);
+    }
+    while w[0] < b[0] {
+        weight(prog, 0, &mut w);
     }
 }
 

@@ -2,12 +2,15 @@
 //! training iteration. Generators write it, the validator proves it, the simulator times it
 //! and the runtime executes it; nothing else encodes schedule order.
 //!
-//! Chunks follow Megatron-LM's interleaving: rank `r` holds chunks `0..v`, and chunk `c` of
-//! rank `r` is virtual stage `c·p + r` of the model's `p·v` consecutive pieces.
+//! Rank `r` holds chunks `0..v`; the schedule's `placement` says which of the model's `p·v`
+//! consecutive pieces (virtual stages) each is: Megatron-LM's interleaving (chunk `c` of
+//! rank `r` is virtual stage `c·p + r`) or a V (ZB-V).
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+
+use crate::kind::Placement;
 
 /// What an instruction does. Compute ops run on the rank's compute stream; sends run on the
 /// link to the neighbour; `ReduceGradients` on the data-parallel stream.
@@ -140,6 +143,9 @@ pub struct Schedule {
     /// How the `ReduceGradients` instructions behave.
     #[serde(default)]
     pub grad_reduce: GradReduce,
+    /// Where each rank's chunks sit in the pipeline (looped unless given).
+    #[serde(default, skip_serializing_if = "Placement::is_looped")]
+    pub placement: Placement,
     /// `ranks[r]` is rank `r`'s program, in execution order.
     pub ranks: Vec<Vec<Instr>>,
 }
@@ -148,7 +154,8 @@ impl Schedule {
     /// Virtual stage of chunk `chunk` on rank `rank`.
     pub fn virtual_stage(&self, rank: u32, chunk: u32) -> u32 {
         // Within u32: the generator bounds stages × chunks.
-        crate::kind::virtual_stage(rank.into(), chunk.into(), self.stages.into()) as u32
+        self.placement
+            .virtual_stage(rank.into(), chunk.into(), self.stages.into()) as u32
     }
 
     /// Number of virtual stages `p·v`.
@@ -158,7 +165,8 @@ impl Schedule {
 
     /// The (rank, chunk) that holds virtual stage `j`.
     pub fn locate(&self, j: u32) -> (u32, u32) {
-        (j % self.stages, j / self.stages)
+        let (r, c) = self.placement.locate(j.into(), self.stages.into());
+        (r as u32, c as u32)
     }
 
     /// Total instructions over all ranks.

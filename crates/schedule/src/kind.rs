@@ -1,5 +1,6 @@
 //! The schedule kinds and their rules: which chunk counts each accepts, which ranks keep
-//! their activations whatever the plan says, and where a rank's chunks sit in the pipeline.
+//! their activations whatever the plan says, whether the backward splits, and where a
+//! rank's chunks sit in the pipeline (`Placement`).
 //! The one place these rules live; the cost model, the planner and the runtime ask here.
 
 use std::fmt;
@@ -23,6 +24,50 @@ pub enum ScheduleKind {
     /// Merak's shifted critical path 1F1B.
     #[serde(rename = "scp")]
     Scp,
+    /// Zero-bubble ZB-V (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory"):
+    /// two chunks per rank placed in a V, the backward split into its input and weight
+    /// passes; torch.distributed.pipelining's `ScheduleZBVZeroBubble`.
+    #[serde(rename = "zb-v")]
+    ZbV,
+}
+
+/// Where a rank's chunks sit among the pipeline's virtual stages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Placement {
+    /// Chunks go round the ranks in order (Megatron-LM's interleaving): chunk c of rank r
+    /// is virtual stage c·p + r.
+    #[default]
+    Looped,
+    /// Chunks go down the ranks and back up (ZB-V, DualPipe-V): even chunks as looped,
+    /// odd chunks in reverse, so chunk 1 of rank r is virtual stage 2p − 1 − r and the last
+    /// rank hands its chunk 0's output to its own chunk 1.
+    V,
+}
+
+impl Placement {
+    /// Whether this is the default, looped placement (serialisation leaves it out).
+    pub fn is_looped(&self) -> bool {
+        *self == Placement::Looped
+    }
+
+    /// The virtual stage (position in the pipeline) of chunk `chunk` of rank `rank` among
+    /// `ranks` ranks.
+    pub fn virtual_stage(self, rank: u64, chunk: u64, ranks: u64) -> u64 {
+        match self {
+            Placement::V if chunk % 2 == 1 => chunk * ranks + (ranks - 1 - rank),
+            _ => chunk * ranks + rank,
+        }
+    }
+
+    /// The (rank, chunk) holding virtual stage `stage` among `ranks` ranks.
+    pub fn locate(self, stage: u64, ranks: u64) -> (u64, u64) {
+        let (chunk, i) = (stage / ranks, stage % ranks);
+        match self {
+            Placement::V if chunk % 2 == 1 => (ranks - 1 - i, chunk),
+            _ => (i, chunk),
+        }
+    }
 }
 
 impl ScheduleKind {
@@ -32,6 +77,7 @@ impl ScheduleKind {
         ScheduleKind::Interleaved,
         ScheduleKind::ZbH1,
         ScheduleKind::Scp,
+        ScheduleKind::ZbV,
     ];
 
     pub fn keyword(self) -> &'static str {
@@ -41,6 +87,7 @@ impl ScheduleKind {
             ScheduleKind::Interleaved => "interleaved",
             ScheduleKind::ZbH1 => "zb-h1",
             ScheduleKind::Scp => "scp",
+            ScheduleKind::ZbV => "zb-v",
         }
     }
 
@@ -63,9 +110,34 @@ impl ScheduleKind {
         }
     }
 
-    /// Whether the schedule runs `chunks` chunks per rank: only interleaved runs more than one.
+    /// Whether the schedule runs `chunks` chunks per rank: interleaved any number, ZB-V
+    /// exactly two, the others one.
     pub fn accepts_chunks(self, chunks: u64) -> bool {
-        chunks == 1 || self == ScheduleKind::Interleaved
+        match self {
+            ScheduleKind::Interleaved => chunks >= 1,
+            ScheduleKind::ZbV => chunks == 2,
+            _ => chunks == 1,
+        }
+    }
+
+    /// The chunks per rank the schedule runs when it fixes them (ZB-V: two).
+    pub fn fixed_chunks(self) -> Option<u64> {
+        (self == ScheduleKind::ZbV).then_some(2)
+    }
+
+    /// Where the schedule places a rank's chunks.
+    pub fn placement(self) -> Placement {
+        if self == ScheduleKind::ZbV {
+            Placement::V
+        } else {
+            Placement::Looped
+        }
+    }
+
+    /// The virtual stage of chunk `chunk` of rank `rank` among `ranks` ranks under this
+    /// schedule's placement.
+    pub fn virtual_stage(self, rank: u64, chunk: u64, ranks: u64) -> u64 {
+        self.placement().virtual_stage(rank, chunk, ranks)
     }
 
     /// Whether rank `rank` of `ranks` keeps its activations whatever the plan asks: Merak's
@@ -88,11 +160,17 @@ impl ScheduleKind {
     /// The cost model
     /// times the two passes from the GEMMs instead.
     pub fn default_weight_share(self) -> f64 {
-        if self == ScheduleKind::ZbH1 {
+        if self.splits_backward() {
             0.5
         } else {
             0.0
         }
+    }
+
+    /// Whether the schedule runs the backward as an input-gradient pass and a deferred
+    /// weight-gradient pass (the zero-bubble schedules).
+    pub fn splits_backward(self) -> bool {
+        matches!(self, ScheduleKind::ZbH1 | ScheduleKind::ZbV)
     }
 
     /// Whether the schedule rebuilds a rank's recomputed chunk before its backward as one
@@ -100,13 +178,6 @@ impl ScheduleKind {
     pub fn rebuilds_before_backward(self) -> bool {
         self == ScheduleKind::Scp
     }
-}
-
-/// The virtual stage (position in the pipeline) of chunk `chunk` of rank `rank` among
-/// `ranks` ranks: chunks go round the ranks in order (Megatron-LM's placement), so chunk c
-/// of rank r is virtual stage c·p + r.
-pub fn virtual_stage(rank: u64, chunk: u64, ranks: u64) -> u64 {
-    chunk * ranks + rank
 }
 
 impl fmt::Display for ScheduleKind {
@@ -143,7 +214,19 @@ mod tests {
         assert!(ScheduleKind::Scp.spares_rank(3, 4));
         assert!(!ScheduleKind::Scp.spares_rank(0, 1));
         assert!(!ScheduleKind::OneFOneB.spares_rank(3, 4));
-        assert_eq!(virtual_stage(1, 2, 4), 9);
+        assert_eq!(ScheduleKind::Interleaved.virtual_stage(1, 2, 4), 9);
+        // V: chunk 1 of rank 1 of 4 is stage 6; the last rank holds stages 3 and 4.
+        assert_eq!(ScheduleKind::ZbV.virtual_stage(1, 1, 4), 6);
+        assert_eq!(ScheduleKind::ZbV.virtual_stage(3, 0, 4), 3);
+        assert_eq!(ScheduleKind::ZbV.virtual_stage(3, 1, 4), 4);
+        for placement in [Placement::Looped, Placement::V] {
+            for j in 0..8 {
+                let (r, c) = placement.locate(j, 4);
+                assert_eq!(placement.virtual_stage(r, c, 4), j);
+            }
+        }
+        assert!(ScheduleKind::ZbV.accepts_chunks(2));
+        assert!(!ScheduleKind::ZbV.accepts_chunks(1));
         assert!("pipedream"
             .parse::<ScheduleKind>()
             .unwrap_err()

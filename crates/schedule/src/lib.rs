@@ -18,7 +18,7 @@ pub mod validate;
 
 pub use generate::{generate, GenerateError, ScheduleSpec};
 pub use ir::{GradReduce, Instr, Op, Schedule};
-pub use kind::{virtual_stage, ScheduleKind};
+pub use kind::{Placement, ScheduleKind};
 pub use simulate::{
     simulate, ChunkCosts, Costs, RankCosts, RankReport, SimError, Simulation, Span, Stream,
 };

@@ -15,7 +15,7 @@ use thiserror::Error;
 
 use crate::ir::GradReduce;
 use crate::ir::{Instr, Op, Schedule};
-use crate::validate::{destination, queue};
+use crate::validate::{destination, queue, wire};
 
 /// One micro-batch through one chunk of one rank.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -195,7 +195,9 @@ fn check_shape(s: &Schedule) -> Result<(), SimError> {
     let last = u64::from(p) * u64::from(v) - 1;
     for (r, prog) in s.ranks.iter().enumerate() {
         for (i, instr) in prog.iter().enumerate() {
-            let j = u64::from(instr.chunk) * u64::from(p) + r as u64;
+            let j = s
+                .placement
+                .virtual_stage(r as u64, instr.chunk.into(), p.into());
             let bad = instr.chunk >= v
                 || instr.microbatch >= m
                 || match instr.op {
@@ -232,11 +234,11 @@ pub fn simulate(s: &Schedule, costs: &Costs) -> Result<Simulation, SimError> {
     }
     check_shape(s)?;
     let mut spans: Vec<Span> = Vec::with_capacity(s.len());
-    // In-order message queues per (sender, kind): arrival time and transfer span.
-    let mut queues: Vec<VecDeque<(f64, u32)>> = vec![VecDeque::new(); p as usize * 2];
-    // Physical link out of each sender, per direction (one link when p ≤ 2, where the next
-    // and the previous rank are the same): when it is free and the span that occupies it.
-    let wire = |from: u32, gradient: bool| queue(from, gradient && p > 2);
+    // In-order message queues per (sender, receiver, kind): arrival time and transfer span.
+    let mut queues: Vec<VecDeque<(f64, u32)>> = vec![VecDeque::new(); p as usize * 4];
+    // Physical link out of each sender to each of its neighbours (one link when p ≤ 2,
+    // where the next and the previous rank are the same): when it is free and the span
+    // that occupies it.
     let mut link_free: Vec<(f64, Option<u32>)> = vec![(0.0, None); p as usize * 2];
     let mut waiting: Vec<Option<u32>> = vec![None; queues.len()];
     let mut states: Vec<RankState> = (0..p)
@@ -278,7 +280,7 @@ pub fn simulate(s: &Schedule, costs: &Costs) -> Result<Simulation, SimError> {
                     let gradient = instr.op == Op::RecvGradient;
                     let j = s.virtual_stage(r, instr.chunk);
                     let from = s.locate(if gradient { j + 1 } else { j - 1 }).0;
-                    let q = queue(from, gradient);
+                    let q = queue(from, r, gradient, p);
                     let Some((arrival, span)) = queues[q].pop_front() else {
                         waiting[q] = Some(r);
                         break;
@@ -296,7 +298,7 @@ pub fn simulate(s: &Schedule, costs: &Costs) -> Result<Simulation, SimError> {
                     } else {
                         cc.send_activation_s
                     };
-                    let (free, link_gate) = link_free[wire(r, gradient)];
+                    let (free, link_gate) = link_free[wire(r, to, p)];
                     let (start, pred) = if free > st.compute_free {
                         (free, link_gate)
                     } else {
@@ -311,8 +313,8 @@ pub fn simulate(s: &Schedule, costs: &Costs) -> Result<Simulation, SimError> {
                         end_s: start + dur,
                         pred,
                     });
-                    link_free[wire(r, gradient)] = (start + dur, Some(id));
-                    let q = queue(r, gradient);
+                    link_free[wire(r, to, p)] = (start + dur, Some(id));
+                    let q = queue(r, to, gradient, p);
                     queues[q].push_back((start + dur, id));
                     if let Some(w) = waiting[q].take() {
                         runnable.push(w);

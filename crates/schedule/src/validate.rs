@@ -154,11 +154,24 @@ fn check_rank(s: &Schedule, r: u32, prog: &[Instr]) -> Result<usize, ValidationE
                 "micro-batch out of range (the schedule has {m} micro-batches)"
             ));
         }
+        // A neighbouring virtual stage on this same rank (a V's turn) hands over in memory:
+        // no send or receive, the neighbour's pass must simply have run first.
+        let local = |stage: u32| {
+            let (rank, chunk) = s.locate(stage);
+            (rank == r).then(|| units[unit(instr.microbatch, chunk)])
+        };
+        let upstream_here = if j > 0 { local(j - 1) } else { None };
+        let downstream_here = if j < last_stage { local(j + 1) } else { None };
         let u = &mut units[unit(instr.microbatch, instr.chunk)];
         match instr.op {
             Op::RecvActivation => {
                 if j == 0 {
                     return err("the first virtual stage has no upstream to receive from");
+                }
+                if upstream_here.is_some() {
+                    return err(
+                        "receives from its own rank, which holds the previous virtual stage",
+                    );
                 }
                 if u.recv_act {
                     return err("receives this activation twice");
@@ -169,14 +182,23 @@ fn check_rank(s: &Schedule, r: u32, prog: &[Instr]) -> Result<usize, ValidationE
                 if u.forward {
                     return err("forwards this micro-batch a second time");
                 }
-                if j > 0 && !u.recv_act {
-                    return err("forward before its input activation was received");
+                match upstream_here {
+                    Some(prev) if !prev.forward => {
+                        return err("forward before this rank's previous virtual stage ran it");
+                    }
+                    None if j > 0 && !u.recv_act => {
+                        return err("forward before its input activation was received");
+                    }
+                    _ => {}
                 }
                 u.forward = true;
             }
             Op::SendActivation => {
                 if j == last_stage {
                     return err("the last virtual stage has no downstream to send to");
+                }
+                if downstream_here.is_some() {
+                    return err("sends to its own rank, which holds the next virtual stage");
                 }
                 if !u.forward {
                     return err("sends an activation before computing it");
@@ -202,6 +224,9 @@ fn check_rank(s: &Schedule, r: u32, prog: &[Instr]) -> Result<usize, ValidationE
                 if j == last_stage {
                     return err("the last virtual stage has no downstream gradient to receive");
                 }
+                if downstream_here.is_some() {
+                    return err("receives from its own rank, which holds the next virtual stage");
+                }
                 if u.recv_grad {
                     return err("receives this gradient twice");
                 }
@@ -214,8 +239,16 @@ fn check_rank(s: &Schedule, r: u32, prog: &[Instr]) -> Result<usize, ValidationE
                 if u.input_backward {
                     return err("backward of this micro-batch a second time");
                 }
-                if j < last_stage && !u.recv_grad {
-                    return err("backward before its output gradient was received");
+                match downstream_here {
+                    Some(next) if !next.input_backward => {
+                        return err(
+                            "backward before this rank's next virtual stage ran its backward",
+                        );
+                    }
+                    None if j < last_stage && !u.recv_grad => {
+                        return err("backward before its output gradient was received");
+                    }
+                    _ => {}
                 }
                 u.input_backward = true;
                 u.split = instr.op == Op::BackwardInput;
@@ -238,6 +271,9 @@ fn check_rank(s: &Schedule, r: u32, prog: &[Instr]) -> Result<usize, ValidationE
                 if j == 0 {
                     return err("the first virtual stage has no upstream to send a gradient to");
                 }
+                if upstream_here.is_some() {
+                    return err("sends to its own rank, which holds the previous virtual stage");
+                }
                 if !u.input_backward {
                     return err("sends a gradient before computing it");
                 }
@@ -258,9 +294,9 @@ fn check_rank(s: &Schedule, r: u32, prog: &[Instr]) -> Result<usize, ValidationE
             Some("backward")
         } else if !u.weight_backward {
             Some("weight gradient (W)")
-        } else if j + 1 < s.virtual_stages() && !u.send_act {
+        } else if j + 1 < s.virtual_stages() && s.locate(j + 1).0 != r && !u.send_act {
             Some("activation send")
-        } else if j > 0 && !u.send_grad {
+        } else if j > 0 && s.locate(j - 1).0 != r && !u.send_grad {
             Some("gradient send")
         } else {
             None
@@ -297,25 +333,33 @@ pub(crate) fn destination(s: &Schedule, r: u32, instr: Instr) -> (u32, Instr) {
     (rank, Instr::new(op, instr.microbatch, chunk))
 }
 
-/// Index of the in-order message queue of (sender, activation|gradient): a rank sends its
-/// activations only to the next virtual stage's rank and its gradients only to the previous
-/// one's, so the sender and the kind name the receiver.
-pub(crate) fn queue(from: u32, gradient: bool) -> usize {
-    from as usize * 2 + usize::from(gradient)
+/// The wire from rank `from` to rank `to`, one of its two neighbours among `ranks`: `up`
+/// (`from + 1`, wrapping) or down. Under looped placement activations go up and gradients
+/// down; a V sends its chunk-1 activations down and their gradients up. With two ranks
+/// both neighbours are the same rank and so the same wire.
+pub(crate) fn wire(from: u32, to: u32, ranks: u32) -> usize {
+    let up = to == (from + 1) % ranks;
+    from as usize * 2 + usize::from(!up)
+}
+
+/// Index of the in-order message queue of (sender, receiver, activation|gradient): 4 per
+/// rank (see [`wire`]).
+pub(crate) fn queue(from: u32, to: u32, gradient: bool, ranks: u32) -> usize {
+    wire(from, to, ranks) * 2 + usize::from(gradient)
 }
 
 /// Runs the programs abstractly (buffered sends, blocking receives, in-order links) to
 /// prove that sends and receives match and that no rank waits forever.
 fn check_links(s: &Schedule) -> Result<(), ValidationError> {
     let p = s.stages;
-    // One in-order queue per (sender, kind): 2p queues (see `queue`).
-    let mut links: Vec<VecDeque<(u32, usize, Instr)>> = vec![VecDeque::new(); 2 * p as usize];
+    // One in-order queue per (sender, receiver, kind): 4p queues (see `queue`).
+    let mut links: Vec<VecDeque<(u32, usize, Instr)>> = vec![VecDeque::new(); 4 * p as usize];
     let mut pc = vec![0usize; p as usize];
     // Each rank runs until it blocks on an empty link; the send that fills that link wakes it.
     // Linear in the instructions (a sweep over all ranks until nothing moves is quadratic in
     // the stages: a pipeline's fill is a chain of p wake-ups). Kahn process networks are
     // determinate, so the order in which ranks run changes nothing but the speed.
-    let mut waiting: Vec<Option<u32>> = vec![None; 2 * p as usize];
+    let mut waiting: Vec<Option<u32>> = vec![None; 4 * p as usize];
     let mut ready: VecDeque<u32> = (0..p).collect();
     while let Some(r) = ready.pop_front() {
         let prog = &s.ranks[r as usize];
@@ -324,7 +368,8 @@ fn check_links(s: &Schedule) -> Result<(), ValidationError> {
             match instr.op {
                 Op::SendActivation | Op::SendGradient => {
                     let gradient = instr.op == Op::SendGradient;
-                    let q = queue(r, gradient);
+                    let (to, _) = destination(s, r, instr);
+                    let q = queue(r, to, gradient, p);
                     links[q].push_back((r, i, instr));
                     if let Some(w) = waiting[q].take() {
                         ready.push_back(w);
@@ -335,7 +380,7 @@ fn check_links(s: &Schedule) -> Result<(), ValidationError> {
                     let gradient = instr.op == Op::RecvGradient;
                     let from = if gradient { j + 1 } else { j - 1 };
                     let (from_rank, _) = s.locate(from);
-                    let q = queue(from_rank, gradient);
+                    let q = queue(from_rank, r, gradient, p);
                     let Some((sr, si, sent)) = links[q].pop_front() else {
                         waiting[q] = Some(r);
                         break;

@@ -99,6 +99,32 @@ proptest! {
         check(Kind::ZbH1, p, m, 1, (f, bi + w, w), t, |k| f64::from(p - k));
     }
 
+    /// ZB-V (torch's `ScheduleZBVZeroBubble` order) with per-chunk forward f, input pass b
+    /// and weight pass w, f ≤ b and w ≤ b, m ≥ 2p − 1: bubble (p − 1)·max(b, 2(b − w)); every
+    /// rank holds p micro-batches (2p half-stage chunks) at its peak.
+    #[test]
+    fn zb_v(p in 1u32..=16, extra in 0u32..=32, f in 1u32..=8, bi in 1u32..=8, w in 1u32..=8) {
+        prop_assume!(f <= bi && w <= bi);
+        let m = 2 * p - 1 + extra;
+        // Per rank: both chunks.
+        let (f, bi, w) = (f64::from(2 * f), f64::from(2 * bi), f64::from(2 * w));
+        let t = f64::from(m) * (f + bi + w) + f64::from(p - 1) * (bi / 2.0).max(bi - w);
+        check(Kind::ZbV, p, m, 2, (f, bi + w, w), t, |_| f64::from(p));
+    }
+
+    /// Any micro-batch count: ZB-V validates, is never slower than 1F1B with the same passes,
+    /// and holds at most p micro-batches on any rank.
+    #[test]
+    fn zb_v_any_batch(p in 1u32..=12, m in 1u32..=40, f in 1u32..=8, bi in 1u32..=8, w in 1u32..=8) {
+        let (f, bi, w) = (f64::from(2 * f), f64::from(2 * bi), f64::from(2 * w));
+        let zb = run(Kind::ZbV, p, m, 2, (f, bi + w, w, 0.0), false);
+        let one = run(Kind::OneFOneB, p, m, 1, (f, bi + w, w, 0.0), false).makespan_s;
+        prop_assert!(zb.makespan_s <= one, "zb-v {} > 1f1b {one}", zb.makespan_s);
+        for rank in &zb.ranks {
+            prop_assert!(rank.peak_inflight_microbatches <= f64::from(p.min(m)));
+        }
+    }
+
     /// Outside the paper's regime ZB-H1 is still never slower than 1F1B and never beats the
     /// first rank's own bound: m(F+Bi+W) plus (p − 1)·max(F, Bi) of forward fill / gradient
     /// return that no W can cover.

@@ -1,5 +1,5 @@
 //! Architecture invariant: schedule rules live in `plait-schedule` only. Other crates ask
-//! `ScheduleKind`'s rules (`spares_rank`, `accepts_chunks`, `virtual_stage`) and the closed
+//! `ScheduleKind`'s rules (`spares_rank`, `accepts_chunks`, `splits_backward`, `virtual_stage`) and the closed
 //! forms in `closed_form`; this test fails when one restates them.
 
 use std::path::{Path, PathBuf};
@@ -15,9 +15,12 @@ const RESTATED: &[(&str, &str)] = &[
         "== Kind::Scp",
         "ScheduleKind::spares_rank / rebuilds_before_backward",
     ),
-    ("chunk * p + r", "plait_schedule::virtual_stage"),
-    ("c * p + r", "plait_schedule::virtual_stage"),
-    ("* c.pp + r", "plait_schedule::virtual_stage"),
+    (
+        "chunk * p + r",
+        "ScheduleKind::virtual_stage (the placement)",
+    ),
+    ("c * p + r", "ScheduleKind::virtual_stage (the placement)"),
+    ("* c.pp + r", "ScheduleKind::virtual_stage (the placement)"),
     (
         "fn pipeline_time",
         "plait_schedule::closed_form::pipeline_time",

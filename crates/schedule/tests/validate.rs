@@ -5,12 +5,13 @@ use plait_schedule::ScheduleKind as Kind;
 use plait_schedule::{generate, validate, GradReduce, Instr, Op, Schedule, ScheduleSpec};
 use proptest::prelude::*;
 
-const KINDS: [Kind; 5] = [
+const KINDS: [Kind; 6] = [
     Kind::Gpipe,
     Kind::OneFOneB,
     Kind::Interleaved,
     Kind::ZbH1,
     Kind::Scp,
+    Kind::ZbV,
 ];
 
 proptest! {
@@ -18,9 +19,13 @@ proptest! {
 
     /// Every generator, with any recompute pattern and reduction placement, validates.
     #[test]
-    fn generators_validate(kind in 0usize..5, p in 1u32..=12, k in 1u32..=6, v in 1u32..=4, recompute in proptest::collection::vec(any::<bool>(), 12), reduce in 0u8..3) {
+    fn generators_validate(kind in 0usize..6, p in 1u32..=12, k in 1u32..=6, v in 1u32..=4, recompute in proptest::collection::vec(any::<bool>(), 12), reduce in 0u8..3) {
         let kind = KINDS[kind];
-        let v = if kind == Kind::Interleaved { v } else { 1 };
+        let v = match kind.fixed_chunks() {
+            Some(n) => n as u32,
+            None if kind == Kind::Interleaved => v,
+            None => 1,
+        };
         let m = p * k;
         let mut spec = ScheduleSpec::new(kind, p, m, v);
         spec.recompute = recompute[..p as usize].to_vec();
@@ -170,4 +175,36 @@ fn partial_reductions_and_misplaced_fields_are_named() {
     let last = s.ranks[0].len() - 1;
     s.ranks[0][last].microbatch = 999;
     check(&s, &format!("rank 0, instruction {last} (step): names a micro-batch, but it acts on the whole iteration (use 0)"));
+}
+
+/// ZB-V's turn: the last rank hands its chunk 0's output to its own chunk 1 in memory, with
+/// no send or receive; a program that sends there, or runs chunk 1 first, is named.
+#[test]
+fn a_v_turns_inside_its_rank() {
+    let s = generate(&ScheduleSpec::new(Kind::ZbV, 2, 4, 2)).unwrap();
+    validate(&s).unwrap();
+    // Rank 1 holds virtual stages 1 (chunk 0) and 2 (chunk 1): nothing crosses between them.
+    assert!(!s.ranks[1]
+        .iter()
+        .any(|i| matches!(i.op, Op::SendActivation) && i.chunk == 0));
+    let mut sends_home = s.clone();
+    let f = position(&sends_home, 1, Instr::new(Op::Forward, 0, 0));
+    sends_home.ranks[1].insert(f + 1, Instr::new(Op::SendActivation, 0, 0));
+    check(
+        &sends_home,
+        &format!(
+            "rank 1, instruction {} (sendA micro-batch 0 chunk 0): sends to its own rank, which holds the next virtual stage",
+            f + 1
+        ),
+    );
+    let mut early = s.clone();
+    let f0 = position(&early, 1, Instr::new(Op::Forward, 0, 0));
+    let f1 = position(&early, 1, Instr::new(Op::Forward, 0, 1));
+    early.ranks[1].swap(f0, f1);
+    check(
+        &early,
+        &format!(
+            "rank 1, instruction {f0} (F micro-batch 0 chunk 1): forward before this rank's previous virtual stage ran it"
+        ),
+    );
 }

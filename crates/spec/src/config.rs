@@ -206,13 +206,30 @@ impl ParallelConfig {
         check_tp_split(model, self.tp)?;
         check_pipeline_chunks(model, self.pp, self.vp)?;
         if !self.schedule.accepts_chunks(self.vp) {
-            return err(
-                "vp",
-                format!(
-                    "vp = {} needs --schedule interleaved (got {})",
-                    self.vp, self.schedule
+            return match self.schedule.fixed_chunks() {
+                Some(n) => err(
+                    "vp",
+                    format!(
+                        "{} runs exactly {n} chunks per rank, but vp = {}",
+                        self.schedule, self.vp
+                    ),
+                    format!("vp = {n} with --schedule {}", self.schedule),
                 ),
-                "vp = 1, or --schedule interleaved".into(),
+                None => err(
+                    "vp",
+                    format!(
+                        "vp = {} needs --schedule interleaved (got {})",
+                        self.vp, self.schedule
+                    ),
+                    "vp = 1, or --schedule interleaved".into(),
+                ),
+            };
+        }
+        if self.schedule.fixed_chunks().is_some() && self.pp == 1 {
+            return err(
+                "schedule",
+                format!("{} needs a pipeline (pp ≥ 2), but pp = 1", self.schedule),
+                Schedule::allowed(),
             );
         }
         if self.schedule == Schedule::Interleaved && self.pp == 1 {
@@ -470,6 +487,10 @@ pub fn parse_config_items(
     }
     if c.vp > 1 && c.schedule == Schedule::OneFOneB {
         c.schedule = Schedule::Interleaved;
+    }
+    // A schedule of a fixed chunk count (ZB-V: two) sets vp when it is not written.
+    if let (Some(n), false) = (c.schedule.fixed_chunks(), seen.iter().any(|k| k == "vp")) {
+        c.vp = n;
     }
     c.dp = dp.unwrap_or(1);
     // Knobs equal to their default are the default, written or not; with dp left to the

@@ -32,7 +32,7 @@ pub use model::{
     DEFAULT_MAMBA_CHUNK, MAX_BLOCK_KINDS,
 };
 pub use parallel::{Degree, Exact, Form, Parallel, ParallelPins, Pinned, Value};
-pub use plait_schedule::virtual_stage;
+pub use plait_schedule::Placement;
 pub use presets::{model_preset, model_preset_names};
 pub use stage_map::{even_chunk_blocks, schedule_spec, StageMap};
 pub use train::{

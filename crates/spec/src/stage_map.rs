@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::ParallelConfig;
 use crate::error::{Result, SpecError};
 use crate::train::Recompute;
-use plait_schedule::{virtual_stage, GradReduce, ScheduleSpec};
+use plait_schedule::{GradReduce, Placement, ScheduleSpec};
 
 use crate::train::TrainSpec;
 
@@ -63,10 +63,13 @@ pub fn even_chunk_blocks(layers: u64, chunks: u64, chunk: u64) -> std::ops::Rang
 /// The layout of one configuration's blocks.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct StageMap {
-    /// Blocks of each virtual stage j = c·pp + r (chunk c of rank r), in model order; they
-    /// sum to the model's layers. The embedding sits before virtual stage 0, the head after
-    /// the last.
+    /// Blocks of each virtual stage, in model order; they sum to the model's layers. The
+    /// embedding sits before virtual stage 0, the head after the last.
     pub chunk_blocks: Vec<u64>,
+    /// Which virtual stage chunk c of rank r is: the schedule's placement (looped, c·pp + r,
+    /// unless the schedule places its chunks in a V).
+    #[serde(default, skip_serializing_if = "Placement::is_looped")]
+    pub placement: Placement,
     /// Per pipeline rank: blocks recomputed in full (the rank's first blocks, chunk by
     /// chunk). The other blocks follow the configuration's policy (`none` or `selective`;
     /// `full` in the configuration means every listed block).
@@ -96,6 +99,7 @@ impl StageMap {
         let mut map = StageMap {
             recompute_blocks: vec![0; p as usize],
             chunk_blocks,
+            placement: c.schedule.placement(),
         };
         if c.recompute == Recompute::Full {
             for r in 0..p {
@@ -125,10 +129,9 @@ impl StageMap {
         self
     }
 
-    /// Blocks of chunk `c` of pipeline rank `r` of `p` (placement: `plait_schedule`'s
-    /// [`virtual_stage`]).
+    /// Blocks of chunk `c` of pipeline rank `r` of `p` (at the map's placement).
     pub fn blocks_of(&self, r: u64, c: u64, p: u64) -> u64 {
-        self.chunk_blocks[virtual_stage(r, c, p) as usize]
+        self.chunk_blocks[self.placement.virtual_stage(r, c, p) as usize]
     }
 
     /// Index of the first block of virtual stage `j` (blocks are laid out in model order
@@ -166,6 +169,19 @@ impl StageMap {
             ))
         };
         let (p, v) = (c.pp, c.vp);
+        if self.placement != c.schedule.placement() {
+            return Err(SpecError::new(
+                "stage map",
+                "placement",
+                format!(
+                    "the map places chunks {:?} but {} places them {:?}",
+                    self.placement,
+                    c.schedule,
+                    c.schedule.placement()
+                ),
+                format!("{:?}", c.schedule.placement()),
+            ));
+        }
         if self.chunk_blocks.len() as u64 != p * v {
             return err(
                 format!(

@@ -355,7 +355,7 @@ pub fn rank_block_layers(
         kept[0] = n - recomputed[0];
     }
     for chunk in (0..chunks).filter(|_| !kinds.is_uniform()) {
-        let j = plait_spec::virtual_stage(r, chunk, p) as usize;
+        let j = map.placement.virtual_stage(r, chunk, p) as usize;
         let first = map.chunk_first_block(j);
         let n = map.chunk_blocks[j];
         let x = map.chunk_recompute_blocks(r, chunk, p).min(n);
@@ -489,11 +489,15 @@ fn assemble(
     let mut zero3_per_mb_worst: f64 = 0.0;
     let mut worst_dp_contention: f64 = 0.0;
     let mut stage_layers = Vec::with_capacity(p);
+    // The ranks holding the first and the last virtual stage (the embedding, the head): the
+    // first and the last rank, or rank 0 twice when the schedule places its chunks in a V.
+    let first_rank = map.placement.locate(0, c.pp).0 as usize;
+    let last_rank = map.placement.locate(c.pp * c.vp - 1, c.pp).0 as usize;
     for k in 0..p {
         let n_blocks = map.rank_blocks(k as u64, c.pp);
         let recomputed = map.recompute_blocks[k].min(n_blocks) as f64;
-        let first = k == 0;
-        let last = k == p - 1;
+        let first = k == first_rank;
+        let last = k == last_rank;
         let mut layers = rank_block_layers(&kinds, policy, full, map, k as u64, c.pp);
         // Blocks' parameters on this rank (the quantised weight copies are per block).
         let stage_block_dense: f64 = layers.iter().map(|(l, n)| l.params * n).sum();
@@ -531,7 +535,7 @@ fn assemble(
             trainable_expert += lc.trainable_expert_params * n;
         }
         // A tied output matrix on another stage than the embedding needs its own copy.
-        if last && p > 1 && m.tied_embeddings {
+        if last && !first && m.tied_embeddings {
             let copy = (padded_vocab(m.vocab, c.tp) / c.tp) as f64 * h;
             params += copy;
             if w.lora.is_none() {
@@ -873,7 +877,7 @@ pub fn first_stage_layers(
     // each with its kind's cost.
     let kinds = m.kind_runs();
     for j in 0..c.vp {
-        for b in even_chunk_blocks(m.layers, c.pp * c.vp, plait_spec::virtual_stage(0, j, c.pp)) {
+        for b in even_chunk_blocks(m.layers, c.pp * c.vp, c.schedule.virtual_stage(0, j, c.pp)) {
             let kind = kinds.counts(b, 1).iter().position(|&n| n > 0).unwrap_or(0);
             out.push(report(format!("block.{b}"), &costs.kinds[kind]));
         }

@@ -421,6 +421,8 @@ fn plan_string_seeds() -> Vec<Vec<u8>> {
         "dp4 tp2 mbs4 zero3 recompute=full gpipe",
         "tp2 pp2 cp2 mbs1 zb-h1",
         "pp4 mbs1 recompute=full scp",
+        "dp2 tp2 cp2 cp-comm=a2a mbs1 1f1b",
+        "tp2 cp4 cp-comm=allgather mbs1 zero1 sp 1f1b",
     ]
     .iter()
     .map(|s| s.as_bytes().to_vec())

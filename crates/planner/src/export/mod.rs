@@ -315,6 +315,7 @@ pub(crate) enum Pipe {
     Gpipe,
     ZbH1,
     Scp,
+    ZbV,
 }
 
 pub(crate) fn pipe(c: &ParallelConfig) -> Pipe {
@@ -328,6 +329,7 @@ pub(crate) fn pipe(c: &ParallelConfig) -> Pipe {
         Schedule::Gpipe => Pipe::Gpipe,
         Schedule::ZbH1 => Pipe::ZbH1,
         Schedule::Scp => Pipe::Scp,
+        Schedule::ZbV => Pipe::ZbV,
     }
 }
 

@@ -73,7 +73,7 @@ pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
                 ));
             }
         }
-        Pipe::None | Pipe::OneFOneB | Pipe::Interleaved | Pipe::Gpipe => {}
+        Pipe::None | Pipe::OneFOneB | Pipe::Interleaved | Pipe::Gpipe | Pipe::ZbV => {}
     }
     if c.zero == 0 && c.dp > 1 && (c.tp > 1 || c.pp > 1 || c.cp > 1) {
         out.push(format!(
@@ -332,6 +332,7 @@ pub(super) fn schedule_name(c: &plait_spec::ParallelConfig) -> &'static str {
         Pipe::Interleaved => "Interleaved1F1B",
         Pipe::Gpipe => "GPipe",
         Pipe::ZbH1 => "InterleavedZeroBubble",
+        Pipe::ZbV => "ZBVZeroBubble",
         _ => "1F1B",
     }
 }

@@ -128,6 +128,7 @@ pub(super) fn layout_from_lines(
     let mut map = StageMap {
         chunk_blocks: blocks,
         recompute_blocks: recompute?,
+        placement: c.schedule.placement(),
     };
     if req.shape() != MapShape::Any {
         uniform_recompute(c, &mut map);

@@ -124,6 +124,7 @@ fn uniform_map(p: u64, blocks: u64, recompute: u64) -> StageMap {
     StageMap {
         chunk_blocks: vec![blocks; p as usize],
         recompute_blocks: vec![recompute; p as usize],
+        placement: plait_spec::Placement::Looped,
     }
 }
 

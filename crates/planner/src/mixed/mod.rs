@@ -87,7 +87,12 @@ impl MixedConfig {
                     .join(","),
             ));
         }
-        if c.vp != 1 || c.cp != 1 || c.ep != 1 || c.schedule == Kind::Interleaved {
+        if c.vp != 1
+            || c.cp != 1
+            || c.ep != 1
+            || !c.schedule.accepts_chunks(1)
+            || c.schedule == Kind::Interleaved
+        {
             return Err(SpecError::new(
                 "--config",
                 "vp",

@@ -102,6 +102,7 @@ pub fn llama2_7b_pp4(chunk_blocks: Vec<u64>, recompute_blocks: Vec<u64>) -> Case
     k.plan.stage_map = StageMap {
         chunk_blocks,
         recompute_blocks,
+        placement: k.plan.config.schedule.placement(),
     };
     k.plan.stage_map.validate(32, &k.plan.config).unwrap();
     k
@@ -121,6 +122,16 @@ pub fn pp4(model: &str) -> Case {
             ..ParallelConfig::default()
         },
     )
+}
+
+/// Llama 2 7B on 8 GPUs as dp2 × pp4 under ZB-V: two chunks per rank in a V.
+pub fn llama2_7b_zb_v() -> Case {
+    let mut k = pp4("llama2-7b");
+    k.plan.config.vp = 2;
+    k.plan.config.schedule = Schedule::ZbV;
+    k.plan.stage_map = StageMap::uniform(32, &k.plan.config);
+    k.plan.stage_map.validate(32, &k.plan.config).unwrap();
+    k
 }
 
 /// Llama 2 7B on 8 GPUs as dp4 × tp2 with ZeRO-1: DeepSpeed runs it with AutoTP.

@@ -156,6 +156,11 @@ impl TrainConfig {
         if c.recompute == Recompute::Selective {
             return unsupported(Unsupported::SelectiveRecompute);
         }
+        if c.schedule.placement() != plait_spec::Placement::Looped {
+            return unsupported(Unsupported::VPlacement {
+                schedule: c.schedule,
+            });
+        }
         let train = self.train_spec();
         c.validate(&self.model, &train, c.gpus())
             .map_err(RuntimeError::Spec)?;

@@ -120,7 +120,9 @@ impl<'a> Worker<'a> {
         let mut recompute = Vec::with_capacity(v);
         let recomputes = map.recompute_blocks[r] > 0;
         for chunk in 0..v {
-            let j = plait_schedule::virtual_stage(r as u64, chunk as u64, p as u64) as usize;
+            let j = map
+                .placement
+                .virtual_stage(r as u64, chunk as u64, p as u64) as usize;
             let start_block: u64 = map.chunk_blocks[..j].iter().sum();
             let blocks = start_block as usize..(start_block + map.chunk_blocks[j]) as usize;
             models.push(StageModel::new(

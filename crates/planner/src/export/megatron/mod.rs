@@ -101,6 +101,11 @@ pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
              interleaved 1F1B"
                 .to_string(),
         ),
+        Pipe::ZbV => out.push(
+            "Megatron-LM has no zero-bubble ZB-V schedule: its pipeline schedules are 1F1B and \
+             interleaved 1F1B"
+                .to_string(),
+        ),
         Pipe::None | Pipe::OneFOneB | Pipe::Interleaved => {}
     }
     if c.zero == 3 && c.pp > 1 {
