@@ -522,30 +522,12 @@ fn recompute_layers_recompute_part_of_each_stage() {
 #[test]
 fn zb_v_takes_its_two_chunks_without_being_told() {
     // `--schedule zb-v` implies --vp 2 (flags) and `zb-v` implies vp2 (--config).
-    for args in [
-        vec![
-            "estimate",
-            "--model",
-            "llama2-7b",
-            "--gpus",
-            "8",
-            "--pp",
-            "4",
-            "--schedule",
-            "zb-v",
-            "--json",
-        ],
-        vec![
-            "estimate",
-            "--model",
-            "llama2-7b",
-            "--gpus",
-            "8",
-            "--config",
-            "pp4 zb-v",
-            "--json",
-        ],
+    let base = ["estimate", "--model", "llama2-7b", "--gpus", "8", "--json"];
+    for extra in [
+        &["--pp", "4", "--schedule", "zb-v"][..],
+        &["--config", "pp4 zb-v"][..],
     ] {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
         let (code, out, err) = plait(&args);
         assert_eq!(code, 0, "{args:?}: {err}");
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();

@@ -49,13 +49,10 @@ pub fn pipeline_time(schedule: Schedule, stages: &[StageTime], m: u64, vp: u64) 
         // Parallelism with Controllable Memory", whose figures take F = B = W), the bubble
         // is (p − 1)·max(b, 2(b − w)) once m ≥ 2p − 1 (tests/closed_forms.rs holds the
         // simulator to it): one chunk's input pass per hop of the gradients' return, or the
-        // input passes' excess over the weight passes that fill the drain.
+        // input passes' excess over the weight passes that fill the drain (and a chunk's
+        // forward per hop where that is longer, outside the regime).
         Schedule::ZbV => {
-            let worst = stages
-                .iter()
-                .copied()
-                .max_by(|a, b| a.total_s().total_cmp(&b.total_s()))
-                .unwrap_or_default();
+            let worst = slowest_stage(stages);
             let input_grad = worst.backward_s - worst.weight_grad_s;
             (p - 1) as f64
                 * ((worst.forward_s + worst.p2p_s) / 2.0)
@@ -64,17 +61,22 @@ pub fn pipeline_time(schedule: Schedule, stages: &[StageTime], m: u64, vp: u64) 
         }
         // Qi et al. 2024 (ZB-H1): bubble (p − 1)(F + B_input − W), B = B_input + W.
         Schedule::ZbH1 => {
-            let worst = stages
-                .iter()
-                .copied()
-                .max_by(|a, b| a.total_s().total_cmp(&b.total_s()))
-                .unwrap_or_default();
+            let worst = slowest_stage(stages);
             let input_grad = worst.backward_s - worst.weight_grad_s;
             (p - 1) as f64
                 * (worst.forward_s + worst.p2p_s + input_grad - worst.weight_grad_s).max(0.0)
         }
     };
     (steady + bubble, bubble)
+}
+
+/// The stage whose micro-batch takes longest: the one that paces the zero-bubble schedules.
+fn slowest_stage(stages: &[StageTime]) -> StageTime {
+    stages
+        .iter()
+        .copied()
+        .max_by(|a, b| a.total_s().total_cmp(&b.total_s()))
+        .unwrap_or_default()
 }
 
 /// Micro-batches whose activations stage `k` of `p` holds at its peak, in units of one
