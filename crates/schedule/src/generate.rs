@@ -1,6 +1,6 @@
 //! Schedule generators: GPipe, 1F1B, interleaved 1F1B, ZB-H1, ZB-V and Merak's shifted
-//! critical path. Each writes, per rank, the order of compute and the sends/receives around it; the
-//! order alone defines the schedule — durations are the simulator's business.
+//! critical path. Each writes, per rank, the order of compute and the sends/receives around
+//! it; the order alone defines the schedule — durations are the simulator's business.
 
 use crate::kind::{Placement, ScheduleKind as Kind};
 use thiserror::Error;

@@ -81,6 +81,7 @@ pub fn check_pipeline_chunks(model: &ModelSpec, pp: u64, vp: u64) -> Result<()> 
     Ok(())
 }
 
+/// Greatest common divisor (the largest cp both head counts split over).
 fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 {
         a
@@ -131,11 +132,16 @@ impl ParallelConfig {
 
     /// Whether each tp rank's query and key/value heads split over cp, as Ulysses
     /// (`cp_comm = a2a`) needs (TE d0067d0 `flash_attn_a2a_communicate` views the head
-    /// dimension as cp × heads / cp; key/value heads fewer than tp are replicated, one per
-    /// rank).
+    /// dimension as cp × heads / cp).
     pub fn heads_split_over_cp(&self, model: &ModelSpec) -> bool {
-        let (heads, kv) = (model.heads / self.tp, model.kv_heads.div_ceil(self.tp));
+        let (heads, kv) = self.heads_per_tp_rank(model);
         heads.is_multiple_of(self.cp) && kv.is_multiple_of(self.cp)
+    }
+
+    /// Query and key/value heads on each tp rank (key/value heads fewer than tp are
+    /// replicated, one per rank).
+    fn heads_per_tp_rank(&self, model: &ModelSpec) -> (u64, u64) {
+        (model.heads / self.tp, model.kv_heads.div_ceil(self.tp))
     }
 
     /// The torch device mesh of this configuration ([`Mesh::device_mesh`](crate::Mesh)),
@@ -271,17 +277,16 @@ impl ParallelConfig {
             );
         }
         if self.cp > 1 && self.cp_comm == CpComm::A2a && !self.heads_split_over_cp(model) {
-            let (heads, kv) = (model.heads / self.tp, model.kv_heads.div_ceil(self.tp));
-            {
-                return err(
-                    "cp_comm",
-                    format!(
-                        "a2a splits attention heads over cp, but {} ({heads} query and {kv} key/value heads per tp rank) do not split over cp = {}",
-                        model.name, self.cp
-                    ),
-                    format!("p2p or allgather, or a cp dividing {}", gcd(heads, kv)),
-                );
-            }
+            let (heads, kv) = self.heads_per_tp_rank(model);
+            return err(
+                "cp_comm",
+                format!(
+                    "a2a splits attention heads over cp, but {} ({heads} query and {kv} \
+                     key/value heads per tp rank) do not split over cp = {}",
+                    model.name, self.cp
+                ),
+                format!("p2p or allgather, or a cp dividing {}", gcd(heads, kv)),
+            );
         }
         if self.tp > 1 && self.sp && !train.seq.is_multiple_of(self.tp * self.cp) {
             return err(
