@@ -11,9 +11,7 @@ use std::time::{Duration, Instant};
 use candle_core::{Device, Tensor, Var};
 use plait_cost::profile::{GemmSample, LayerSample};
 use plait_cost::{DeviceModel, Profile};
-use plait_spec::{
-    ClusterSpec, Dtype, Family, GpuSpec, LinkSpec, ModelSpec, ParallelConfig, Recompute, Shard,
-};
+use plait_spec::{ClusterSpec, Dtype, Family, GpuSpec, LinkSpec, ModelSpec, ParallelConfig, Shard};
 use serde::{Deserialize, Serialize};
 
 use crate::comm::{Communicator, ReduceOp, World};
@@ -571,11 +569,7 @@ pub fn measure(
 
 /// Whether the runtime can execute a configuration the planner proposes.
 pub fn runtime_supports(model: &ModelSpec, c: &ParallelConfig, seq: u64) -> bool {
-    c.cp == 1
-        && c.ep == 1
-        && c.zero <= 1
-        && c.recompute != Recompute::Selective
-        && c.schedule.placement() == plait_spec::Placement::Looped
+    crate::engine::unsupported_knob(c).is_none()
         && model.heads.is_multiple_of(c.tp)
         && model.kv_heads.is_multiple_of(c.tp)
         && model.ffn_hidden.is_multiple_of(c.tp)

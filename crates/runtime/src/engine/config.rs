@@ -141,25 +141,8 @@ impl TrainConfig {
                 what: "`seq`, `gbs` and `steps`",
             });
         }
-        if c.cp != 1 || c.ep != 1 {
-            return unsupported(Unsupported::ContextOrExpertParallel { cp: c.cp, ep: c.ep });
-        }
-        if c.zero > 1 {
-            return unsupported(Unsupported::ZeroStage { stage: c.zero });
-        }
-        if c.dp_shard() != c.dp {
-            return unsupported(Unsupported::HybridSharding {
-                shard: c.dp_shard(),
-                dp: c.dp,
-            });
-        }
-        if c.recompute == Recompute::Selective {
-            return unsupported(Unsupported::SelectiveRecompute);
-        }
-        if c.schedule.placement() != plait_spec::Placement::Looped {
-            return unsupported(Unsupported::VPlacement {
-                schedule: c.schedule,
-            });
+        if let Some(u) = unsupported_knob(c) {
+            return unsupported(u);
         }
         let train = self.train_spec();
         c.validate(&self.model, &train, c.gpus())
@@ -260,6 +243,30 @@ pub fn parse_plan(text: &str, workers: usize) -> Result<ParallelConfig> {
 /// Most transformer blocks one rank may run: 8,000 blocks of a tiny model train on the
 /// 64 MiB stack of a rank's threads (a debug build; 2 MiB overflowed at 800).
 pub const MAX_BLOCKS_PER_RANK: u64 = 8192;
+
+/// The first knob of `c` the runtime does not implement, or `None`: the one place its
+/// capabilities are listed (`RunConfig::check` refuses with it, the planner's auto plan
+/// keeps to configurations without one).
+pub fn unsupported_knob(c: &ParallelConfig) -> Option<Unsupported> {
+    if c.cp != 1 || c.ep != 1 {
+        Some(Unsupported::ContextOrExpertParallel { cp: c.cp, ep: c.ep })
+    } else if c.zero > 1 {
+        Some(Unsupported::ZeroStage { stage: c.zero })
+    } else if c.dp_shard() != c.dp {
+        Some(Unsupported::HybridSharding {
+            shard: c.dp_shard(),
+            dp: c.dp,
+        })
+    } else if c.recompute == Recompute::Selective {
+        Some(Unsupported::SelectiveRecompute)
+    } else if c.schedule.placement() != plait_spec::Placement::Looped {
+        Some(Unsupported::VPlacement {
+            schedule: c.schedule,
+        })
+    } else {
+        None
+    }
+}
 
 #[cfg(test)]
 mod tests {
