@@ -469,12 +469,12 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
     // The other ways to move each ring shape's sequence (Ulysses, the all-gather) that its
     // engine runs, asked once per shape: an engine's rule on the communication does not
     // depend on the knobs a shape leaves out (dp, pp, vp, ZeRO, schedule).
-    let mut twins: HashMap<ShapeKey, Vec<ParallelConfig>> = HashMap::new();
+    let mut twins: HashMap<ShapeKey, (ParallelConfig, Vec<ParallelConfig>)> = HashMap::new();
     for (_, c) in &hopeful {
         if c.cp > 1 && c.cp_comm == CpComm::P2p && req.pins.cp_comm.is_none() {
             twins
                 .entry(ShapeKey::of(c, policy_recompute(c.recompute)))
-                .or_insert_with(|| cp_twins(req, c));
+                .or_insert_with(|| (*c, cp_twins(req, c)));
         }
     }
     // The candidates' shapes under their recompute policy and under full recompute; the
@@ -485,7 +485,7 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
         .chain(
             twins
                 .values()
-                .flatten()
+                .flat_map(|(_, ts)| ts)
                 .map(|t| (*t, policy_recompute(t.recompute))),
         );
     cost_shapes(&scenario, shapes);
@@ -494,11 +494,7 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
     // ring on a tie).
     let fastest: HashMap<ShapeKey, ParallelConfig> = twins
         .into_iter()
-        .filter_map(|(key, twins)| {
-            let ring = ParallelConfig {
-                cp_comm: CpComm::P2p,
-                ..*twins.first()?
-            };
+        .map(|(key, (ring, twins))| {
             let best = twins.into_iter().fold(ring, |best, t| {
                 if block_s(&scenario, &t) < block_s(&scenario, &best) {
                     t
@@ -506,7 +502,7 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
                     best
                 }
             });
-            Some((key, best))
+            (key, best)
         })
         .collect();
     cost_shapes(&scenario, fastest.values().map(|t| (*t, Recompute::Full)));

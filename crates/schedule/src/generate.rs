@@ -356,61 +356,78 @@ fn zb_h1(prog: &mut Program, m: u32, recompute: RecomputeAt) {
 fn zb_v(prog: &mut Program, m: u32, recompute: RecomputeAt) {
     let (p, r) = (prog.stages, prog.rank);
     let n = m.max(2 * p - 1);
-    // Per chunk: next forward, next input pass, next weight pass.
-    let (mut f, mut b, mut w) = ([0u32; 2], [0u32; 2], [0u32; 2]);
-    let forward = |prog: &mut Program, c: usize, f: &mut [u32; 2]| {
-        if f[c] < m {
-            prog.forward(f[c], c as u32);
-        }
-        f[c] += 1;
+    let mut passes = VPasses {
+        next: [[0; 2]; 3],
+        m,
+        recompute,
     };
-    let input = |prog: &mut Program, c: usize, b: &mut [u32; 2]| {
-        if b[c] < m {
-            prog.backward(b[c], c as u32, recompute, true);
-        }
-        b[c] += 1;
-    };
-    let weight = |prog: &mut Program, c: usize, w: &mut [u32; 2]| {
-        if w[c] < m {
-            prog.weight(w[c], c as u32);
-        }
-        w[c] += 1;
-    };
+    let (fwd, input, weight) = (VPasses::FORWARD, VPasses::INPUT, VPasses::WEIGHT);
     for _ in 0..2 * (p - r) - 1 {
-        forward(prog, 0, &mut f);
+        passes.run(prog, fwd, 0);
     }
     for _ in 0..r {
-        forward(prog, 1, &mut f);
-        forward(prog, 0, &mut f);
+        passes.run(prog, fwd, 1);
+        passes.run(prog, fwd, 0);
     }
     for _ in 0..p - r {
-        forward(prog, 1, &mut f);
-        input(prog, 1, &mut b);
-        weight(prog, 1, &mut w);
-    }
-    while f[1] < f[0] || f[0] < n {
-        if f[0] < n {
-            forward(prog, 0, &mut f);
+        for pass in [fwd, input, weight] {
+            passes.run(prog, pass, 1);
         }
-        input(prog, 0, &mut b);
-        weight(prog, 0, &mut w);
-        forward(prog, 1, &mut f);
-        input(prog, 1, &mut b);
-        weight(prog, 1, &mut w);
+    }
+    while passes.done(fwd, 1) < passes.done(fwd, 0) || passes.done(fwd, 0) < n {
+        if passes.done(fwd, 0) < n {
+            passes.run(prog, fwd, 0);
+        }
+        passes.run(prog, input, 0);
+        passes.run(prog, weight, 0);
+        for pass in [fwd, input, weight] {
+            passes.run(prog, pass, 1);
+        }
     }
     for _ in 0..r {
-        input(prog, 0, &mut b);
-        input(prog, 1, &mut b);
+        passes.run(prog, input, 0);
+        passes.run(prog, input, 1);
     }
     for _ in 0..p - r {
-        input(prog, 0, &mut b);
-        weight(prog, 0, &mut w);
+        passes.run(prog, input, 0);
+        passes.run(prog, weight, 0);
     }
-    while w[1] < b[1] {
-        weight(prog, 1, &mut w);
+    for c in [1, 0] {
+        while passes.done(weight, c) < passes.done(input, c) {
+            passes.run(prog, weight, c);
+        }
     }
-    while w[0] < b[0] {
-        weight(prog, 0, &mut w);
+}
+
+/// ZB-V's pass counters: per pass (forward, input, weight) and chunk, the next micro-batch.
+struct VPasses {
+    next: [[u32; 2]; 3],
+    m: u32,
+    recompute: RecomputeAt,
+}
+
+impl VPasses {
+    const FORWARD: usize = 0;
+    const INPUT: usize = 1;
+    const WEIGHT: usize = 2;
+
+    /// Writes `pass` of chunk `c` for its next micro-batch (nothing past the last one) and
+    /// counts it.
+    fn run(&mut self, prog: &mut Program, pass: usize, c: usize) {
+        let mb = self.next[pass][c];
+        if mb < self.m {
+            match pass {
+                Self::FORWARD => prog.forward(mb, c as u32),
+                Self::INPUT => prog.backward(mb, c as u32, self.recompute, true),
+                _ => prog.weight(mb, c as u32),
+            }
+        }
+        self.next[pass][c] += 1;
+    }
+
+    /// Passes of kind `pass` counted for chunk `c`.
+    fn done(&self, pass: usize, c: usize) -> u32 {
+        self.next[pass][c]
     }
 }
 
