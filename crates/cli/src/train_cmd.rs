@@ -13,7 +13,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::auto_plan::{plan_auto, predict};
 use plait_runtime::checkpoint::{self, ResumePoint};
-use plait_runtime::engine::{min_activation_bytes, min_replicas};
+use plait_runtime::memory::{min_activation_bytes, min_replicas};
 use plait_runtime::profile::{measure, CpuProfile, MeasureOptions};
 use plait_runtime::{
     init_compute_threads, parse_plan, train, CheckpointConfig, Dataset, Fault, OptimConfig,

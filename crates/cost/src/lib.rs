@@ -9,7 +9,7 @@
 //! * [`engine`] — engine profiles: what each engine fuses, overlaps and keeps.
 //! * [`layer`] — one layer, one micro-batch: time by kernel, memory by saved tensor.
 //! * [`pipeline`] — closed-form pipeline bubble and in-flight micro-batches per schedule.
-//! * [`estimate`] — the whole iteration: breakdown, throughput, worst-stage memory.
+//! * [`estimate`](mod@estimate) — the whole iteration: breakdown, throughput, worst-stage memory.
 //! * [`calibration`] — published runs (shared/data tables) as estimates and their errors.
 //! * [`profile`] — calibration profiles (measured GEMMs, bandwidth, layers).
 

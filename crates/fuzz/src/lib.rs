@@ -3,7 +3,7 @@
 //! its input. The surfaces and their checks are in `tests/surfaces.rs`; inputs that once
 //! failed are kept under `corpus/<surface>/` and replayed by `tests/corpus.rs`.
 //!
-//! Mutations (a [proptest] strategy, so a run is reproducible from its seed): bit flips,
+//! Mutations (a `proptest` strategy, so a run is reproducible from its seed): bit flips,
 //! insertions of random bytes or of tokens (`-`, `"`, `[`, `1e308`, …), deletions,
 //! duplications, truncations, and the substitution of a number of the input by one of
 //! [`SPECIAL_NUMBERS`] (huge, negative, NaN, 1e308, 5e-324, 2^63 − 1, 2^32, …).

@@ -8,7 +8,7 @@
 use thiserror::Error;
 
 /// Bad input. Displays as one line:
-/// `<origin>: `<field>`: <problem> (allowed: <allowed>)`.
+/// ``<origin>: `<field>`: <problem> (allowed: <allowed>)``.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("{origin}: `{field}`: {problem}{}", allowed_suffix(.allowed))]
 pub struct PartitionError {

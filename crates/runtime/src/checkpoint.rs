@@ -40,8 +40,10 @@ use plait_spec::{ModelSpec, ParallelConfig, StageMap};
 use safetensors::tensor::{Dtype, SafeTensors, View};
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{Groups, TrainConfig};
+pub use crate::config::CheckpointConfig;
+use crate::config::TrainConfig;
 use crate::error::{CheckpointError, ResumeError, RuntimeError};
+use crate::groups::Groups;
 use crate::model::{ParamDef, StageModel};
 use crate::optim::{OptimConfig, Optimizer};
 use crate::rng::fnv1a;
@@ -49,17 +51,6 @@ use crate::rng::fnv1a;
 type Result<T> = std::result::Result<T, RuntimeError>;
 
 pub const FORMAT: &str = "plait-checkpoint/1";
-
-/// Where and how often to checkpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckpointConfig {
-    pub dir: PathBuf,
-    /// Every this many steps (and always at the run's last step); 0: only at the end.
-    pub every: u64,
-    /// Complete checkpoints kept: the one just written and the newest older ones (older
-    /// steps beyond are deleted); at least 1.
-    pub keep: usize,
-}
 
 /// One rank's file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

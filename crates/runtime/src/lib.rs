@@ -8,6 +8,9 @@
 //! * [`model`] — GPT and LLaMA stages from a `ModelSpec`, tensor-parallel layers.
 //! * [`data`] — byte-level tokenizer, corpora, seeded data order.
 //! * [`optim`] — bucketed reductions, ZeRO-1, clipping, AdamW, learning-rate schedule.
+//! * [`config`] — the run ([`TrainConfig`]), its checks and the plan syntax.
+//! * [`memory`] — does a run fit this machine, checked before allocating.
+//! * [`groups`] — a rank's communicators.
 //! * [`engine`] — the executor and [`train`].
 //! * [`checkpoint`] — sharded safetensors checkpoints with an atomic manifest.
 //! * [`trace`] — the measured timeline as the simulator's Perfetto trace.
@@ -17,10 +20,13 @@
 
 pub mod checkpoint;
 pub mod comm;
+pub mod config;
 pub mod data;
 pub mod engine;
 pub mod error;
 pub mod files;
+pub mod groups;
+pub mod memory;
 pub mod model;
 pub mod optim;
 pub mod profile;
@@ -29,11 +35,10 @@ pub mod topology;
 pub mod tp;
 pub mod trace;
 
-pub use checkpoint::CheckpointConfig;
 pub use comm::{CommError, Communicator, InProcessComm, ReduceOp, Tag, World};
+pub use config::{parse_plan, CheckpointConfig, Fault, TrainConfig};
 pub use data::Dataset;
-pub use engine::{
-    check_memory, init_compute_threads, parse_plan, train, Fault, StepLog, TrainConfig, TrainReport,
-};
+pub use engine::{init_compute_threads, train, StepLog, TrainReport};
 pub use error::RuntimeError;
+pub use memory::check_memory;
 pub use optim::OptimConfig;

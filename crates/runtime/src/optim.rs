@@ -13,8 +13,8 @@ use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
 use crate::comm::ReduceOp;
-use crate::engine::Groups;
 use crate::error::{CheckpointError, RuntimeError};
+use crate::groups::Groups;
 use crate::model::StageModel;
 
 type Result<T> = std::result::Result<T, RuntimeError>;

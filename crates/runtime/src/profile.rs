@@ -3,7 +3,7 @@
 //! (`plait-profile/1`: GEMM times by shape, memory bandwidth, whole-block times) plus a
 //! `cpu` section (cores, memory, the in-process communicator's latency and bandwidth);
 //! [`CpuProfile::cluster`] turns it into the `ClusterSpec` that `--plan auto` plans for and
-//! [`predict`] simulates a run with.
+//! the CLI's `auto_plan::predict` simulates a run with.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,8 +15,8 @@ use plait_spec::{ClusterSpec, Dtype, Family, GpuSpec, LinkSpec, ModelSpec, Paral
 use serde::{Deserialize, Serialize};
 
 use crate::comm::{Communicator, ReduceOp, World};
-use crate::engine::available_memory_bytes;
 use crate::error::{DoesNotFit, RuntimeError};
+use crate::memory::available_memory_bytes;
 use crate::model::StageModel;
 use crate::rng::SplitMix64;
 use crate::tp::TpGroup;
@@ -413,7 +413,7 @@ fn measure_bytes(
         let n = (spec.layers as usize).clamp(1, MAX_STACK) as f64;
         let block = spec.blocks_params() as f64 / spec.layers.max(1) as f64 / *tp as f64;
         let attention =
-            crate::engine::attention_bytes(spec, *seq, *mbs as u64, n as u64) / *tp as f64;
+            crate::memory::attention_bytes(spec, *seq, *mbs as u64, n as u64) / *tp as f64;
         let b = n * block * 8.0 + attention;
         if b > worst.0 {
             worst = (
@@ -439,13 +439,13 @@ fn check_measure_memory(
         return Ok(());
     };
     let (need, what) = measure_bytes(shapes, blocks);
-    let budget = crate::engine::MEMORY_HEADROOM * avail;
+    let budget = crate::memory::MEMORY_HEADROOM * avail;
     if need > budget {
         return Err(RuntimeError::DoesNotFit(DoesNotFit::Measurement {
             what: what.to_string(),
             need_bytes: need,
             available_bytes: avail,
-            headroom: crate::engine::MEMORY_HEADROOM,
+            headroom: crate::memory::MEMORY_HEADROOM,
         }));
     }
     Ok(())
@@ -569,7 +569,7 @@ pub fn measure(
 
 /// Whether the runtime can execute a configuration the planner proposes.
 pub fn runtime_supports(model: &ModelSpec, c: &ParallelConfig, seq: u64) -> bool {
-    crate::engine::unsupported_knob(c).is_none()
+    crate::config::unsupported_knob(c).is_none()
         && model.heads.is_multiple_of(c.tp)
         && model.kv_heads.is_multiple_of(c.tp)
         && model.ffn_hidden.is_multiple_of(c.tp)

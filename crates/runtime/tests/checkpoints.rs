@@ -6,8 +6,8 @@ use std::sync::{Once, OnceLock};
 use std::time::{Duration, Instant};
 
 use plait_runtime::checkpoint::{latest, verify};
-use plait_runtime::engine::available_memory_bytes;
 use plait_runtime::error::{DoesNotFit, ResumeError};
+use plait_runtime::memory::available_memory_bytes;
 use plait_runtime::{
     parse_plan, train, CheckpointConfig, Dataset, Fault, RuntimeError, TrainConfig,
 };

@@ -396,8 +396,8 @@ fn backward_gemms(g: &Gemm) -> (Gemm, Gemm) {
 ///
 /// A block holds what its kind says ([`plait_spec::BlockKind`]): attention and MLP, or
 /// either half alone (Nemotron-H's `*` and `-` layers: the same kernels, collectives and
-/// saved tensors as that half of a transformer block; [`transformer`]), or a Mamba-2 mixer
-/// ([`mamba`]).
+/// saved tensors as that half of a transformer block; `transformer`), or a Mamba-2 mixer
+/// (`mamba`).
 pub fn block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> LayerCost {
     if m.block == BlockKind::Mamba {
         mamba::mamba_block_cost(m, d, g, w)

@@ -20,18 +20,13 @@
 //! Failure: an error or panic on any rank aborts the world, every blocked call returns,
 //! and [`train`] reports the first failing rank with the instruction it was executing.
 //!
-//! Modules: `config` (the run and its plan syntax), `memory` (fits this machine?),
-//! `groups` (a rank's communicators), `worker` (one rank's execution); this file launches
-//! the workers, collects their reports and assembles the trained weights.
+//! `worker` is one rank's execution; this file launches the workers, collects their
+//! reports and assembles the trained weights. The run's configuration, memory check and
+//! communicator groups live beside the engine (`crate::config`, `crate::memory`,
+//! `crate::groups`), so that checkpoints and the optimizer need nothing of it.
 
-mod config;
-mod groups;
-mod memory;
 mod worker;
 
-pub use config::*;
-pub use groups::*;
-pub use memory::*;
 pub(crate) use worker::*;
 
 use std::collections::BTreeMap;
@@ -46,8 +41,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{self};
 use crate::comm::World;
+use crate::config::TrainConfig;
 use crate::data::Dataset;
 use crate::error::RuntimeError;
+use crate::groups::Groups;
 use crate::model::{ParamDef, Split};
 use crate::topology::Topology;
 
@@ -374,6 +371,27 @@ pub fn unshard(def: &ParamDef, parts: &[Vec<f32>]) -> Vec<f32> {
                 }
             }
             v
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Init;
+
+    #[test]
+    fn unshard_inverts_shard() {
+        for split in [Split::Rows, Split::Cols, Split::Replicated] {
+            let def = ParamDef {
+                name: "x".into(),
+                shape: vec![6, 4],
+                split,
+                init: Init::Normal(1.0),
+            };
+            let full = def.full_values(3);
+            let parts: Vec<Vec<f32>> = (0..2).map(|r| def.shard(&full, 2, r)).collect();
+            assert_eq!(unshard(&def, &parts), full);
         }
     }
 }

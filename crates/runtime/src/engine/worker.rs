@@ -12,8 +12,10 @@ use plait_schedule::{Instr, Op, Schedule, Span, Stream};
 
 use crate::checkpoint::{self, Manifest};
 use crate::comm::{Communicator, ReduceOp, Tag};
+use crate::config::TrainConfig;
 use crate::data::{Dataset, Sampler};
 use crate::error::{Invariant, RuntimeError};
+use crate::groups::Groups;
 use crate::model::{ParamDef, StageModel};
 use crate::optim::Optimizer;
 use crate::tp::TpGroup;

@@ -1,13 +1,13 @@
 //! What a run is: `TrainConfig` (model, plan, batch, data order, checkpoints, faults to
 //! inject), its checks, the schedule it executes, and the plan syntax `dp2,tp2,pp2,…`.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use plait_schedule::{generate, validate, Schedule};
 use plait_spec::{ModelSpec, ParallelConfig, Recompute, StageMap, TrainSpec};
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::CheckpointConfig;
 use crate::data::Dataset;
 use crate::error::{PlanMismatch, ResumeError, RuntimeError, Unsupported};
 use crate::model::check_model;
@@ -15,8 +15,6 @@ use crate::optim::OptimConfig;
 use crate::topology::Topology;
 
 type Result<T> = std::result::Result<T, RuntimeError>;
-
-use super::*;
 
 /// Default bound on any blocking communication call: far above any step of the models the
 /// CPU runtime trains (seconds), far below "hangs forever".
@@ -30,6 +28,17 @@ pub struct Fault {
     pub instruction: usize,
     /// Panic (instead of returning an error).
     pub panic: bool,
+}
+
+/// Where and how often to checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointConfig {
+    pub dir: PathBuf,
+    /// Every this many steps (and always at the run's last step); 0: only at the end.
+    pub every: u64,
+    /// Complete checkpoints kept: the one just written and the newest older ones (older
+    /// steps beyond are deleted); at least 1.
+    pub keep: usize,
 }
 
 /// Everything one training run needs.
@@ -70,6 +79,30 @@ pub struct TrainConfig {
 }
 
 impl TrainConfig {
+    /// The activation memory this run needs at least, in bytes over all workers: every worker's
+    /// causal masks (one `seq × seq` f32 per chunk it runs), plus the score tensors of the
+    /// largest chunk for one micro-batch on each of its data- and tensor-parallel ranks
+    /// (between a chunk's forward, or its `Recompute`, and its backward, every block of the
+    /// chunk holds them):
+    ///
+    /// ```text
+    /// dp·tp·pp · vp · seq² · 4  +  dp · max chunk blocks · 6 · mbs · heads · seq² · 4
+    /// ```
+    ///
+    /// Only the terms in seq² are counted (hidden states and MLP activations grow with seq
+    /// only), and only one micro-batch in flight, so a run this estimate refuses cannot fit.
+    pub fn activation_bytes(&self) -> f64 {
+        let c = &self.parallel;
+        let seq2 = (self.seq as f64).powi(2);
+        let chunks = [c.dp, c.tp, c.pp, c.vp]
+            .iter()
+            .map(|&x| x as f64)
+            .product::<f64>();
+        let masks = chunks * seq2 * 4.0;
+        let blocks = self.stage_map().chunk_blocks.into_iter().max().unwrap_or(0);
+        masks + c.dp as f64 * crate::memory::attention_bytes(&self.model, self.seq, c.mbs, blocks)
+    }
+
     /// A run of `steps` steps of `model` under `parallel` with the runtime's defaults.
     pub fn new(
         model: ModelSpec,
@@ -175,7 +208,7 @@ impl TrainConfig {
             });
         }
         check_model(&self.model, c.tp as usize, self.seq)?;
-        check_memory(&self.model, self.seq, activation_bytes(self), c.dp)?;
+        crate::memory::check_memory(&self.model, self.seq, self.activation_bytes(), c.dp)?;
         data.check(self.seq)?;
         if self.threads_per_worker == 0 {
             return Err(RuntimeError::NotPositive {
@@ -321,20 +354,5 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("`workers` is 4"), "{e}");
-    }
-
-    #[test]
-    fn unshard_inverts_shard() {
-        for split in [Split::Rows, Split::Cols, Split::Replicated] {
-            let def = ParamDef {
-                name: "x".into(),
-                shape: vec![6, 4],
-                split,
-                init: crate::model::Init::Normal(1.0),
-            };
-            let full = def.full_values(3);
-            let parts: Vec<Vec<f32>> = (0..2).map(|r| def.shard(&full, 2, r)).collect();
-            assert_eq!(unshard(&def, &parts), full);
-        }
     }
 }

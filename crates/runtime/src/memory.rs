@@ -6,8 +6,6 @@ use crate::error::{DoesNotFit, RuntimeError};
 
 type Result<T> = std::result::Result<T, RuntimeError>;
 
-use super::*;
-
 /// The share of the available memory (`MemAvailable`) a run may be estimated to need. A
 /// safety margin, not a measurement: the estimates below leave out the allocator's slack
 /// and fragmentation, transient tensors (gradients in flight, GEMM packing buffers),
@@ -32,31 +30,8 @@ pub(crate) fn attention_bytes(m: &ModelSpec, seq: usize, mbs: u64, blocks: u64) 
     blocks as f64 * SCORE_TENSORS_PER_BLOCK * mbs as f64 * m.heads as f64 * seq2 * 4.0
 }
 
-/// The activation memory `cfg` needs at least, in bytes over all workers: every worker's
-/// causal masks (one `seq × seq` f32 per chunk it runs), plus the score tensors of the
-/// largest chunk for one micro-batch on each of its data- and tensor-parallel ranks
-/// (between a chunk's forward, or its `Recompute`, and its backward, every block of the
-/// chunk holds them):
-///
-/// ```text
-/// dp·tp·pp · vp · seq² · 4  +  dp · max chunk blocks · 6 · mbs · heads · seq² · 4
-/// ```
-///
-/// Only the terms in seq² are counted (hidden states and MLP activations grow with seq
-/// only), and only one micro-batch in flight, so a run this estimate refuses cannot fit.
-pub fn activation_bytes(cfg: &TrainConfig) -> f64 {
-    let c = &cfg.parallel;
-    let seq2 = (cfg.seq as f64).powi(2);
-    let chunks = [c.dp, c.tp, c.pp, c.vp]
-        .iter()
-        .map(|&x| x as f64)
-        .product::<f64>();
-    let masks = chunks * seq2 * 4.0;
-    let blocks = cfg.stage_map().chunk_blocks.into_iter().max().unwrap_or(0);
-    masks + c.dp as f64 * attention_bytes(&cfg.model, cfg.seq, c.mbs, blocks)
-}
-
-/// [`activation_bytes`] for the smallest plan (one sequence per micro-batch, one block per
+/// [`TrainConfig::activation_bytes`](crate::config::TrainConfig::activation_bytes) for the
+/// smallest plan (one sequence per micro-batch, one block per
 /// chunk): what any run of `m` at `seq` needs at least, before a plan is chosen.
 pub fn min_activation_bytes(m: &ModelSpec, seq: usize) -> f64 {
     (seq as f64).powi(2) * 4.0 + attention_bytes(m, seq, 1, 1)
@@ -65,7 +40,9 @@ pub fn min_activation_bytes(m: &ModelSpec, seq: usize) -> f64 {
 /// Refuses a run whose weights, gradients and Adam states (16 bytes per parameter in f32
 /// for each of its `replicas` model copies, the data-parallel degree, plus one more copy
 /// for the checkpoint and the gathered full weights) and attention
-/// activations (`activation_bytes`, from [`activation_bytes`] or [`min_activation_bytes`])
+/// activations (`activation_bytes`, from
+/// [`TrainConfig::activation_bytes`](crate::config::TrainConfig::activation_bytes) or
+/// [`min_activation_bytes`])
 /// would not fit in 80 % of this machine's available memory (`MEMORY_HEADROOM`: a safety
 /// margin, not a measurement).
 pub fn check_memory(m: &ModelSpec, seq: usize, activation_bytes: f64, replicas: u64) -> Result<()> {
