@@ -35,7 +35,7 @@ use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 use plait_spec::{ModelSpec, ParallelConfig, StageMap};
 use safetensors::tensor::{Dtype, SafeTensors, View};
 use serde::{Deserialize, Serialize};
@@ -645,7 +645,8 @@ pub fn load_rank(
                     p.var.dims()
                 )));
             }
-            p.var.set(&Tensor::from_vec(values, shape, &Device::Cpu)?)?;
+            p.var
+                .set(&Tensor::from_vec(values, shape, p.var.device())?)?;
         }
     }
     let mut moments = Vec::new();

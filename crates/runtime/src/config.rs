@@ -8,6 +8,7 @@ use plait_schedule::{generate, validate, Schedule};
 use plait_spec::{ModelSpec, ParallelConfig, Recompute, StageMap, TrainSpec};
 use serde::{Deserialize, Serialize};
 
+use crate::backend::Backend;
 use crate::data::Dataset;
 use crate::error::{PlanMismatch, ResumeError, RuntimeError, Unsupported};
 use crate::model::check_model;
@@ -76,6 +77,8 @@ pub struct TrainConfig {
     /// two threads with their own tensor-parallel communicators, so one half's collectives
     /// overlap the other half's compute.
     pub sub_pipeline_tp: bool,
+    /// The device the ranks compute on (`crate::backend`; the CPU).
+    pub backend: Backend,
 }
 
 impl TrainConfig {
@@ -130,6 +133,7 @@ impl TrainConfig {
             return_weights: false,
             fault: None,
             sub_pipeline_tp: false,
+            backend: Backend::Cpu,
         }
     }
 

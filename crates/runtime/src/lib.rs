@@ -3,6 +3,7 @@
 //! simulates, instruction by instruction, with tensor, pipeline and data parallelism,
 //! recomputation, ZeRO-1, checkpoints and failure handling.
 //!
+//! * [`backend`] — the device a rank's tensors live on (the CPU).
 //! * [`comm`] — the `Communicator` trait and its in-process implementation.
 //! * [`topology`] — ranks ↔ (dp, tp, pp) coordinates.
 //! * [`model`] — GPT and LLaMA stages from a `ModelSpec`, tensor-parallel layers.
@@ -18,6 +19,7 @@
 //!
 //! Kept out of the planning crates' dependency tree: they never depend on candle.
 
+pub mod backend;
 pub mod checkpoint;
 pub mod comm;
 pub mod config;
@@ -35,6 +37,7 @@ pub mod topology;
 pub mod tp;
 pub mod trace;
 
+pub use backend::Backend;
 pub use comm::{CommError, Communicator, InProcessComm, ReduceOp, Tag, World};
 pub use config::{parse_plan, CheckpointConfig, Fault, TrainConfig};
 pub use data::Dataset;

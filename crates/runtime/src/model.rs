@@ -359,18 +359,16 @@ pub struct StageModel {
     pub mbs: usize,
     /// Causal mask `[seq, seq]` (0 or MASKED).
     mask: Tensor,
+    /// The device every tensor of the stage lives on (`crate::backend`).
+    device: Device,
     /// Rotary cos/sin tables `[seq, head_dim]`.
     rope: Option<(Tensor, Tensor)>,
     /// Masked-out padded vocabulary columns of this rank `[1, V_local]`, if any.
     vocab_pad_mask: Option<Tensor>,
 }
 
-fn dev() -> Device {
-    Device::Cpu
-}
-
 impl StageModel {
-    /// Builds the stage with every parameter initialised from `seed`.
+    /// Builds the stage on `device` with every parameter initialised from `seed`.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         spec: &ModelSpec,
@@ -381,6 +379,7 @@ impl StageModel {
         seq: usize,
         mbs: usize,
         seed: u64,
+        device: &Device,
     ) -> Result<StageModel> {
         let defs = stage_params(spec, stage, stages, blocks.clone());
         let params = defs
@@ -388,14 +387,14 @@ impl StageModel {
             .map(|def| {
                 let full = def.full_values(seed);
                 let local = def.shard(&full, tp.size, tp.rank);
-                let var = Var::from_vec(local, def.local_shape(tp.size), &dev())?;
+                let var = Var::from_vec(local, def.local_shape(tp.size), device)?;
                 Ok(Param { def, var })
             })
             .collect::<Result<Vec<_>>>()?;
         let mask: Vec<f32> = (0..seq * seq)
             .map(|i| if i % seq > i / seq { MASKED } else { 0.0 })
             .collect();
-        let mask = Tensor::from_vec(mask, (seq, seq), &dev())?;
+        let mask = Tensor::from_vec(mask, (seq, seq), device)?;
         let rope = if spec.positions == Positions::Rotary {
             let d = spec.head_dim as usize;
             let half = d / 2;
@@ -411,8 +410,8 @@ impl StageModel {
                 sin.extend(both_halves.map(|a| a.sin() as f32));
             }
             Some((
-                Tensor::from_vec(cos, (seq, d), &dev())?,
-                Tensor::from_vec(sin, (seq, d), &dev())?,
+                Tensor::from_vec(cos, (seq, d), device)?,
+                Tensor::from_vec(sin, (seq, d), device)?,
             ))
         } else {
             None
@@ -424,7 +423,7 @@ impl StageModel {
             let m: Vec<f32> = (0..local_v)
                 .map(|i| if i < valid { 0.0 } else { MASKED })
                 .collect();
-            Some(Tensor::from_vec(m, (1, local_v), &dev())?)
+            Some(Tensor::from_vec(m, (1, local_v), device)?)
         } else {
             None
         };
@@ -438,9 +437,15 @@ impl StageModel {
             seq,
             mbs,
             mask,
+            device: device.clone(),
             rope,
             vocab_pad_mask,
         })
+    }
+
+    /// The device the stage's tensors live on.
+    pub fn device(&self) -> &Device {
+        &self.device
     }
 
     /// The same parameters, run with another tensor-parallel group on micro-batches of
@@ -650,10 +655,10 @@ impl StageModel {
             ids.push(if inside { (t - start) as u32 } else { 0 });
             keep.push(if inside { 1.0f32 } else { 0.0 });
         }
-        let ids = Tensor::from_vec(ids, b * s, &dev())?;
+        let ids = Tensor::from_vec(ids, b * s, &self.device)?;
         let mut x = table.index_select(&ids, 0)?;
         if self.tp.size > 1 {
-            let keep = Tensor::from_vec(keep, (b * s, 1), &dev())?;
+            let keep = Tensor::from_vec(keep, (b * s, 1), &self.device)?;
             x = x.broadcast_mul(&keep)?;
         }
         let x = x.reshape((b, s, h))?;
@@ -711,10 +716,10 @@ impl StageModel {
             ids.push(if inside { (t - start) as u32 } else { 0 });
             keep.push(if inside { 1.0f32 } else { 0.0 });
         }
-        let ids = Tensor::from_vec(ids, (n, 1), &dev())?;
+        let ids = Tensor::from_vec(ids, (n, 1), &self.device)?;
         let mut picked = z.gather(&ids, 1)?;
         if self.tp.size > 1 {
-            picked = (picked * Tensor::from_vec(keep, (n, 1), &dev())?)?;
+            picked = (picked * Tensor::from_vec(keep, (n, 1), &self.device)?)?;
         }
         let picked = self.tp.reduce(&picked)?;
         let loss = (sum.log()? - picked)?.mean_all()?;

@@ -318,7 +318,7 @@ fn time_block(
     };
     let n = (m.layers as usize).clamp(1, MAX_STACK);
     // A middle stage: blocks only, no embedding or head.
-    let model = StageModel::new(m, 1, 3, 0..n, group, seq, mbs, 0)?;
+    let model = StageModel::new(m, 1, 3, 0..n, group, seq, mbs, 0, &Device::Cpu)?;
     let h = m.hidden as usize;
     let x = Var::from_tensor(&(random(&[mbs, seq, h], 3)? * 0.1)?)?;
     let g = random(&[mbs, seq, h], 4)?;

@@ -7,7 +7,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use candle_core::{Device, Tensor, Var};
+use candle_core::{Tensor, Var};
 use plait_schedule::{Instr, Op, Schedule, Span, Stream};
 
 use crate::checkpoint::{self, Manifest};
@@ -112,6 +112,7 @@ impl<'a> Worker<'a> {
         let (p, v) = (c.pp as usize, c.vp as usize);
         let map = cfg.stage_map();
         let r = g.coords.pp;
+        let device = cfg.backend.device(g.rank);
         let tp = TpGroup {
             comm: g.tp.clone(),
             rank: g.coords.tp,
@@ -136,6 +137,7 @@ impl<'a> Worker<'a> {
                 cfg.seq,
                 c.mbs as usize,
                 cfg.seed,
+                &device,
             )?);
             recompute.push(if recomputes {
                 map.chunk_recompute_blocks(r as u64, chunk as u64, p as u64) as usize
@@ -266,7 +268,7 @@ impl<'a> Worker<'a> {
                 .inbox_act
                 .remove(&(mb, c))
                 .ok_or(RuntimeError::Invariant(Invariant::ForwardBeforeActivation))?;
-            StageIn::Hidden(Var::from_vec(data, model.hidden_shape(), &Device::Cpu)?)
+            StageIn::Hidden(Var::from_vec(data, model.hidden_shape(), model.device())?)
         };
         let n = model.blocks.len();
         let x = self.recompute[ci].min(n);
@@ -343,7 +345,7 @@ impl<'a> Worker<'a> {
                 .inbox_grad
                 .remove(&(mb, c))
                 .ok_or(RuntimeError::Invariant(Invariant::BackwardBeforeGradient))?;
-            let g = Tensor::from_vec(data, live.out.shape(), &Device::Cpu)?;
+            let g = Tensor::from_vec(data, live.out.shape(), live.out.device())?;
             (live.out.mul(&g))?.sum_all()?
         };
         let grads = root.backward()?;
@@ -405,7 +407,11 @@ impl<'a> Worker<'a> {
                 .inbox_act
                 .remove(&(mb, c))
                 .ok_or(RuntimeError::Invariant(Invariant::ForwardBeforeActivation))?;
-            let full = Tensor::from_vec(data, self.models[ci].hidden_shape(), &Device::Cpu)?;
+            let full = Tensor::from_vec(
+                data,
+                self.models[ci].hidden_shape(),
+                self.models[ci].device(),
+            )?;
             [
                 Some(Var::from_tensor(&full.narrow(0, 0, half)?)?),
                 Some(Var::from_tensor(&full.narrow(0, half, half)?)?),
@@ -490,7 +496,7 @@ impl<'a> Worker<'a> {
                 .inbox_grad
                 .remove(&(mb, c))
                 .ok_or(RuntimeError::Invariant(Invariant::BackwardBeforeGradient))?;
-            let g = Tensor::from_vec(data, model.hidden_shape(), &Device::Cpu)?;
+            let g = Tensor::from_vec(data, model.hidden_shape(), model.device())?;
             let half = model.mbs / 2;
             [Some(g.narrow(0, 0, half)?), Some(g.narrow(0, half, half)?)]
         };
