@@ -250,7 +250,7 @@ pub(crate) fn positive(flag: &str, v: i64) -> Result<u64, SpecError> {
 pub(crate) fn runtime_flags(e: anyhow::Error) -> anyhow::Error {
     match e.downcast::<RuntimeError>() {
         Ok(r) if r.names_fields() => {
-            let mut text = r.message_naming(&|field| format!("--{}", field.replace('.', "-")));
+            let mut text = r.message_naming(&|field| crate::flag_for(field));
             // The command line takes `auto` as well as an explicit plan.
             if matches!(r, RuntimeError::PlanMismatch(PlanMismatch::Syntax { .. })) {
                 text += " (or auto)";

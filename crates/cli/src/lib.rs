@@ -86,7 +86,7 @@ impl CliError {
     pub fn spec_error(&self) -> Option<&SpecError> {
         match self {
             CliError::Usage(_) => None,
-            CliError::Failed(e) => e.chain().find_map(|c| c.downcast_ref::<SpecError>()),
+            CliError::Failed(e) => e.chain().find_map(spec_error_in),
         }
     }
 }
@@ -123,7 +123,56 @@ where
         Command::Profile(args) => profile_cmd::run(args),
         Command::Validate(args) => validate_cmd::run(args),
     }
-    .map_err(CliError::Failed)
+    .map_err(|e| CliError::Failed(name_request_field(e)))
+}
+
+/// The flag that sets the request's field `field` (`--field`, underscores and dots as
+/// hyphens: `cp_comm` → `--cp-comm`, `checkpoint.dir` → `--checkpoint-dir`). Libraries name
+/// fields only; this is the one place a flag is spelt from one.
+pub(crate) fn flag_for(field: &str) -> String {
+    format!("--{}", field.replace(['_', '.'], "-"))
+}
+
+/// The spec error `e` is, or carries as the planner's or the runtime's error.
+fn spec_error_in<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a SpecError> {
+    if let Some(s) = e.downcast_ref::<SpecError>() {
+        return Some(s);
+    }
+    match e.downcast_ref::<plait_planner::PlanError>() {
+        Some(plait_planner::PlanError::Spec(s)) => return Some(s),
+        Some(_) => return None,
+        None => {}
+    }
+    match e.downcast_ref::<plait_runtime::RuntimeError>() {
+        Some(
+            plait_runtime::RuntimeError::Spec(s) | plait_runtime::RuntimeError::ScheduleSpec(s),
+        ) => Some(s),
+        _ => None,
+    }
+}
+
+/// Names the flag behind a library's error in a field of the request
+/// (`SpecError::for_field`, which leaves its source to the caller).
+fn name_request_field(mut e: anyhow::Error) -> anyhow::Error {
+    use plait_planner::PlanError;
+    use plait_runtime::RuntimeError;
+    let spec = if e.is::<SpecError>() {
+        e.downcast_mut::<SpecError>()
+    } else if e.is::<PlanError>() {
+        match e.downcast_mut::<PlanError>() {
+            Some(PlanError::Spec(s)) => Some(s),
+            _ => None,
+        }
+    } else {
+        match e.downcast_mut::<RuntimeError>() {
+            Some(RuntimeError::Spec(s) | RuntimeError::ScheduleSpec(s)) => Some(s),
+            _ => None,
+        }
+    };
+    if let Some(s) = spec.filter(|s| s.is_request_field()) {
+        s.source = flag_for(&s.field);
+    }
+    e
 }
 
 #[cfg(test)]

@@ -472,7 +472,14 @@ fn run_config(args: &MixedArgs, req: &MixedRequest, text: &str, header: &str) ->
             .collect::<Result<_>>()?,
     };
     let given_pp = c.pp;
-    let mc = MixedConfig::new(mixed, &c, &order)?;
+    // Its degrees came in `--config`, not flags of their own.
+    let mc = MixedConfig::new(mixed, &c, &order).map_err(|e| {
+        if e.is_request_field() {
+            e.in_source("--config")
+        } else {
+            e
+        }
+    })?;
     if given_pp != 1 && given_pp != mc.config.pp {
         bail!(
             "--config: pp{given_pp} contradicts the groups, which hold {} stages at dp{} tp{} (allowed: pp{} or no pp)",

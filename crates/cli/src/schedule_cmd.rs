@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use plait_cost::pipeline::{pipeline_time, StageTime};
 use plait_schedule::generate::{MAX_STAGES, MAX_STEPS};
-use plait_schedule::{generate, simulate, validate, Costs, ScheduleSpec};
+use plait_schedule::{generate, simulate, validate, Costs, GenerateError, ScheduleSpec};
 use plait_spec::Schedule;
 
 use crate::inputs::{parse_keyword, positive};
@@ -133,7 +133,13 @@ pub fn run(args: &ScheduleArgs) -> Result<String> {
     if r > 0.0 {
         spec.recompute = vec![true; p as usize];
     }
-    let schedule = generate(&spec)?;
+    let schedule = generate(&spec).map_err(|e| match e {
+        // The chunk count is this command's `--virtual`.
+        GenerateError::ChunksNeedInterleaved { .. } | GenerateError::FixedChunks { .. } => {
+            anyhow::anyhow!("--virtual: {e}")
+        }
+        e => e.into(),
+    })?;
     validate(&schedule)?;
     let mut costs = Costs::uniform(p, v, f, b, w);
     for rank in &mut costs.ranks {

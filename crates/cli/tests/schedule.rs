@@ -204,7 +204,7 @@ fn bad_schedule_input_is_a_clear_error() {
     );
     check(
         &["schedule", "--schedule", "gpipe", "--virtual", "2"],
-        "--virtual must be 1",
+        "--virtual: gpipe runs one chunk per rank (got 2 chunks)",
     );
     check(&["simulate", "--gpus", "56", "--tp", "7"], "--tp");
     check(&["schedule", "--svg", "/nonexistent-dir/x.svg"], "--svg");

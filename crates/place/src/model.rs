@@ -78,11 +78,11 @@ impl Workload {
     pub fn check(&self, phase: Phase) -> Result<(), SpecError> {
         for (field, v, min, max) in [
             ("batch", self.batch, 1, MAX_TOKENS),
-            ("prompt-len", self.prompt_len, 1, MAX_TOKENS),
-            ("gen-len", self.gen_len, 0, MAX_GEN_LEN),
+            ("prompt_len", self.prompt_len, 1, MAX_TOKENS),
+            ("gen_len", self.gen_len, 0, MAX_GEN_LEN),
         ] {
             if v < min || v > max {
-                return Err(SpecError::for_flag(
+                return Err(SpecError::for_field(
                     field,
                     format!("{v} is out of range"),
                     format!("integers {min} to {max}"),
@@ -90,14 +90,13 @@ impl Workload {
             }
         }
         if phase != Phase::Prefill && self.gen_len == 0 {
-            return Err(SpecError::new(
-                "--gen-len",
-                "gen-len",
+            return Err(SpecError::for_field(
+                "gen_len",
                 format!(
-                    "the {} phase generates tokens, but --gen-len is 0",
+                    "the {} phase generates tokens, but gen_len is 0",
                     phase.keyword()
                 ),
-                "--gen-len ≥ 1, or --phase prefill",
+                "gen_len ≥ 1, or phase = prefill",
             ));
         }
         Ok(())
@@ -277,8 +276,7 @@ pub fn problem(
     // Each layer here is a transformer block with its KV cache; a hybrid's Mamba-2,
     // attention-only and MLP-only layers would be priced as such blocks.
     if model.is_hybrid() {
-        return Err(SpecError::new(
-            "--model",
+        return Err(SpecError::for_field(
             "model",
             format!(
                 "{} has Mamba-2, attention-only or MLP-only layers, which placement does not \
@@ -434,7 +432,7 @@ mod tests {
         let e = problem(&m, &set(), &w, Phase::Decode)
             .unwrap_err()
             .to_string();
-        assert!(e.starts_with("--gen-len: `gen-len`"), "{e}");
+        assert!(e.starts_with("`gen_len`:"), "{e}");
         let w = Workload { batch: 0, ..w };
         let e = problem(&m, &set(), &w, Phase::Prefill)
             .unwrap_err()

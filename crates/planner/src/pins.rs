@@ -10,12 +10,12 @@ use crate::request::Request;
 const MESH_PIN_ORDER: [Degree; 4] = [Degree::Tp, Degree::Pp, Degree::Cp, Degree::Dp];
 
 /// The first pin of `req` that no completion of the unpinned degrees makes well-formed,
-/// as the flag-naming error `ParallelConfig::validate` would give; Ok when every pin can
+/// as the field-naming error `ParallelConfig::validate` would give; Ok when every pin can
 /// be completed (the search may still find nothing that fits).
 pub fn check_pins(req: &Request) -> Result<(), SpecError> {
     let (m, t, p, n) = (req.model, req.train, &req.pins, req.gpus);
     let err = |field: &str, problem: String, allowed: String| {
-        Err(SpecError::for_flag(field, problem, allowed))
+        Err(SpecError::for_field(field, problem, allowed))
     };
     // Each mesh degree divides the GPUs, and so does the product of those given.
     let mut product: u64 = 1;
@@ -69,8 +69,8 @@ pub fn check_pins(req: &Request) -> Result<(), SpecError> {
         if let Some(s) = p.schedule.filter(|s| !s.accepts_chunks(vp)) {
             return err(
                 "vp",
-                format!("vp = {vp} needs --schedule interleaved (got {s})"),
-                "vp = 1, or --schedule interleaved".into(),
+                format!("vp = {vp} needs schedule = interleaved (got {s})"),
+                "vp = 1, or schedule = interleaved".into(),
             );
         }
     }

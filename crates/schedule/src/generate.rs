@@ -43,11 +43,9 @@ impl ScheduleSpec {
 pub enum GenerateError {
     #[error("{field} must be at least 1 (got 0)")]
     Zero { field: &'static str },
-    #[error("{kind} runs one chunk per rank; --virtual must be 1 (got {chunks}); use interleaved for more")]
+    #[error("{kind} runs one chunk per rank (got {chunks} chunks); use interleaved for more")]
     ChunksNeedInterleaved { kind: Kind, chunks: u32 },
-    #[error(
-        "{kind} runs exactly {needs} chunks per rank; --virtual must be {needs} (got {chunks})"
-    )]
+    #[error("{kind} runs exactly {needs} chunks per rank (got {chunks})")]
     FixedChunks { kind: Kind, needs: u64, chunks: u32 },
     #[error("interleaved needs the micro-batches ({microbatches}) to be a multiple of the stages ({stages}), as Megatron-LM's schedule does")]
     InterleavedMicrobatches { microbatches: u32, stages: u32 },

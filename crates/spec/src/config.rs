@@ -18,8 +18,7 @@ use crate::train::{CpComm, Recompute, Schedule, TrainSpec};
 /// heads (split, or replicated onto the ranks) and its MLP width. Whole configurations
 /// ([`ParallelConfig::validate`]) and the planner's pins ask this one rule.
 pub fn check_tp_split(model: &ModelSpec, tp: u64) -> Result<()> {
-    let err =
-        |problem: String, allowed: String| Err(SpecError::new("--tp", "tp", problem, allowed));
+    let err = |problem: String, allowed: String| Err(SpecError::for_field("tp", problem, allowed));
     if !model.heads.is_multiple_of(tp) {
         return err(
             format!(
@@ -68,8 +67,7 @@ pub fn check_tp_split(model: &ModelSpec, tp: u64) -> Result<()> {
 pub fn check_pipeline_chunks(model: &ModelSpec, pp: u64, vp: u64) -> Result<()> {
     let chunks = pp.saturating_mul(vp);
     if chunks > model.layers {
-        return Err(SpecError::new(
-            "--pp",
+        return Err(SpecError::for_field(
             "pp",
             format!(
                 "pp×vp = {chunks} pipeline chunks but {} has only {} layers",
@@ -165,10 +163,10 @@ impl ParallelConfig {
     }
 
     /// Checks that the configuration is well-formed for `model`, `train` and `gpus` GPUs.
-    /// Errors name the flag and the values that would be accepted.
+    /// Errors name the field and the values that would be accepted.
     pub fn validate(&self, model: &ModelSpec, train: &TrainSpec, gpus: u64) -> Result<()> {
         let err = |field: &str, problem: String, allowed: String| {
-            Err(SpecError::for_flag(field, problem, allowed))
+            Err(SpecError::for_field(field, problem, allowed))
         };
         let degrees = Degree::ALL.iter().map(|&d| (d.name(), self.degree(d)));
         for (field, v) in
@@ -199,7 +197,7 @@ impl ParallelConfig {
             return err(
                 "dp",
                 format!(
-                    "dp×tp×pp×cp = {}×{}×{}×{} = {} but --gpus is {gpus}",
+                    "dp×tp×pp×cp = {}×{}×{}×{} = {} but gpus = {gpus}",
                     self.dp,
                     self.tp,
                     self.pp,
@@ -219,15 +217,15 @@ impl ParallelConfig {
                         "{} runs exactly {n} chunks per rank, but vp = {}",
                         self.schedule, self.vp
                     ),
-                    format!("vp = {n} with --schedule {}", self.schedule),
+                    format!("vp = {n} with schedule = {}", self.schedule),
                 ),
                 None => err(
                     "vp",
                     format!(
-                        "vp = {} needs --schedule interleaved (got {})",
+                        "vp = {} needs schedule = interleaved (got {})",
                         self.vp, self.schedule
                     ),
-                    "vp = 1, or --schedule interleaved".into(),
+                    "vp = 1, or schedule = interleaved".into(),
                 ),
             };
         }
@@ -413,7 +411,7 @@ impl ParallelConfig {
                     "interleaved needs the micro-batch count (gbs/(mbs·dp) = {m}) to be a multiple of pp = {}",
                     self.pp
                 ),
-                "a batch with a multiple of pp micro-batches, or --schedule 1f1b".into(),
+                "a batch with a multiple of pp micro-batches, or schedule = 1f1b".into(),
             );
         }
         Ok(())

@@ -34,16 +34,22 @@ impl SpecError {
         }
     }
 
-    /// An error in the configuration value `field`, its source the command-line flag of
-    /// the same name (`--field`, underscores as hyphens): the one place a library spells a
-    /// flag from a field.
-    pub fn for_flag(field: &str, problem: impl Into<String>, allowed: impl Into<String>) -> Self {
-        Self::new(
-            format!("--{}", field.replace('_', "-")),
-            field,
-            problem,
-            allowed,
-        )
+    /// An error in `field` of the caller's own request (a configuration value it passed,
+    /// not a file's): the source is left for the caller to name, since only it knows how
+    /// the value was given (the CLI names its flag, `--tp`; Python the keyword). Until
+    /// then it displays as `` `field`: problem ``.
+    pub fn for_field(
+        field: impl Into<String>,
+        problem: impl Into<String>,
+        allowed: impl Into<String>,
+    ) -> Self {
+        Self::new("", field, problem, allowed)
+    }
+
+    /// Whether this is an error in the request's own field (see [`SpecError::for_field`])
+    /// whose source the caller has yet to name.
+    pub fn is_request_field(&self) -> bool {
+        self.source.is_empty()
     }
 
     /// Replaces the source (e.g. once the caller knows the file name).
@@ -55,7 +61,10 @@ impl SpecError {
 
 impl fmt::Display for SpecError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: `{}`: {}", self.source, self.field, self.problem)?;
+        if !self.source.is_empty() {
+            write!(f, "{}: ", self.source)?;
+        }
+        write!(f, "`{}`: {}", self.field, self.problem)?;
         if !self.allowed.is_empty() {
             write!(f, " (allowed: {})", self.allowed)?;
         }

@@ -74,7 +74,7 @@ impl MixedCluster {
                     "a mixed cluster has 2 to {MAX_GROUPS} groups, got {}",
                     groups.len()
                 ),
-                format!("2 to {MAX_GROUPS} [[group]] tables (one group: use --cluster)"),
+                format!("2 to {MAX_GROUPS} [[group]] tables (one group is a single cluster)"),
             ));
         }
         for (i, g) in groups.iter().enumerate() {

@@ -387,8 +387,7 @@ pub fn model_preset(name: &str) -> Result<ModelSpec> {
         "tiny-gpt" => gpt("tiny-gpt", 128, 4, 4, 256, 128),
         "tiny-llama" => llama("tiny-llama", 128, 4, 4, 2, 352, 256, None),
         _ => {
-            return Err(SpecError::new(
-                "--model",
+            return Err(SpecError::for_field(
                 "model",
                 format!("unknown model preset `{name}`"),
                 format!(

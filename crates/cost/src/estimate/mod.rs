@@ -406,8 +406,7 @@ pub fn device_for(cluster: &ClusterSpec, dtype: Dtype) -> Result<DeviceModel, Sp
             .filter(|d| cluster.gpu.peak_flops_per_s(**d).is_some())
             .map(|d| d.keyword())
             .collect();
-        SpecError::new(
-            "--dtype",
+        SpecError::for_field(
             "dtype",
             format!("{} has no {} tensor cores", cluster.gpu.name, dtype),
             format!("{} on this GPU", allowed.join("|")),

@@ -206,7 +206,7 @@ pub fn export(
         reasons.push(format!(
             "{} is a hybrid of Mamba-2 mixer, attention-only and MLP-only layers{}, which the \
              {} export does not write (Megatron-LM trains such models from a layer pattern: \
-             --export megatron)",
+             the megatron export)",
             model.name,
             model
                 .hybrid_pattern()

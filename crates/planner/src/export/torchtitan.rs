@@ -99,7 +99,7 @@ pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
     if c.tp > 1 && !c.sp {
         out.push(format!(
             "tp = {} without sequence parallelism: torchtitan's tensor parallelism always \
-             shards the norms along the sequence; use --sp",
+             shards the norms along the sequence; use sequence parallelism (sp)",
             c.tp
         ));
     }
@@ -445,7 +445,7 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
 
     let mut out = String::new();
     let mut head = vec![
-        "torchtitan 0.2.2 job config written by plait (--export torchtitan-0.2).".to_string(),
+        "torchtitan 0.2.2 job config written by plait (its torchtitan-0.2 export).".to_string(),
         String::new(),
     ];
     head.extend(summary_lines(plan, model, train));
@@ -453,7 +453,7 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     head.push(
         "keys checked against pytorch/torchtitan v0.2.2 (torchtitan/config/job_config.py), the \
          last release that reads TOML; torchtitan 0.3 builds its config in Python, which \
-         --export torchtitan writes"
+         plait's torchtitan export writes"
             .into(),
     );
     head.extend(notes.iter().map(|n| format!("note: {n}")));

@@ -100,7 +100,7 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     }
 
     let mut head = vec![
-        format!("torchtitan {VERSION} config module written by plait (--export torchtitan)."),
+        format!("torchtitan {VERSION} config module written by plait (its torchtitan export)."),
         String::new(),
     ];
     head.extend(summary_lines(plan, model, train));

@@ -75,8 +75,7 @@ impl MixedConfig {
         let mut sorted = order.to_vec();
         sorted.sort_unstable();
         if sorted != (0..mixed.groups.len()).collect::<Vec<_>>() {
-            return Err(SpecError::new(
-                "--order",
+            return Err(SpecError::for_field(
                 "order",
                 "must name every group once",
                 mixed
@@ -93,8 +92,7 @@ impl MixedConfig {
             || !c.schedule.accepts_chunks(1)
             || c.schedule == Kind::Interleaved
         {
-            return Err(SpecError::new(
-                "--config",
+            return Err(SpecError::for_field(
                 "vp",
                 format!(
                     "{c}: mixed plans run one chunk per rank, no context or expert parallelism"
@@ -107,8 +105,7 @@ impl MixedConfig {
         for &g in order {
             let grp = &mixed.groups[g];
             if per == 0 || !grp.gpus().is_multiple_of(per) {
-                return Err(SpecError::new(
-                    "--config",
+                return Err(SpecError::for_field(
                     "dp",
                     format!(
                         "group {} has {} GPUs, which dp×tp = {}×{} does not split into whole pipeline stages",

@@ -537,8 +537,7 @@ pub fn cluster_preset(name: &str) -> Result<ClusterSpec> {
         // EDR InfiniBand per node (DGX-1 datasheet).
         "dgx-v100" | "dgx-1" | "v100" => dgx("dgx-v100", v100_32g(), 300.0, 4, 100.0),
         _ => {
-            return Err(SpecError::new(
-                "--cluster",
+            return Err(SpecError::for_field(
                 "cluster",
                 format!("unknown cluster preset `{name}`"),
                 format!(
