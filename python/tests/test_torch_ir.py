@@ -24,7 +24,7 @@ def test_actions_are_the_ir_op_for_op(plan):
     p = simulate("tiny-llama", plan, world, 8, 32)
     for r in range(p.config["pp"]):
         vs = p.stage_map["virtual_stages"][r]
-        actions, early = translate(p.ir, r, vs)
+        actions, early = translate(p.ir, r, p.stage_map["virtual_stages"])
         mapped = [(a.stage_index, a.computation_type, a.microbatch_index)
                   for a in actions if a.computation_type in _KIND.values()]
         expected = [(vs[i.get("chunk", 0)], _KIND[i["op"]], i["microbatch"])
@@ -37,6 +37,45 @@ def test_actions_are_the_ir_op_for_op(plan):
             assert early == ({(0, p.microbatches - 1)} if r == 0 else set())
         else:
             assert early == set()
+
+
+@pytest.mark.parametrize("plan,world", [("pp2,schedule=zb-v", 2)])
+def test_receives_are_posted_in_the_senders_order(plan, world):
+    # torch matches untagged sends and receives between two ranks in posting order. A V
+    # sends chunk 0's activations and chunk 1's gradients down the same pair, which the
+    # receiver's IR consumes in another order: its receives follow the sender's sends, and
+    # each is still posted before the computation that consumes it.
+    p = simulate("tiny-llama", plan, world, 8, 32)
+    vs = p.stage_map["virtual_stages"]
+    owner = {j: r for r, stages in enumerate(vs) for j in stages}
+    per_rank = [translate(p.ir, r, vs)[0] for r in range(world)]
+    sends: dict = {}
+    recvs: dict = {}
+    reordered = False
+    for r, actions in enumerate(per_rank):
+        done = set()
+        for a in actions:
+            j, kind, m = a.stage_index, a.computation_type, a.microbatch_index
+            if kind in (S.SEND_F, S.SEND_B):
+                to = j + 1 if kind == S.SEND_F else j - 1
+                sends.setdefault((r, owner[to]), []).append((to, m))
+            elif kind in (S.RECV_F, S.RECV_B):
+                frm = j - 1 if kind == S.RECV_F else j + 1
+                recvs.setdefault((owner[frm], r), []).append((j, m))
+                done.add((kind, j, m))
+            elif kind == S.FORWARD and j - 1 in owner and owner[j - 1] != r:
+                assert (S.RECV_F, j, m) in done, f"rank {r}: F{j},{m} before its receive"
+            elif kind in (S.FULL_BACKWARD, S.BACKWARD_INPUT) and j + 1 in owner and owner[j + 1] != r:
+                assert (S.RECV_B, j, m) in done, f"rank {r}: B{j},{m} before its receive"
+        ir_recvs = [(vs[r][i.get("chunk", 0)], i["microbatch"]) for i in p.ir["ranks"][r]
+                    if i["op"] in ("recv_activation", "recv_gradient")]
+        posted = [(a.stage_index, a.microbatch_index) for a in actions
+                  if a.computation_type in (S.RECV_F, S.RECV_B)]
+        assert sorted(posted) == sorted(ir_recvs)
+        reordered |= posted != ir_recvs
+    assert sends == recvs
+    # The IR's own order would not have matched: the translation had to move receives.
+    assert reordered
 
 
 def test_scp_spares_the_last_rank_in_the_stage_map():

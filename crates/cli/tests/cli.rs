@@ -181,23 +181,6 @@ fn bad_input_is_a_one_line_error_naming_the_field() {
         "exactly 2 chunks",
     );
     check_error(&["estimate", "--gpus", "8", "--schedule", "zb-v"], "pp ≥ 2");
-    // plait's CPU runtime passes activations only between ranks: no V.
-    check_error(
-        &[
-            "train",
-            "--model",
-            "tiny-gpt",
-            "--workers",
-            "2",
-            "--plan",
-            "pp2,zb-v",
-            "--steps",
-            "1",
-            "--gbs",
-            "4",
-        ],
-        "places a rank's chunks in a V",
-    );
     // Ulysses splits heads over cp; a kind of cp communication needs cp.
     check_error(
         &[

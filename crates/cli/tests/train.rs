@@ -119,6 +119,42 @@ fn train_writes_the_step_log_trace_and_checkpoints_and_resumes() {
     let _ = std::fs::remove_dir_all(&ck);
 }
 
+/// ZB-V: each rank's second chunk runs back up the pipeline; the last rank hands its first
+/// chunk's output to its second itself, and rank 0 holds the head and the loss.
+#[test]
+fn a_v_schedule_trains_and_traces_its_sends_both_ways() {
+    let trace = tmp("zb-v-trace.json");
+    let (code, out, err) = plait(&[
+        "train",
+        "--model",
+        "tiny-gpt",
+        "--workers",
+        "2",
+        "--plan",
+        "pp2,zb-v",
+        "--gbs",
+        "4",
+        "--steps",
+        "2",
+        "--trace",
+        trace.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("zb-v"), "{out}");
+    // Activations flow down the ranks (chunk 0) and back up (chunk 1): both ranks send them.
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let senders: std::collections::BTreeSet<u64> = doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cat"] == "send_activation")
+        .filter_map(|e| e["pid"].as_u64())
+        .collect();
+    assert_eq!(senders.len(), 2, "activation senders {senders:?}");
+    let _ = std::fs::remove_file(&trace);
+}
+
 #[test]
 fn a_failing_rank_exits_non_zero_within_seconds_naming_it() {
     let ck = tmp("fail-ck");

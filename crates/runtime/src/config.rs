@@ -296,10 +296,6 @@ pub fn unsupported_knob(c: &ParallelConfig) -> Option<Unsupported> {
         })
     } else if c.recompute == Recompute::Selective {
         Some(Unsupported::SelectiveRecompute)
-    } else if c.schedule.placement() != plait_spec::Placement::Looped {
-        Some(Unsupported::VPlacement {
-            schedule: c.schedule,
-        })
     } else {
         None
     }

@@ -145,8 +145,6 @@ pub enum Unsupported {
     SelectiveRecompute,
     #[error("sub-pipelined tensor parallelism is not combined with recompute in the runtime; use recompute none")]
     SubPipelineTpWithRecompute,
-    #[error("{schedule} places a rank's chunks in a V, whose turn hands activations over inside a rank; the runtime passes them only between ranks (use 1f1b, interleaved, gpipe, zb-h1 or scp)")]
-    VPlacement { schedule: plait_spec::Schedule },
 }
 
 /// Why the runtime cannot build or split a model (the message follows the model's name).
@@ -580,6 +578,10 @@ pub enum Invariant {
     SendOfMissingGradient,
     #[error("the program ended with micro-batches still in flight")]
     InFlightAtEnd,
+    /// The IR sends or receives a message (`what`: `activation sent`, …) across a link
+    /// that has no other rank: the pipeline's end, or a hand-over inside this rank.
+    #[error("an {what} with no other pipeline rank to exchange it with")]
+    MessageWithoutPeer { what: &'static str },
     /// A received message's length (`what`: `activation`, `gradient`).
     #[error("received an {what} of {got} elements, expected {}×{}×{}", expected.0, expected.1, expected.2)]
     MessageLength {

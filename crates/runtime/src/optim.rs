@@ -276,6 +276,15 @@ impl Optimizer {
             for b in self.buckets.iter_mut().filter(|b| b.tied) {
                 emb.all_reduce(&mut b.grad, ReduceOp::Sum)?;
             }
+        } else if g.tied_local {
+            // The first and last chunks' copies, both here: each gets the sum.
+            let mut tied = self.buckets.iter_mut().filter(|b| b.tied);
+            if let (Some(a), Some(b)) = (tied.next(), tied.next()) {
+                for (x, y) in a.grad.iter_mut().zip(b.grad.iter_mut()) {
+                    let sum = *x + *y;
+                    (*x, *y) = (sum, sum);
+                }
+            }
         }
         // Global norm: every element once over the world (owned part under ZeRO, data-
         // parallel rank 0 otherwise; tensor-parallel rank 0 for replicated parameters).

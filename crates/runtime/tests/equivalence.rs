@@ -166,6 +166,18 @@ fn zb_h1_pp2() {
     check("tiny-gpt", "pp2,schedule=zb-h1", 2, None);
 }
 
+/// A V: each rank's second chunk runs back up the ranks, and the last rank hands its first
+/// chunk's output to its second without a message.
+#[test]
+fn zb_v_pp2() {
+    check("tiny-gpt", "pp2,schedule=zb-v", 2, None);
+}
+
+#[test]
+fn llama_dp2_pp2_zb_v_zero1() {
+    check("tiny-llama", "dp2,pp2,schedule=zb-v,zero1", 4, None);
+}
+
 #[test]
 fn llama_tp2_sp_gqa() {
     check("tiny-llama", "tp2,sp", 2, None);

@@ -25,8 +25,10 @@ causal LM with PyTorch's own parallelism.
   stages (virtual stage j = plait's ``virtual_stages[rank][chunk]``), run by torch's
   action-list runtime over plait's own schedule IR (:mod:`plait.torch.pipeline`).
 
-Context parallelism (cp > 1), expert parallelism (ep > 1) and schedules that place chunks
-in a V (zb-v) are refused.
+Context parallelism (cp > 1) and expert parallelism (ep > 1) are refused. Schedules that
+place chunks in a V (zb-v) run like the others: torch's runtime takes each stage's rank
+from the action lists, and the receives follow their senders' order
+(:mod:`plait.torch.pipeline`).
 """
 
 from __future__ import annotations
@@ -262,16 +264,6 @@ def parallelize(model: nn.Module, plan, mesh=None, *, gbs: int | None = None, se
     rank = dist.get_rank()
     pp_rank = mesh["pp"].get_local_rank()
     sm = plan.stage_map
-    if sm.get("placement", "looped") != "looped":
-        # Between two ranks torch's pipelining matches untagged sends and receives in the
-        # order they are posted, whatever they carry; a V sends a rank's chunk-0
-        # activations and its chunk-1 gradients down the same pair, and plait's IR orders
-        # each kind on its own (it does not yet interleave them in one order).
-        raise ValueError(
-            f"plait.torch: the {c['schedule']} schedule places chunks in a V, which plait.torch "
-            "does not run yet; use torchtitan's export (ScheduleZBVZeroBubble) or a looped "
-            "schedule (1f1b, interleaved, zb-h1, scp)"
-        )
     bounds = [0]
     for b in sm["chunk_blocks"]:
         bounds.append(bounds[-1] + b)

@@ -11,7 +11,8 @@ backward               ``B``
 backward_input         ``I`` (ZB-H1's input half)
 backward_weight        ``W`` (ZB-H1's weight half)
 send_activation        ``SEND_F``   (its ``WAIT_SEND_F`` placed by torch's own pass)
-recv_activation        ``RECV_F``   (posted; awaited by the ``F`` that consumes it)
+recv_activation        ``RECV_F``   (posted in the sender's order, below; awaited by the ``F``
+                       that consumes it)
 send_gradient          ``SEND_B``
 recv_gradient          ``RECV_B``   (posted; awaited by the ``B``/``I`` that consumes it)
 reduce_gradients       ``REDUCE_GRAD`` … ``WAIT_REDUCE_GRAD`` (one pending at a time)
@@ -22,7 +23,16 @@ optimizer_step         end of the list (the optimizer steps after ``schedule.ste
 =====================  ==========================================================
 
 FSDP stages are gathered (``UNSHARD``) at the start and released (``RESHARD``) at the end.
-Nothing here decides an order: a rank's list is its IR.
+Nothing here decides an order of work: a rank's list is its IR.
+
+Receives are posted in the order their sender posts the sends. Between two ranks torch
+matches untagged sends and receives in posting order, whatever they carry, while plait's
+IR places each receive where its consumer needs it. In a looped schedule the two orders
+agree; in a V (ZB-V) one pair carries two streams (chunk 0's activations and chunk 1's
+gradients, both towards the next rank), which the receiver consumes in another order than
+the sender sends. So at a receive, this rank posts every receive from that sender still
+unposted up to the one it needs, in the sender's order (a receive posted early only waits
+in torch's queue), and the computation that consumes each message waits for its own.
 """
 
 from __future__ import annotations
@@ -47,9 +57,31 @@ class PlaitStage(PipelineStage):
         return super().forward_one_chunk(fwd_chunk_id, *args, **kwargs)
 
 
-def translate(ir: dict, rank: int, virtual_stages: list[int]) -> tuple[list, set]:
-    """Rank ``rank``'s IR as torch actions; also the (stage, micro-batch) pairs whose
-    recompute the IR issues before their gradient wait."""
+def send_orders(ir: dict, virtual_stages: list[list[int]]) -> dict:
+    """Per (sender, receiver) pipeline rank pair: the messages the sender posts, in its
+    IR order, each as (receive op, receiving stage, micro-batch)."""
+    owner = {j: r for r, stages in enumerate(virtual_stages) for j in stages}
+    orders: dict = {}
+    for q, instrs in enumerate(ir["ranks"]):
+        for instr in instrs:
+            op = instr["op"]
+            if op not in ("send_activation", "send_gradient"):
+                continue
+            j = virtual_stages[q][instr.get("chunk", 0)]
+            to, recv = (j + 1, "recv_activation") if op == "send_activation" else (j - 1, "recv_gradient")
+            orders.setdefault((q, owner[to]), []).append((recv, to, instr["microbatch"]))
+    return orders
+
+
+def translate(ir: dict, rank: int, virtual_stages: list[list[int]]) -> tuple[list, set]:
+    """Rank ``rank``'s IR as torch actions (``virtual_stages``: every rank's stages, by
+    chunk); also the (stage, micro-batch) pairs whose recompute the IR issues before their
+    gradient wait."""
+    orders = send_orders(ir, virtual_stages)
+    owner = {j: r for r, stages in enumerate(virtual_stages) for j in stages}
+    positions: dict = {}  # (sender, rank) → each message's place in the sender's order
+    posted: dict = {}  # sender → how many of its messages to this rank are posted
+    virtual_stages = virtual_stages[rank]
     ops = {
         "forward": S.FORWARD,
         "backward": S.FULL_BACKWARD,
@@ -69,9 +101,19 @@ def translate(ir: dict, rank: int, virtual_stages: list[int]) -> tuple[list, set
     for instr in ir["ranks"][rank]:
         op, m, c = instr["op"], instr.get("microbatch"), instr.get("chunk", 0)
         j = virtual_stages[c]
-        if op in ops:
+        if op in ("recv_activation", "recv_gradient"):
             if op == "recv_gradient" and (j, m) in pending_recompute:
                 early.add((j, m))
+            sender = owner[j - 1 if op == "recv_activation" else j + 1]
+            order = orders.get((sender, rank), [])
+            want = positions.setdefault((sender, rank), {msg: i for i, msg in enumerate(order)})
+            if (op, j, m) not in want:
+                raise ValueError(f"plait.torch: rank {rank}'s {op} of stage {j}, micro-batch {m} has no send")
+            upto = want[(op, j, m)] + 1
+            for recv, stage, mb in order[posted.get(sender, 0):upto]:
+                actions.append(_A(stage, ops[recv], mb))
+            posted[sender] = max(posted.get(sender, 0), upto)
+        elif op in ops:
             if op in ("backward", "backward_input"):
                 pending_recompute.discard((j, m))
             actions.append(_A(j, ops[op], m))
@@ -139,7 +181,7 @@ def build_schedule(stages, ir: dict, pp_rank: int, virtual_stages, loss_fn):
     actions = {}
     early = set()
     for r in range(ir["stages"]):
-        acts, e = translate(ir, r, virtual_stages[r])
+        acts, e = translate(ir, r, virtual_stages)
         actions[r] = acts
         early |= e
     actions = S._add_wait_send(actions)

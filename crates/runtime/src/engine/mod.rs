@@ -120,6 +120,11 @@ pub fn train(
     let (tx, rx) = mpsc::channel::<Event>();
     let failure: Mutex<Option<RuntimeError>> = Mutex::new(None);
     let tied = cfg.model.tied_embeddings;
+    // A V places the pipeline's last stage beside its first, on pipeline rank 0.
+    let ends_together = {
+        let (map, c) = (cfg.stage_map(), &cfg.parallel);
+        map.placement.locate(c.pp * c.vp - 1, c.pp).0 == 0
+    };
     let mut logs = Vec::new();
     let mut checkpoints = Vec::new();
     // A rank's failure is recorded before the world is aborted (under the same lock, so
@@ -152,8 +157,14 @@ pub fn train(
                             let pool =
                                 rayon_pool(cfg.threads_per_worker, format!("plait-rank-{rank}"))?;
                             pool.install(|| {
-                                let g =
-                                    Groups::new(&world, topology, rank, tied, cfg.sub_pipeline_tp)?;
+                                let g = Groups::new(
+                                    &world,
+                                    topology,
+                                    rank,
+                                    tied,
+                                    ends_together,
+                                    cfg.sub_pipeline_tp,
+                                )?;
                                 let mut w = Worker::new(cfg, data, schedule, g, start, pos2)?;
                                 run_worker(&mut w, resume_step, end, manifest.as_ref(), &tx)?;
                                 Ok(WorkerOut {

@@ -54,6 +54,46 @@ pub(crate) struct Half {
     pub(crate) out: Tensor,
 }
 
+/// The neighbour of a chunk along the pipeline: the virtual stage after it (or before).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Link {
+    /// The chunk is the pipeline's last (or first) stage.
+    End,
+    /// The neighbouring stage is this rank's chunk: handed over without a message (a V's
+    /// turn on its last rank; the IR has no send or receive for it).
+    Local(u32),
+    /// The neighbouring stage is on this pipeline rank (its place in the pp group).
+    Remote(usize),
+}
+
+/// A chunk's two neighbours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ChunkLinks {
+    pub(crate) next: Link,
+    pub(crate) prev: Link,
+}
+
+/// The neighbours of each of rank `r`'s `v` chunks among `p` ranks, from the placement.
+fn chunk_links(placement: plait_schedule::Placement, r: u64, v: u64, p: u64) -> Vec<ChunkLinks> {
+    let stages = p * v;
+    let link = |stage: Option<u64>| match stage.filter(|&s| s < stages) {
+        None => Link::End,
+        Some(s) => match placement.locate(s, p) {
+            (rank, chunk) if rank == r => Link::Local(chunk as u32),
+            (rank, _) => Link::Remote(rank as usize),
+        },
+    };
+    (0..v)
+        .map(|c| {
+            let j = placement.virtual_stage(r, c, p);
+            ChunkLinks {
+                next: link(Some(j + 1)),
+                prev: link(j.checked_sub(1)),
+            }
+        })
+        .collect()
+}
+
 /// One worker.
 pub(crate) struct Worker<'a> {
     pub(crate) cfg: &'a TrainConfig,
@@ -71,6 +111,9 @@ pub(crate) struct Worker<'a> {
     pub(crate) outbox_act: HashMap<(u32, u32), Vec<f32>>,
     pub(crate) outbox_grad: HashMap<(u32, u32), Vec<f32>>,
     pub(crate) stash: HashMap<(u32, u32), Vec<Option<Tensor>>>,
+    /// Per chunk: where its activations go and its gradients come from (`next`), and
+    /// where its input comes from and its input gradient goes (`prev`).
+    pub(crate) links: Vec<ChunkLinks>,
     /// Sub-pipelined tensor parallelism: per chunk, the model run by each half.
     pub(crate) halves: Vec<[StageModel; 2]>,
     /// The compute threads of the second half (sub-pipelined tensor parallelism): its own
@@ -184,6 +227,7 @@ impl<'a> Worker<'a> {
             outbox_act: HashMap::new(),
             outbox_grad: HashMap::new(),
             stash: HashMap::new(),
+            links: chunk_links(map.placement, r as u64, v as u64, p as u64),
             halves,
             half_pool,
             live_halves: HashMap::new(),
@@ -292,8 +336,7 @@ impl<'a> Worker<'a> {
             let scale = 1.0 / (self.cfg.microbatches() * self.g.topology.dp) as f64;
             (loss * scale)?
         } else {
-            self.outbox_act
-                .insert((mb, c), hidden.flatten_all()?.to_vec1::<f32>()?);
+            self.emit_activation(mb, c, hidden.flatten_all()?.to_vec1::<f32>()?);
             hidden
         };
         self.live.insert(
@@ -381,7 +424,7 @@ impl<'a> Worker<'a> {
                 Some(g) => g.flatten_all()?.to_vec1::<f32>()?,
                 None => vec![0.0; v.elem_count()],
             };
-            self.outbox_grad.insert((mb, c), g);
+            self.emit_gradient(mb, c, g);
         }
         if hold_weights {
             self.stash.insert((mb, c), contrib);
@@ -459,8 +502,7 @@ impl<'a> Worker<'a> {
             [(o0 * scale)?, (o1 * scale)?]
         } else {
             let full = Tensor::cat(&[&o0, &o1], 0)?;
-            self.outbox_act
-                .insert((mb, c), full.flatten_all()?.to_vec1::<f32>()?);
+            self.emit_activation(mb, c, full.flatten_all()?.to_vec1::<f32>()?);
             [o0, o1]
         };
         let [out0, out1] = outs;
@@ -544,8 +586,7 @@ impl<'a> Worker<'a> {
             let ga = g0.map_or_else(|| a.as_tensor().zeros_like(), Ok)?;
             let gb = g1.map_or_else(|| b.as_tensor().zeros_like(), Ok)?;
             let full = Tensor::cat(&[&ga, &gb], 0)?;
-            self.outbox_grad
-                .insert((mb, c), full.flatten_all()?.to_vec1::<f32>()?);
+            self.emit_gradient(mb, c, full.flatten_all()?.to_vec1::<f32>()?);
         }
         if hold_weights {
             self.stash.insert((mb, c), contrib);
@@ -567,15 +608,34 @@ impl<'a> Worker<'a> {
         Ok(())
     }
 
-    pub(crate) fn neighbours(&self) -> (usize, usize) {
-        let p = self.g.topology.pp;
-        let r = self.g.coords.pp;
-        ((r + 1) % p, (r + p - 1) % p)
+    /// Chunk `c`'s output activation: for the next stage's rank (sent by the IR's
+    /// `SendActivation`), or straight into this rank's next chunk when it holds that stage.
+    fn emit_activation(&mut self, mb: u32, c: u32, data: Vec<f32>) {
+        match self.links[c as usize].next {
+            Link::Local(next) => self.inbox_act.insert((mb, next), data),
+            _ => self.outbox_act.insert((mb, c), data),
+        };
+    }
+
+    /// Chunk `c`'s input gradient, the same way towards the previous stage.
+    fn emit_gradient(&mut self, mb: u32, c: u32, data: Vec<f32>) {
+        match self.links[c as usize].prev {
+            Link::Local(prev) => self.inbox_grad.insert((mb, prev), data),
+            _ => self.outbox_grad.insert((mb, c), data),
+        };
+    }
+
+    /// The pipeline rank on `link` of a message the IR sends or receives.
+    fn peer(&self, link: Link, what: &'static str) -> Result<usize> {
+        match link {
+            Link::Remote(rank) => Ok(rank),
+            _ => Err(Invariant::MessageWithoutPeer { what }.into()),
+        }
     }
 
     pub(crate) fn execute(&mut self, instr: Instr) -> Result<()> {
         let (mb, c) = (instr.microbatch, instr.chunk);
-        let (next, prev) = self.neighbours();
+        let links = self.links[c as usize];
         match instr.op {
             Op::Forward => self.forward(mb, c),
             Op::Recompute => self.recompute(mb, c),
@@ -592,23 +652,27 @@ impl<'a> Worker<'a> {
                     .outbox_act
                     .remove(&(mb, c))
                     .ok_or(RuntimeError::Invariant(Invariant::SendOfMissingActivation))?;
-                Ok(self.g.pp.send(next, Tag::Activation, data)?)
+                let to = self.peer(links.next, "activation sent")?;
+                Ok(self.g.pp.send(to, Tag::Activation, data)?)
             }
             Op::SendGradient => {
                 let data = self
                     .outbox_grad
                     .remove(&(mb, c))
                     .ok_or(RuntimeError::Invariant(Invariant::SendOfMissingGradient))?;
-                Ok(self.g.pp.send(prev, Tag::Gradient, data)?)
+                let to = self.peer(links.prev, "gradient sent")?;
+                Ok(self.g.pp.send(to, Tag::Gradient, data)?)
             }
             Op::RecvActivation => {
-                let data = self.g.pp.recv(prev, Tag::Activation)?;
+                let from = self.peer(links.prev, "activation received")?;
+                let data = self.g.pp.recv(from, Tag::Activation)?;
                 self.check_len(&data, "activation")?;
                 self.inbox_act.insert((mb, c), data);
                 Ok(())
             }
             Op::RecvGradient => {
-                let data = self.g.pp.recv(next, Tag::Gradient)?;
+                let from = self.peer(links.next, "gradient received")?;
+                let data = self.g.pp.recv(from, Tag::Gradient)?;
                 self.check_len(&data, "gradient")?;
                 self.inbox_grad.insert((mb, c), data);
                 Ok(())
@@ -642,10 +706,14 @@ impl<'a> Worker<'a> {
         if !self.traced() || matches!(instr.op, Op::RecvActivation | Op::RecvGradient) {
             return;
         }
-        let (next, prev) = self.neighbours();
+        let links = self.links[instr.chunk as usize];
+        let to = |link: Link| match link {
+            Link::Remote(rank) => rank as u32,
+            _ => self.g.coords.pp as u32,
+        };
         let stream = match instr.op {
-            Op::SendActivation => Stream::Send { to: next as u32 },
-            Op::SendGradient => Stream::Send { to: prev as u32 },
+            Op::SendActivation => Stream::Send { to: to(links.next) },
+            Op::SendGradient => Stream::Send { to: to(links.prev) },
             Op::ReduceGradients => Stream::DataParallel,
             _ => Stream::Compute,
         };
@@ -691,7 +759,8 @@ impl<'a> Worker<'a> {
             return Err(RuntimeError::Invariant(Invariant::InFlightAtEnd));
         }
         self.set_position(step, "loss reduction".into());
-        let last = self.g.coords.pp + 1 == self.g.topology.pp && self.g.coords.tp == 0;
+        // The rank holding the pipeline's last stage (the last rank; rank 0 in a V).
+        let last = self.models.iter().any(StageModel::is_last) && self.g.coords.tp == 0;
         let m = self.cfg.microbatches() * self.g.topology.dp;
         let mut loss = [if last {
             (self.loss_sum / m as f64) as f32
