@@ -120,11 +120,17 @@ fn train_writes_the_step_log_trace_and_checkpoints_and_resumes() {
 }
 
 /// ZB-V: each rank's second chunk runs back up the pipeline; the last rank hands its first
-/// chunk's output to its second itself, and rank 0 holds the head and the loss.
+/// chunk's output to its second itself, and rank 0 holds the head (tiny-gpt's tied
+/// embedding twice) and the loss. A resumed run repeats the uninterrupted one.
 #[test]
-fn a_v_schedule_trains_and_traces_its_sends_both_ways() {
-    let trace = tmp("zb-v-trace.json");
-    let (code, out, err) = plait(&[
+fn a_v_schedule_trains_traces_its_sends_both_ways_and_resumes() {
+    let (trace, ck, log) = (tmp("zb-v-trace.json"), tmp("zb-v-ck"), tmp("zb-v.jsonl"));
+    let (t, c, l) = (
+        trace.to_str().unwrap(),
+        ck.to_str().unwrap(),
+        log.to_str().unwrap(),
+    );
+    let base = [
         "train",
         "--model",
         "tiny-gpt",
@@ -135,12 +141,23 @@ fn a_v_schedule_trains_and_traces_its_sends_both_ways() {
         "--gbs",
         "4",
         "--steps",
+        "4",
+        "--checkpoint-every",
         "2",
-        "--trace",
-        trace.to_str().unwrap(),
-    ]);
+        "--checkpoint-dir",
+        c,
+        "--json-log",
+        l,
+    ];
+    let mut args = base.to_vec();
+    args.extend(["--trace", t]);
+    let (code, out, err) = plait(&args);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("zb-v"), "{out}");
+    let whole: Vec<f64> = log_lines(&log)
+        .iter()
+        .map(|r| r["loss"].as_f64().unwrap())
+        .collect();
     // Activations flow down the ranks (chunk 0) and back up (chunk 1): both ranks send them.
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
@@ -152,7 +169,25 @@ fn a_v_schedule_trains_and_traces_its_sends_both_ways() {
         .filter_map(|e| e["pid"].as_u64())
         .collect();
     assert_eq!(senders.len(), 2, "activation senders {senders:?}");
+
+    std::fs::remove_dir_all(ck.join("step-00000004")).unwrap();
+    let mut args = base.to_vec();
+    args.push("--resume");
+    let (code, out, err) = plait(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("resumed after step 2"), "{out}");
+    let resumed: Vec<f64> = log_lines(&log)
+        .iter()
+        .map(|r| r["loss"].as_f64().unwrap())
+        .collect();
+    assert_eq!(
+        resumed[resumed.len() - 2..],
+        whole[2..],
+        "{resumed:?} vs {whole:?}"
+    );
     let _ = std::fs::remove_file(&trace);
+    let _ = std::fs::remove_dir_all(&ck);
+    let _ = std::fs::remove_file(&log);
 }
 
 #[test]

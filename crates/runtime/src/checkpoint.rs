@@ -321,7 +321,13 @@ pub fn save(
     g.world.barrier()?;
 
     let mut tensors: Vec<(String, F32View)> = Vec::new();
+    let mut saved = std::collections::HashSet::new();
     for (def, values) in params {
+        // A V holds both copies of a tied embedding on rank 0, equal by construction (one
+        // initialisation, summed gradients): one is written, and loading sets both.
+        if !saved.insert(def.name.as_str()) {
+            continue;
+        }
         tensors.push((
             format!("param/{}", def.name),
             F32View {
