@@ -13,7 +13,10 @@
 //!   for `SendGradient`. `BackwardInput`/`BackwardWeight` (zero-bubble) split it: candle
 //!   computes both parts in one pass, so the input half holds the weight gradients back
 //!   and the weight half accumulates them.
-//! * `Send*` are buffered and never block; `Recv*` block (bounded by the timeout).
+//! * `Send*` are buffered and never block; `Recv*` block (bounded by the timeout). Each
+//!   chunk's neighbours come from the stage map's placement; where the next stage is the
+//!   rank's own chunk (a V's turn) the IR has no message and the output is handed over in
+//!   memory.
 //! * `ReduceGradients` — reduces the chunk's gradient buckets over dp (blocking).
 //! * `OptimizerStep` — remaining reductions, tied embeddings, clipping, AdamW.
 //!

@@ -62,7 +62,7 @@ pub(crate) enum Link {
     /// The neighbouring stage is this rank's chunk: handed over without a message (a V's
     /// turn on its last rank; the IR has no send or receive for it).
     Local(u32),
-    /// The neighbouring stage is on this pipeline rank (its place in the pp group).
+    /// The neighbouring stage is on another pipeline rank (its place in the pp group).
     Remote(usize),
 }
 
