@@ -36,8 +36,8 @@ impl SpecError {
 
     /// An error in `field` of the caller's own request (a configuration value it passed,
     /// not a file's): the source is left for the caller to name, since only it knows how
-    /// the value was given (the CLI names its flag, `--tp`; Python the keyword). Until
-    /// then it displays as `` `field`: problem ``.
+    /// the value was given (the CLI names its flag, `--tp`, which the Python package maps
+    /// back to its keyword). Until then it displays as `` `field`: problem ``.
     pub fn for_field(
         field: impl Into<String>,
         problem: impl Into<String>,
