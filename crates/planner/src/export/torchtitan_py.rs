@@ -107,8 +107,8 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     head.push(String::new());
     head.push(format!(
         "checked against pytorch/torchtitan {VERSION} (config/manager.py ConfigManager, \
-         config/configs.py, trainer.py); torchtitan 0.2.2 reads TOML instead: --export \
-         torchtitan-0.2"
+         config/configs.py, trainer.py); torchtitan 0.2.2 reads TOML instead, which \
+         plait's torchtitan-0.2 export writes"
     ));
     head.extend(notes.iter().map(|n| format!("note: {n}")));
     head.push(String::new());
