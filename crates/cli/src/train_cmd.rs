@@ -194,7 +194,7 @@ fn train_run(args: &TrainArgs) -> Result<String> {
     {
         let mut config = m.parallel;
         if let Some(s) = args.schedule {
-            config.schedule = s;
+            override_schedule(&mut config, s);
         }
         cfg.parallel = config;
         cfg.stage_map = Some(m.stage_map.clone());
@@ -226,7 +226,7 @@ fn train_run(args: &TrainArgs) -> Result<String> {
         cfg.parallel.dp = workers as u64;
         let (mut config, map, plan) = plan_auto(&cfg, workers, &prof)?;
         if let Some(s) = args.schedule {
-            config.schedule = s;
+            override_schedule(&mut config, s);
         }
         cfg.parallel = config;
         cfg.stage_map = Some(map);
@@ -238,7 +238,7 @@ fn train_run(args: &TrainArgs) -> Result<String> {
     } else {
         let mut config = parse_plan(&args.plan, workers)?;
         if let Some(s) = args.schedule {
-            config.schedule = s;
+            override_schedule(&mut config, s);
         }
         cfg.parallel = config;
         out += &format!("plan: {}\n", cfg.parallel);
@@ -386,4 +386,13 @@ fn summary(
         tokens as f64 / elapsed_s
     );
     s
+}
+
+/// `--schedule` over a plan's own: a schedule of a fixed chunk count (ZB-V: two) also sets
+/// vp where the plan runs one chunk per rank, as `estimate --schedule zb-v` does.
+fn override_schedule(config: &mut plait_spec::ParallelConfig, s: Schedule) {
+    config.schedule = s;
+    if let (Some(n), 1) = (s.fixed_chunks(), config.vp) {
+        config.vp = n;
+    }
 }

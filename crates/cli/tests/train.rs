@@ -190,6 +190,29 @@ fn a_v_schedule_trains_traces_its_sends_both_ways_and_resumes() {
     let _ = std::fs::remove_file(&log);
 }
 
+/// `--schedule zb-v` over a plan of one chunk per rank sets its two chunks, as `estimate
+/// --schedule zb-v` does.
+#[test]
+fn the_schedule_flag_brings_its_fixed_chunk_count() {
+    let (code, out, err) = plait(&[
+        "train",
+        "--model",
+        "tiny-gpt",
+        "--workers",
+        "2",
+        "--plan",
+        "pp2",
+        "--schedule",
+        "zb-v",
+        "--gbs",
+        "4",
+        "--steps",
+        "1",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("plan: dp1 tp1 pp2 vp2"), "{out}");
+}
+
 #[test]
 fn a_failing_rank_exits_non_zero_within_seconds_naming_it() {
     let ck = tmp("fail-ck");
