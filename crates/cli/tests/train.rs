@@ -23,6 +23,14 @@ fn log_lines(path: &PathBuf) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The losses of a step log, in order.
+fn losses(path: &PathBuf) -> Vec<f64> {
+    log_lines(path)
+        .iter()
+        .map(|r| r["loss"].as_f64().unwrap())
+        .collect()
+}
+
 #[test]
 fn train_writes_the_step_log_trace_and_checkpoints_and_resumes() {
     let (log, trace, ck) = (tmp("log.jsonl"), tmp("trace.json"), tmp("ck"));
@@ -154,10 +162,7 @@ fn a_v_schedule_trains_traces_its_sends_both_ways_and_resumes() {
     let (code, out, err) = plait(&args);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("zb-v"), "{out}");
-    let whole: Vec<f64> = log_lines(&log)
-        .iter()
-        .map(|r| r["loss"].as_f64().unwrap())
-        .collect();
+    let whole = losses(&log);
     // Activations flow down the ranks (chunk 0) and back up (chunk 1): both ranks send them.
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
@@ -176,10 +181,7 @@ fn a_v_schedule_trains_traces_its_sends_both_ways_and_resumes() {
     let (code, out, err) = plait(&args);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("resumed after step 2"), "{out}");
-    let resumed: Vec<f64> = log_lines(&log)
-        .iter()
-        .map(|r| r["loss"].as_f64().unwrap())
-        .collect();
+    let resumed = losses(&log);
     assert_eq!(
         resumed[resumed.len() - 2..],
         whole[2..],
