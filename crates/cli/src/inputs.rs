@@ -524,9 +524,7 @@ impl ConfigArgs {
             c.schedule = self.schedule;
         }
         // A schedule of a fixed chunk count (ZB-V: two) sets vp when --vp is not given.
-        if let (Some(n), None) = (c.schedule.fixed_chunks(), k.vp) {
-            c.vp = n;
-        }
+        c.vp = c.schedule.chunks_per_rank(k.vp.map(|_| c.vp));
         Ok(c)
     }
 }

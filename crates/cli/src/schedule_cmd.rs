@@ -109,7 +109,7 @@ pub fn run(args: &ScheduleArgs) -> Result<String> {
     let m = at_most("microbatches", args.microbatches, MAX_STEPS)?;
     let given = args
         .virtual_chunks
-        .unwrap_or(args.schedule.fixed_chunks().map_or(1, |n| n as i64));
+        .unwrap_or(args.schedule.chunks_per_rank(None) as i64);
     let v = at_most("virtual", given, MAX_STAGES)?;
     let kind = if v > 1 && args.schedule == Schedule::OneFOneB {
         Schedule::Interleaved

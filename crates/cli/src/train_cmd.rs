@@ -392,7 +392,5 @@ fn summary(
 /// vp where the plan runs one chunk per rank, as `estimate --schedule zb-v` does.
 fn override_schedule(config: &mut plait_spec::ParallelConfig, s: Schedule) {
     config.schedule = s;
-    if let (Some(n), 1) = (s.fixed_chunks(), config.vp) {
-        config.vp = n;
-    }
+    config.vp = s.chunks_per_rank((config.vp > 1).then_some(config.vp));
 }

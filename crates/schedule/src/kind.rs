@@ -125,6 +125,12 @@ impl ScheduleKind {
         (self == ScheduleKind::ZbV).then_some(2)
     }
 
+    /// Chunks per rank under this schedule for a request that gave `given` chunks (or
+    /// none): a schedule that fixes its count (ZB-V: two) sets it where none is given.
+    pub fn chunks_per_rank(self, given: Option<u64>) -> u64 {
+        given.or(self.fixed_chunks()).unwrap_or(1)
+    }
+
     /// Where the schedule places a rank's chunks.
     pub fn placement(self) -> Placement {
         if self == ScheduleKind::ZbV {

@@ -492,9 +492,9 @@ pub fn parse_config_items(
         c.schedule = Schedule::Interleaved;
     }
     // A schedule of a fixed chunk count (ZB-V: two) sets vp when it is not written.
-    if let (Some(n), false) = (c.schedule.fixed_chunks(), seen.iter().any(|k| k == "vp")) {
-        c.vp = n;
-    }
+    c.vp = c
+        .schedule
+        .chunks_per_rank(seen.iter().any(|k| k == "vp").then_some(c.vp));
     c.dp = dp.unwrap_or(1);
     // Knobs equal to their default are the default, written or not; with dp left to the
     // caller the shard group is kept for the caller to normalise once dp is known.

@@ -57,10 +57,15 @@ class PlaitStage(PipelineStage):
         return super().forward_one_chunk(fwd_chunk_id, *args, **kwargs)
 
 
+def _owners(virtual_stages: list[list[int]]) -> dict:
+    """The pipeline rank holding each virtual stage."""
+    return {j: r for r, stages in enumerate(virtual_stages) for j in stages}
+
+
 def send_orders(ir: dict, virtual_stages: list[list[int]]) -> dict:
     """Per (sender, receiver) pipeline rank pair: the messages the sender posts, in its
     IR order, each as (receive op, receiving stage, micro-batch)."""
-    owner = {j: r for r, stages in enumerate(virtual_stages) for j in stages}
+    owner = _owners(virtual_stages)
     orders: dict = {}
     for q, instrs in enumerate(ir["ranks"]):
         for instr in instrs:
@@ -73,12 +78,14 @@ def send_orders(ir: dict, virtual_stages: list[list[int]]) -> dict:
     return orders
 
 
-def translate(ir: dict, rank: int, virtual_stages: list[list[int]]) -> tuple[list, set]:
+def translate(ir: dict, rank: int, virtual_stages: list[list[int]],
+              orders: dict | None = None) -> tuple[list, set]:
     """Rank ``rank``'s IR as torch actions (``virtual_stages``: every rank's stages, by
-    chunk); also the (stage, micro-batch) pairs whose recompute the IR issues before their
-    gradient wait."""
-    orders = send_orders(ir, virtual_stages)
-    owner = {j: r for r, stages in enumerate(virtual_stages) for j in stages}
+    chunk; ``orders``: :func:`send_orders`, computed here when not given); also the
+    (stage, micro-batch) pairs whose recompute the IR issues before their gradient wait."""
+    if orders is None:
+        orders = send_orders(ir, virtual_stages)
+    owner = _owners(virtual_stages)
     positions: dict = {}  # (sender, rank) → each message's place in the sender's order
     posted: dict = {}  # sender → how many of its messages to this rank are posted
     virtual_stages = virtual_stages[rank]
@@ -180,8 +187,9 @@ def build_schedule(stages, ir: dict, pp_rank: int, virtual_stages, loss_fn):
     sched = S._PipelineScheduleRuntime(stages, n_microbatches=n, loss_fn=loss_fn, scale_grads=True)
     actions = {}
     early = set()
+    orders = send_orders(ir, virtual_stages)
     for r in range(ir["stages"]):
-        acts, e = translate(ir, r, virtual_stages)
+        acts, e = translate(ir, r, virtual_stages, orders)
         actions[r] = acts
         early |= e
     actions = S._add_wait_send(actions)
