@@ -365,6 +365,7 @@ _WORKLOAD: Dict[str, Any] = {
     "lora_rank": _check_int,
     "lora_targets": _check_str,
     "pack_len": _check_int,
+    "compile": bool,
 }
 
 _CONFIG: Dict[str, Any] = {
@@ -552,6 +553,7 @@ def estimate(
     lora_rank: Optional[int] = None,
     lora_targets: Optional[str] = None,
     pack_len: Optional[int] = None,
+    compile: bool = False,
     simulate: bool = False,
 ) -> Estimate:
     """``plait estimate --json``: one parallel configuration's time, throughput and memory.
@@ -599,6 +601,7 @@ def simulate(
     lora_rank: Optional[int] = None,
     lora_targets: Optional[str] = None,
     pack_len: Optional[int] = None,
+    compile: bool = False,
     svg: Any = None,
     trace: Any = None,
     ir: bool = False,
@@ -650,6 +653,7 @@ def plan(
     lora_rank: Optional[int] = None,
     lora_targets: Optional[str] = None,
     pack_len: Optional[int] = None,
+    compile: bool = False,
     top: Optional[int] = None,
     simulate: Optional[int] = None,
     threads: Optional[int] = None,

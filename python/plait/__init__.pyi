@@ -196,6 +196,7 @@ def estimate(
     lora_rank: Optional[int] = ...,
     lora_targets: Optional[str] = ...,
     pack_len: Optional[int] = ...,
+    compile: bool = ...,
     simulate: bool = ...,
 ) -> Estimate: ...
 def simulate(
@@ -234,6 +235,7 @@ def simulate(
     lora_rank: Optional[int] = ...,
     lora_targets: Optional[str] = ...,
     pack_len: Optional[int] = ...,
+    compile: bool = ...,
     svg: Optional[_Path] = ...,
     trace: Optional[_Path] = ...,
     ir: bool = ...,
@@ -272,6 +274,7 @@ def plan(
     lora_rank: Optional[int] = ...,
     lora_targets: Optional[str] = ...,
     pack_len: Optional[int] = ...,
+    compile: bool = ...,
     top: Optional[int] = ...,
     simulate: Optional[int] = ...,
     threads: Optional[int] = ...,

@@ -84,6 +84,10 @@ pub struct WorkloadArgs {
     /// each sample instead of over the whole sequence.
     #[arg(long, allow_negative_numbers = true)]
     pub pack_len: Option<i64>,
+    /// The engine runs under torch.compile, which fuses its norms, RoPE, SwiGLU and loss
+    /// (torchtitan's [compile] enable; allowed with --engine torchtitan).
+    #[arg(long)]
+    pub compile: bool,
 }
 
 /// The degree, micro-batch and ZeRO flags, shared by the commands that take a configuration
@@ -331,6 +335,12 @@ impl WorkloadArgs {
     }
 
     pub fn resolve(&self) -> Result<Resolved> {
+        self.resolve_under(Engine::Megatron)
+    }
+
+    /// As [`WorkloadArgs::resolve`], with `default_engine` where no --engine is given
+    /// (`plan --export X` plans under X's engine).
+    pub fn resolve_under(&self, default_engine: Engine) -> Result<Resolved> {
         let model = load_model(&self.model)?;
         let cluster = load_cluster(&self.cluster)?;
         let train = TrainSpec {
@@ -338,7 +348,7 @@ impl WorkloadArgs {
             attention: self.attention,
             dropout: self.dropout,
             overlap_grad_reduce: !self.no_overlap_grad_reduce,
-            engine: self.engine.unwrap_or(Engine::Megatron),
+            engine: self.engine.unwrap_or(default_engine),
             moe_skew: if self.moe_skew.is_finite() && (1.0..=64.0).contains(&self.moe_skew) {
                 self.moe_skew
             } else {
@@ -375,8 +385,16 @@ impl WorkloadArgs {
                     Some(p)
                 }
             },
+            compile: self.compile,
             ..TrainSpec::new(positive("gbs", self.gbs)?, sequence(self.seq)?)
         };
+        if train.compile && !train.engine.compiles() {
+            bail!(
+                "--compile: engine {} has no torch.compile path (allowed with --engine {})",
+                train.engine.keyword(),
+                plait_spec::Engine::COMPILING
+            );
+        }
         if train.task == Task::Lora && train.lora.rank > model.hidden {
             bail!(
                 "--lora-rank: {} exceeds the model's hidden size {} (allowed: 1 to {})",

@@ -156,20 +156,21 @@ pub fn run(args: &PlanArgs) -> Result<String> {
     if args.workload.is_onnx() {
         return run_onnx(args);
     }
-    let mut r = args.workload.resolve()?;
-    let Some(gpus) = args.workload.gpus()? else {
-        bail!("--gpus: plan needs the number of GPUs to split the work over (integers ≥ 1)");
-    };
     // `--export X` plans under engine X.
+    let mut engine = plait_spec::Engine::Megatron;
     if let Some(export) = args.export {
         let under = plait_planner::export::runs_under(export);
         match args.workload.engine {
             Some(e) if e != under => bail!(
                 "--engine {e} contradicts --export {export}, which plans under engine {under} (allowed: --engine {under} or no --engine)"
             ),
-            _ => r.train.engine = under,
+            _ => engine = under,
         }
     }
+    let r = args.workload.resolve_under(engine)?;
+    let Some(gpus) = args.workload.gpus()? else {
+        bail!("--gpus: plan needs the number of GPUs to split the work over (integers ≥ 1)");
+    };
     let pins = args.pins.resolve()?;
     // Plans shown and simulated: each simulated candidate costs a full event simulation, so
     // the count is bounded (the default simulates 16).

@@ -116,6 +116,90 @@ impl CrossEntropy {
         backward_bytes: 4.0 + 16.0 + 6.0,
         saved_bytes: 4.0,
     };
+    /// The same loss under `torch.compile` (torchtitan compiles it with the model, e7c0cae
+    /// `components/loss.py`; v0.2.2 `[compile] components = ["model", "loss"]`): inductor
+    /// fuses the cast, the log-softmax and the NLL into row reductions that read the 16-bit
+    /// logits twice (max, then sum of exponentials), and the backward reads them again and
+    /// writes their gradient; the logits themselves are what it keeps.
+    pub const COMPILED: CrossEntropy = CrossEntropy {
+        forward_bytes: 4.0,
+        backward_bytes: 4.0,
+        saved_bytes: 2.0,
+    };
+}
+
+/// Memory traffic of one elementwise stage (a norm, RoPE), bytes per element of the tensor
+/// it transforms (16-bit activations), and the kernels it launches.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Elementwise {
+    pub forward_bytes: f64,
+    pub backward_bytes: f64,
+    pub forward_kernels: f64,
+    pub backward_kernels: f64,
+}
+
+impl Elementwise {
+    /// A fused norm (Transformer Engine's `LayerNormLinear`/`RMSNorm`, Apex's fused
+    /// LayerNorm, MPT's low-precision `F.layer_norm`, an inductor-compiled norm): the
+    /// forward reads the input and writes the output; the backward reads the input and the
+    /// output gradient and writes the input gradient (the per-row statistics are a few
+    /// bytes per token).
+    pub const FUSED_NORM: Elementwise = Elementwise {
+        forward_bytes: 4.0,
+        backward_bytes: 6.0,
+        forward_kernels: 1.0,
+        backward_kernels: 1.0,
+    };
+    /// An eager RMSNorm as torchtitan runs it (its own `RMSNorm` at 9dec370
+    /// `models/norms.py`, `nn.RMSNorm` from e7c0cae on, whose eager path is ATen's composite
+    /// `rms_norm`: the same chain): `x.float()` (read 2, write 4), `pow(2)` (read 4, write
+    /// 4), `mean` (read 4), `x * rsqrt(…)` (read 4, write 4), `type_as` (read 4, write 2),
+    /// `* weight` (read 2, write 2): 36 bytes in 6 element-sized kernels (and 2 per-row
+    /// ones). Autograd runs each op's backward: the weight's (gradient times weight, read
+    /// 2 write 2; the weight gradient's product and sum, read 4 write 2 then read 2), the
+    /// cast to fp32 (read 2, write 4), the product's two gradients (read 4 write 4; read 8
+    /// write 4, its row sum read 4), `pow`'s (`2·x` read 4 write 4, times the broadcast
+    /// gradient read 4 write 4), the sum of the two input gradients (read 8, write 4) and
+    /// the cast back (read 4, write 2): 76 bytes in 11 kernels.
+    pub const EAGER_RMS_NORM: Elementwise = Elementwise {
+        forward_bytes: 6.0 + 8.0 + 4.0 + 8.0 + 6.0 + 4.0,
+        backward_bytes: 4.0 + 8.0 + 6.0 + 8.0 + 12.0 + 4.0 + 16.0 + 12.0 + 6.0,
+        forward_kernels: 8.0,
+        backward_kernels: 11.0,
+    };
+    /// Megatron-Core's fused RoPE (`apply_rope_fusion`, TE's `FusedRoPEFunc`) and any
+    /// compiled RoPE: read and write q or k once, forward and backward.
+    pub const FUSED_ROPE: Elementwise = Elementwise {
+        forward_bytes: 4.0,
+        backward_bytes: 4.0,
+        forward_kernels: 1.0,
+        backward_kernels: 1.0,
+    };
+    /// torchtitan's eager `apply_rotary_emb` (9dec370 `models/llama/model.py:87-113`,
+    /// v0.2.2 `models/llama3/model/model.py:141-170`): `x.float()` (read 2, write 4), the
+    /// complex product with `freqs_cis` (read 4, write 4), `type_as` (read 4, write 2):
+    /// 20 bytes in 3 kernels per tensor; the backward mirrors it.
+    pub const EAGER_COMPLEX_ROPE: Elementwise = Elementwise {
+        forward_bytes: 20.0,
+        backward_bytes: 20.0,
+        forward_kernels: 3.0,
+        backward_kernels: 3.0,
+    };
+}
+
+/// What "selective" recomputation keeps and reruns, per engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SelectiveRecompute {
+    /// Megatron's (Korthikanti et al. 2022): the attention core alone is recomputed.
+    AttentionCore,
+    /// torchtitan's op-level policy (`selective_ac_option = "op"`; 9dec370
+    /// `parallelisms/parallelize_llama.py` `_save_list`, v0.2.2
+    /// `distributed/activation_checkpoint.py`): inside each block it saves the outputs of
+    /// the attention kernel and of every odd-numbered matmul (`aten.mm`, counted in
+    /// forward order; the policy recomputes "every second mm") and recomputes everything
+    /// else: the even-numbered matmuls, the norms, RoPE, the activation, the casts. The
+    /// experts' grouped GEMMs are not `aten.mm` and are recomputed too.
+    EveryOtherMatmul,
 }
 
 /// One engine's behaviour.
@@ -206,9 +290,44 @@ pub struct EngineProfile {
     pub fused_grad_accumulation: bool,
     /// The loss kernel(s) after the LM head.
     pub cross_entropy: CrossEntropy,
+    /// The pre-attention and pre-MLP norms (and the final one).
+    pub norm: Elementwise,
+    /// Rotary embedding of q and k.
+    pub rope: Elementwise,
+    /// Grouped-query attention's keys and values are copied out to every query head before
+    /// the attention kernel: torchtitan's `repeat_kv` (9dec370 `models/llama/model.py:201`,
+    /// e7c0cae `models/llama3/model.py:250`) feeds SDPA full-width k and v; the fused
+    /// kernels of the other engines read the shared heads in place.
+    pub repeats_kv_heads: bool,
+    /// What selective recomputation reruns.
+    pub selective: SelectiveRecompute,
+    /// `torch.compile` applies (`TrainSpec::compile`): torchtitan compiles each
+    /// transformer block and the loss, which fuses the norms, RoPE and the SwiGLU product
+    /// into generated kernels.
+    pub compiled: bool,
 }
 
 impl EngineProfile {
+    /// The profile of `engine`, compiled with `torch.compile` when `compile` is set (only
+    /// engines that [`Engine::compiles`] accept it; the request is checked where it is
+    /// parsed). Inductor fuses what the eager engine runs op by op: the norms, RoPE, the
+    /// SwiGLU product and the loss. It cannot fuse into the attention kernel (an extern
+    /// call), so torchtitan's repeated k and v heads are still written out.
+    pub fn for_run(engine: Engine, compile: bool) -> EngineProfile {
+        let eager = EngineProfile::of(engine);
+        if !compile || !engine.compiles() {
+            return eager;
+        }
+        EngineProfile {
+            fused_elementwise: true,
+            norm: Elementwise::FUSED_NORM,
+            rope: Elementwise::FUSED_ROPE,
+            cross_entropy: CrossEntropy::COMPILED,
+            compiled: true,
+            ..eager
+        }
+    }
+
     pub fn of(engine: Engine) -> EngineProfile {
         let megatron = EngineProfile {
             engine,
@@ -248,6 +367,11 @@ impl EngineProfile {
             fp8_param_gather: true,
             fused_grad_accumulation: true,
             cross_entropy: CrossEntropy::MEGATRON_UNFUSED,
+            norm: Elementwise::FUSED_NORM,
+            rope: Elementwise::FUSED_ROPE,
+            repeats_kv_heads: false,
+            selective: SelectiveRecompute::AttentionCore,
+            compiled: false,
         };
         match engine {
             Engine::Megatron => megatron,
@@ -307,6 +431,10 @@ impl EngineProfile {
                 fp8_weight_copy_bytes: 0.0,
                 saves_quantized_linear_inputs: false,
                 cross_entropy: CrossEntropy::TORCH,
+                norm: Elementwise::EAGER_RMS_NORM,
+                rope: Elementwise::EAGER_COMPLEX_ROPE,
+                repeats_kv_heads: true,
+                selective: SelectiveRecompute::EveryOtherMatmul,
                 sharded: ShardedParams {
                     regather_with_pipeline: false,
                     ..megatron.sharded

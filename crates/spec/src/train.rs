@@ -93,6 +93,19 @@ keyword_enum!(
     }
 );
 
+impl Engine {
+    /// Whether the engine has a `torch.compile` path (`TrainSpec::compile`): torchtitan
+    /// compiles each transformer block and the loss (`[compile] enable`); Megatron-Core and
+    /// DeepSpeed run hand-fused kernels, llm-foundry's FSDP runs as plait models it eager,
+    /// and plait's runtime is not PyTorch.
+    pub fn compiles(self) -> bool {
+        self == Engine::Torchtitan
+    }
+
+    /// The engines that accept `compile`, for messages.
+    pub const COMPILING: &'static str = "torchtitan";
+}
+
 impl Dtype {
     /// Whether the block linears run in a low-precision format (fp8, mxfp8, nvfp4) beside
     /// 16-bit activations.
@@ -225,6 +238,10 @@ pub struct TrainSpec {
     /// attention runs within each sample. `None`: one sample per sequence.
     #[serde(default)]
     pub pack_len: Option<u64>,
+    /// The engine runs under `torch.compile` (torchtitan's `[compile] enable`), which fuses
+    /// its elementwise chains; only engines that [`Engine::compiles`] accept it.
+    #[serde(default)]
+    pub compile: bool,
 }
 
 fn default_task() -> Task {
@@ -268,6 +285,7 @@ impl TrainSpec {
             task: Task::Pretrain,
             lora: Lora::default(),
             pack_len: None,
+            compile: false,
         }
     }
 }

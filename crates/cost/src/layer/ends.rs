@@ -107,8 +107,10 @@ pub fn head_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> La
     let v_local = (padded_vocab(m.vocab, w.tp) / w.tp) as f64;
     let mut fwd = Kernels::default();
     let mut bwd = Kernels::default();
-    fwd.stream(d, 2.0 * rep * e);
-    bwd.stream(d, 3.0 * rep * e);
+    // The final norm, as the engine runs it.
+    let norm = w.engine.norm;
+    fwd.fixed(d.memory_s(norm.forward_bytes * rep), norm.forward_kernels);
+    bwd.fixed(d.memory_s(norm.backward_bytes * rep), norm.backward_kernels);
     let proj = Gemm {
         name: "lm_head",
         m: tokens as u64,

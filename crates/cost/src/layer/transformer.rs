@@ -12,6 +12,7 @@ use super::{
 };
 use crate::comm::Groups;
 use crate::device::DeviceModel;
+use crate::engine::{Elementwise, SelectiveRecompute};
 
 /// Attention core on one GPU: forward/backward kernels and the bytes it saves beyond its
 /// inputs (which selective recomputation drops).
@@ -103,6 +104,24 @@ fn attention_core(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> AttentionCore
     }
 }
 
+/// The forward and backward kernels of an elementwise stage over `elements` elements.
+fn elementwise(
+    fwd: &mut Kernels,
+    bwd: &mut Kernels,
+    d: &DeviceModel,
+    stage: Elementwise,
+    elements: f64,
+) {
+    fwd.fixed(
+        d.memory_s(stage.forward_bytes * elements),
+        stage.forward_kernels,
+    );
+    bwd.fixed(
+        d.memory_s(stage.backward_bytes * elements),
+        stage.backward_kernels,
+    );
+}
+
 /// A transformer block, or its attention or MLP half alone: kernel by kernel, collective
 /// by collective, saved tensor by saved tensor.
 pub(super) fn transformer_block_cost(
@@ -158,6 +177,10 @@ pub(super) fn transformer_block_cost(
     } else {
         ((m.ffn_hidden / w.tp) as f64, 1.0)
     };
+    // Grouped-query keys and values the engine copies out to every query head before the
+    // attention kernel (`EngineProfile::repeats_kv_heads`); MLA has no shared heads.
+    let repeated_kv =
+        has_attn && w.engine.repeats_kv_heads && m.mla.is_none() && kv_local < q_local;
     let dropout_mask = if w.dropout { rep } else { 0.0 };
     let (topk, experts_local) = match m.moe {
         Some(moe) => (moe.top_k as f64, (moe.experts / w.ep) as f64),
@@ -183,8 +206,7 @@ pub(super) fn transformer_block_cost(
     // MLA: the replicated down projection, the RMSNorms of its latents, the kv up projection.
     let mut latent_bytes = 0.0;
     if has_attn {
-        fwd.stream(d, 2.0 * rep * e); // norm 1
-        bwd.stream(d, 3.0 * rep * e);
+        elementwise(&mut fwd, &mut bwd, d, w.engine.norm, rep); // norm 1
         if let Some([down, kv_up]) = gemms.attn_pre {
             fwd.gemm(d, &down);
             latent_bytes = (down.m * down.n) as f64 * e;
@@ -194,9 +216,14 @@ pub(super) fn transformer_block_cost(
         }
         fwd.gemm(d, &qkv);
         if m.positions == Positions::Rotary {
-            let rope = 2.0 * rope_width * tokens * e;
-            fwd.stream(d, rope);
-            bwd.stream(d, rope);
+            elementwise(&mut fwd, &mut bwd, d, w.engine.rope, rope_width * tokens);
+        }
+        if repeated_kv {
+            // k and v copied out to every query head (read the shared heads, write the
+            // full width); the backward sums the copies' gradients back.
+            let copy = 2.0 * (kv_local + q_local) * tokens * e;
+            fwd.fixed(d.memory_s(copy), 2.0);
+            bwd.fixed(d.memory_s(copy), 2.0);
         }
         fwd.gpu_s += core.forward.gpu_s;
         fwd.count += core.forward.count;
@@ -217,8 +244,7 @@ pub(super) fn transformer_block_cost(
     let grouped = w.engine.grouped_expert_gemm;
     let mut shared_f = 0.0;
     if has_mlp {
-        fwd.stream(d, 2.0 * rep * e); // norm 2
-        bwd.stream(d, 3.0 * rep * e);
+        elementwise(&mut fwd, &mut bwd, d, w.engine.norm, rep); // norm 2
         if let Some(router) = gemms.router {
             fwd.gemm(d, &router);
             // Permute tokens to experts and back: read + write of routed hidden states, twice.
@@ -556,9 +582,11 @@ pub(super) fn transformer_block_cost(
     };
     let attention_saved = if has_attn {
         let core_io = match w.attention {
-            // q, k, v inputs of the kernel and its output (also the projection input).
+            // q, k, v inputs of the kernel (k and v at the query width where the engine
+            // repeats them) and its output (also the projection input).
             AttentionImpl::Flash => {
-                (q_local + 2.0 * kv_local) * tokens * e + out_local * tokens * e
+                let kv_in = if repeated_kv { q_local } else { kv_local };
+                (q_local + 2.0 * kv_in) * tokens * e + out_local * tokens * e
             }
             // q, k for Q·Kᵀ, v for P·V, and the context (projection input).
             AttentionImpl::Unfused => {
@@ -601,6 +629,94 @@ pub(super) fn transformer_block_cost(
     let gradient_pair = 2.0 * routed_tokens * f_local * e / experts_local;
     let (activation_bytes, recompute_phase, rematerialised) = match w.recompute {
         Recompute::None => (all_saved, Phase::default(), 0.0),
+        Recompute::Selective if w.engine.selective == SelectiveRecompute::EveryOtherMatmul => {
+            // The block's `aten.mm` calls in forward order, each as (seconds, output
+            // elements): the fused qkv and gate/up GEMMs split into the separate linears
+            // torchtitan runs (wq, wk, wv; w1, w3), in proportion to their widths.
+            let mut mms: Vec<(f64, f64)> = Vec::new();
+            let mut push = |g: &Gemm, parts: &[f64]| {
+                let total: f64 = parts.iter().sum();
+                let (s, out) = (
+                    d.gemm_s(g.m, g.n, g.k, g.count),
+                    (g.m * g.n * g.count) as f64,
+                );
+                for p in parts {
+                    mms.push((s * p / total, out * p / total));
+                }
+            };
+            let swiglu_halves: &[f64] = if m.activation == Activation::SwiGlu {
+                &[1.0, 1.0]
+            } else {
+                &[1.0]
+            };
+            if has_attn {
+                for g in gemms.attn_pre.iter().flatten() {
+                    push(g, &[1.0]);
+                }
+                match m.mla {
+                    Some(_) => push(&qkv, &[1.0]),
+                    None => push(&qkv, &[q_local, kv_local, kv_local]),
+                }
+                push(&attn_out, &[1.0]);
+            }
+            if has_mlp {
+                match (gemms.router, gemms.shared) {
+                    // MoE: the router's gate is a matmul; the experts' grouped GEMMs are
+                    // not (recomputed); the shared experts' linears are.
+                    (Some(router), shared) => {
+                        push(&router, &[1.0]);
+                        if let Some([s_up, s_down]) = shared {
+                            push(&s_up, swiglu_halves);
+                            push(&s_down, &[1.0]);
+                        }
+                    }
+                    (None, _) => {
+                        push(&up, swiglu_halves);
+                        push(&down, &[1.0]);
+                    }
+                }
+            }
+            // Saved: every odd-numbered matmul's output (the 1st, 3rd, …).
+            let (saved_s, saved_out, saved_count) = mms
+                .iter()
+                .step_by(2)
+                .fold((0.0, 0.0, 0.0), |(s, o, n), &(ms, mo)| {
+                    (s + ms, o + mo, n + 1.0)
+                });
+            // The rest of the forward reruns (the attention kernel's output is kept).
+            let rerun = Kernels {
+                gpu_s: (fwd.gpu_s - saved_s - core.forward.gpu_s).max(0.0),
+                count: (fwd.count - saved_count - core.forward.count).max(0.0),
+            };
+            // Kept: the block's input, the saved matmul outputs, the attention output and
+            // its log-sum-exp.
+            let kept = halves * rep * e
+                + saved_out * e
+                + if has_attn {
+                    out_local * tokens * e + core.internal_bytes
+                } else {
+                    0.0
+                };
+            // Collectives other than the saved reduce-scatters rerun: the tp all-gathers
+            // (or all-reduces) and the expert all-to-alls.
+            let tp_rerun = if w.tp > 1 && w.sp {
+                let pairs = f64::from(u8::from(has_attn))
+                    + f64::from(u8::from(has_mlp && !moe_dispatch_over_tp));
+                pairs * g.tp.all_gather_s(full_hidden_bytes)
+            } else {
+                fwd_phase.tp_comm_s
+            };
+            (
+                kept.min(all_saved),
+                Phase {
+                    compute_s: rerun.time_s() * w.kernel_scale(),
+                    tp_comm_s: tp_rerun,
+                    ep_comm_s: fwd_phase.ep_comm_s,
+                    ..Phase::default()
+                },
+                (all_saved - kept).max(0.0),
+            )
+        }
         Recompute::Selective => (
             all_saved - core.internal_bytes,
             Phase {

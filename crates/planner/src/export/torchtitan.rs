@@ -22,6 +22,8 @@
 //!   `Interleaved1F1B`, `InterleavedZeroBubble` = ZB1P, i.e. ZB-H1 per stage).
 //! * `[activation_checkpoint]` `mode` (`selective|full|memory_budget|none`),
 //!   `selective_ac_option` (`"op"` or a layer frequency; `distributed/activation_checkpoint.py`).
+//! * `[compile]` `enable`, `components` (`["model", "loss"]`), written when the plan was
+//!   costed compiled (`TrainSpec::compile`).
 //! * `[quantize.linear.float8]` `filter_fqns`.
 //!
 //! What torchtitan cannot run, and where that was read:
@@ -37,7 +39,7 @@
 //! * Models other than the llama3 architecture (RMSNorm, SwiGLU, RoPE, no biases, untied head).
 
 use plait_spec::{
-    Activation, AttentionImpl, CpComm, Dtype, Family, ModelSpec, Norm, Positions, TrainSpec,
+    Activation, AttentionImpl, CpComm, Dtype, Engine, Family, ModelSpec, Norm, Positions, TrainSpec,
 };
 
 use super::{commented, list, pipe, recompute, summary_lines, ExportFile, Layout, Pipe, Rc};
@@ -392,7 +394,8 @@ pub(super) fn shared_notes(
             b.shard * c.cp
         ));
     }
-    if recompute(&plan.layout()) == Rc::Selective {
+    // Under the torchtitan engine plait costed the op-level policy itself.
+    if recompute(&plan.layout()) == Rc::Selective && train.engine != Engine::Torchtitan {
         notes.push(format!(
             "selective recompute is torchtitan's op-level policy ({selective}: it keeps \
              attention outputs and every other matmul output and recomputes the rest), not \
@@ -526,6 +529,12 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
         }
         // `plan_reasons` refuses partial recompute.
         Rc::None | Rc::Partial { .. } => out.push_str("mode = \"none\"\n"),
+    }
+
+    if train.compile {
+        out.push_str("\n[compile]\n");
+        out.push_str("enable = true\n");
+        out.push_str("components = [\"model\", \"loss\"]\n");
     }
 
     if train.dtype == Dtype::Fp8 {

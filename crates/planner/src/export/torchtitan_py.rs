@@ -20,6 +20,8 @@
 //!   (on by default) refuse pipeline parallelism.
 //! * `distributed/activation_checkpoint.py` `ActivationCheckpointingConfig`: `SelectiveAC`,
 //!   `FullAC`, or `None` (the command line's `activation_checkpoint:none`).
+//! * `config/configs.py` `CompileConfig` (`enable`, `components`: `["model", "loss"]` by
+//!   default); the export sets it from `TrainSpec::compile` rather than inherit the recipe's.
 //! * `components/quantization/float8.py` `Float8LinearConverter.Config(filter_fqns=…,
 //!   model_compile_enabled=…)`, rowwise scaling (0.3.0 has no tensorwise recipe).
 //! * `models/common/decoder.py`: module names `tok_embeddings`, `layers.<i>`, `norm`,
@@ -123,7 +125,7 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
 
     let mut out = commented("# ", &head);
     out.push('\n');
-    out.push_str("from torchtitan.config import ParallelismConfig\n");
+    out.push_str("from torchtitan.config import CompileConfig, ParallelismConfig\n");
     match recompute(&plan.layout()) {
         Rc::Full => {
             out.push_str("from torchtitan.distributed.activation_checkpoint import FullAC\n")
@@ -150,6 +152,11 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
         c
     ));
     out.push_str(&format!("    config = {base}()\n"));
+    // Compile as plait costed the run (some recipes turn it on: `llama3_405b`).
+    out.push_str(&format!(
+        "    config.compile = CompileConfig(enable={}, components=[\"model\", \"loss\"])\n",
+        if train.compile { "True" } else { "False" }
+    ));
     if fp8 {
         out.push_str(
             "    compiled = config.compile.enable and \"model\" in config.compile.components\n",
