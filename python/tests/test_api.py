@@ -108,6 +108,13 @@ def test_estimate_inputs_reach_the_command_line():
     fp8 = plait.estimate("llama3-8b", cluster="dgx-h100", gpus=8, gbs=64, dtype="fp8")
     assert fp8.iteration_time_s < bf16.iteration_time_s < base.iteration_time_s
     assert plait.estimate("llama3-8b", gpus=8, gbs=64, vp=2, pp=2).config.schedule == "interleaved"
+    eager = plait.estimate("llama3-8b", cluster="dgx-h100", gpus=8, gbs=16, seq=8192, engine="torchtitan")
+    compiled = plait.estimate(
+        "llama3-8b", cluster="dgx-h100", gpus=8, gbs=16, seq=8192, engine="torchtitan", compile=True
+    )
+    assert compiled.iteration_time_s < eager.iteration_time_s
+    with pytest.raises(plait.PlaitError, match="--compile"):
+        plait.estimate("llama3-8b", gpus=8, gbs=64, compile=True)
 
 
 def test_text_output_equals_the_binary(plait_bin):

@@ -390,14 +390,15 @@ fn validate_prints_every_table_with_its_error() {
         "SC'21 Table 2",
         "PyTorch FSDP, A100",
         "PyTorch FSDP, H100",
-        "NeMo",
+        "NeMo (Megatron-Core",
+        "NeMo long context",
         "torchtitan benchmarks",
     ] {
         assert!(out.contains(table), "{out}");
     }
     let v = common::json(&["validate", "--json"]);
     let tables = v.as_array().unwrap();
-    assert_eq!(tables.len(), 6);
+    assert_eq!(tables.len(), 7);
     for t in tables {
         let rows = t["rows"].as_array().unwrap();
         assert!(!rows.is_empty());

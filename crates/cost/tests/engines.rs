@@ -50,14 +50,17 @@ fn published_tables_within_their_bounds() {
     // llm-foundry's H100 sections: 6.3 % today, the runs at 128–512 GPUs without
     // recomputation 8–18 % too fast (a shortfall that grows with the GPU count).
     check(&r, "PyTorch FSDP, H100", 0.07, 0.05);
-    // NeMo: 10.1 %, signed −10.0 %. The fine-tuning rows cost attention within SQuAD's
-    // packed samples (`SQUAD_PACKED_SAMPLE_TOKENS`): 13B SFT 0.0 %, LoRA −3 … −8 %, 7B SFT
-    // −16.7 % (its measured throughput equals pre-training's despite a sixth less work);
-    // the four Mixtral rows on Blackwell are predicted 20–37 % too fast (more since the
-    // Blackwell GEMM rates are Bekman's measured MAMF rather than H100's fp8 fraction),
-    // Llama 4 Scout's −12.5 % (GB200) and −3.5 % (B200), and the dense pre-training rows
-    // 5.5 % too fast on average. A regression guard, not the target of 5 %.
-    check(&r, "NeMo", 0.105, 0.105);
+    // NeMo: 6.5 %, signed −5.1 % (10.1 / −10.0 % with the cuDNN attention at its kernel
+    // benchmark's rate rather than the one NeMo's long-context runs measured,
+    // `TE_FUSED_OVER_FA2`). The dense pre-training rows are −6.0 … +3.6 %; the fine-tuning
+    // rows cost attention within SQuAD's packed samples (`SQUAD_PACKED_SAMPLE_TOKENS`):
+    // 13B SFT +0.4 %, LoRA −2 … −8 %, 7B SFT −16.3 % (its measured throughput equals
+    // pre-training's despite a sixth less work); Mixtral on Blackwell −10 … −27 %. A
+    // regression guard, not yet the target of 5 %.
+    check(&r, "NeMo (", 0.07, 0.06);
+    // NeMo's long-context runs (4K–1,024K tokens): 1.3 %, signed +0.3 %; the 1,024K row is
+    // where the attention rate was measured, the other eight check it.
+    check(&r, "NeMo long context", 0.03, 0.02);
     // torchtitan's H200 benchmark (compiled, float8, op-level selective recompute): −3.0 %
     // and −4.5 %.
     check(&r, "torchtitan", 0.05, 0.05);

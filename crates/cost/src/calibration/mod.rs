@@ -14,6 +14,12 @@ use plait_spec::{
 
 use crate::estimate::{device_for, estimate, Breakdown};
 
+mod nemo_long_context;
+mod torchtitan;
+
+pub use nemo_long_context::nemo_long_context_h100;
+pub use torchtitan::torchtitan_benchmarks;
+
 /// One published run.
 #[derive(Debug, Clone)]
 pub struct Run {
@@ -718,82 +724,16 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
     })
 }
 
-/// torchtitan's own benchmarks on hardware a preset describes: FSDP2 with its op-level
-/// selective recompute, compiled or eager, bf16 or float8 (`torchtitan_benchmarks.csv`).
-pub fn torchtitan_benchmarks(text: &str) -> Result<Table, SpecError> {
-    const SOURCE: &str = "torchtitan_benchmarks.csv";
-    let (header, data) = csv(text, SOURCE)?;
-    let mut runs = vec![];
-    for row in rows(SOURCE, &header, &data) {
-        let (gpus, local, seq) = (row.int("gpus")?, row.int("local_batch")?, row.int("seq")?);
-        let dtype = match row.str("dtype")? {
-            "fp8" => Dtype::Fp8,
-            "bf16" => Dtype::Bf16,
-            other => {
-                return Err(SpecError::new(
-                    SOURCE,
-                    "dtype",
-                    format!("unknown dtype `{other}`"),
-                    "bf16|fp8",
-                ))
-            }
-        };
-        let recompute = match row.str("recompute")? {
-            "selective" => Recompute::Selective,
-            "full" => Recompute::Full,
-            _ => Recompute::None,
-        };
-        let compile = row.int("compile")? == 1;
-        runs.push(Run {
-            label: format!(
-                "{} {} on {gpus} {}{}{}{}",
-                row.str("source")?,
-                row.str("model")?,
-                row.str("cluster")?,
-                if compile { " compiled" } else { "" },
-                if dtype == Dtype::Fp8 { " float8" } else { "" },
-                match recompute {
-                    Recompute::Selective => " op-SAC",
-                    Recompute::Full => " full AC",
-                    Recompute::None => "",
-                }
-            ),
-            model: model_preset(row.str("model")?)?,
-            cluster: cluster_preset(row.str("cluster")?)?,
-            train: TrainSpec {
-                engine: Engine::Torchtitan,
-                dtype,
-                compile,
-                ..TrainSpec::new(local * gpus, seq)
-            },
-            // FSDP over every GPU: ZeRO-3 at dp = GPUs.
-            config: ParallelConfig {
-                dp: gpus,
-                mbs: local,
-                zero: 3,
-                recompute,
-                ..ParallelConfig::default()
-            },
-            measured_step_s: row.num("step_s")?,
-        });
-    }
-    Ok(Table {
-        name: "torchtitan benchmarks (FSDP2, H200)",
-        engine: Engine::Torchtitan,
-        runs,
-        skipped: vec![],
-    })
-}
-
 /// The tables this repository carries (copies of shared/data, with their sources).
 pub fn builtin_tables() -> Result<Vec<Table>, SpecError> {
     Ok(vec![
-        sc21_table1(include_str!("../data/megatron_sc21_table1.csv"))?,
-        sc21_table2(include_str!("../data/megatron_sc21_table2.csv"))?,
-        llmfoundry_fsdp(include_str!("../data/llmfoundry_fsdp_a100_80gb.csv"))?,
-        llmfoundry_fsdp_h100(include_str!("../data/llmfoundry_fsdp_h100_80gb.csv"))?,
-        nemo(include_str!("../data/nemo_performance.csv"))?,
-        torchtitan_benchmarks(include_str!("../data/torchtitan_benchmarks.csv"))?,
+        sc21_table1(include_str!("../../data/megatron_sc21_table1.csv"))?,
+        sc21_table2(include_str!("../../data/megatron_sc21_table2.csv"))?,
+        llmfoundry_fsdp(include_str!("../../data/llmfoundry_fsdp_a100_80gb.csv"))?,
+        llmfoundry_fsdp_h100(include_str!("../../data/llmfoundry_fsdp_h100_80gb.csv"))?,
+        nemo(include_str!("../../data/nemo_performance.csv"))?,
+        nemo_long_context_h100(include_str!("../../data/nemo_long_context_h100.csv"))?,
+        torchtitan_benchmarks(include_str!("../../data/torchtitan_benchmarks.csv"))?,
     ])
 }
 
