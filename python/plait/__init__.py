@@ -366,6 +366,7 @@ _WORKLOAD: Dict[str, Any] = {
     "lora_targets": _check_str,
     "pack_len": _check_int,
     "compile": bool,
+    "async_tp": bool,
 }
 
 _CONFIG: Dict[str, Any] = {
@@ -554,6 +555,7 @@ def estimate(
     lora_targets: Optional[str] = None,
     pack_len: Optional[int] = None,
     compile: bool = False,
+    async_tp: bool = False,
     simulate: bool = False,
 ) -> Estimate:
     """``plait estimate --json``: one parallel configuration's time, throughput and memory.
@@ -602,6 +604,7 @@ def simulate(
     lora_targets: Optional[str] = None,
     pack_len: Optional[int] = None,
     compile: bool = False,
+    async_tp: bool = False,
     svg: Any = None,
     trace: Any = None,
     ir: bool = False,
@@ -654,6 +657,7 @@ def plan(
     lora_targets: Optional[str] = None,
     pack_len: Optional[int] = None,
     compile: bool = False,
+    async_tp: bool = False,
     top: Optional[int] = None,
     simulate: Optional[int] = None,
     threads: Optional[int] = None,

@@ -197,6 +197,7 @@ def estimate(
     lora_targets: Optional[str] = ...,
     pack_len: Optional[int] = ...,
     compile: bool = ...,
+    async_tp: bool = ...,
     simulate: bool = ...,
 ) -> Estimate: ...
 def simulate(
@@ -236,6 +237,7 @@ def simulate(
     lora_targets: Optional[str] = ...,
     pack_len: Optional[int] = ...,
     compile: bool = ...,
+    async_tp: bool = ...,
     svg: Optional[_Path] = ...,
     trace: Optional[_Path] = ...,
     ir: bool = ...,
@@ -275,6 +277,7 @@ def plan(
     lora_targets: Optional[str] = ...,
     pack_len: Optional[int] = ...,
     compile: bool = ...,
+    async_tp: bool = ...,
     top: Optional[int] = ...,
     simulate: Optional[int] = ...,
     threads: Optional[int] = ...,

@@ -134,6 +134,8 @@ TORCHTITAN_PLANS = [
     pytest.param(
         dict(gpus=64, tp=8, pp=2, zero=1, sp=True, model="llama3-70b", seq=8192), id="70b"
     ),
+    # Compiled blocks with async tensor parallelism (CompileConfig's own check needs both).
+    pytest.param(dict(gpus=8, tp=2, zero=1, sp=True, compile=True, async_tp=True), id="tp2-async"),
 ]
 
 
@@ -187,6 +189,8 @@ def test_torchtitan_accepts_the_export(plait_bin, tmp_path, torchtitan_config, p
     else:
         assert steps == best["microbatches"]
     assert t.seq_len % dims.seq_len_divisor == 0
+    assert cfg.compile.enable == bool(pins.get("compile"))
+    assert cfg.compile.enable_async_tensor_parallel == bool(pins.get("async_tp"))
     names = {"none": "NoneType", "full": "Config", "selective": "Config"}
     assert type(cfg.activation_checkpoint).__name__ == names[c["recompute"]]
     if c["recompute"] != "none":

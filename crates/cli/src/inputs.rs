@@ -88,6 +88,11 @@ pub struct WorkloadArgs {
     /// (torchtitan's [compile] enable; allowed with --engine torchtitan).
     #[arg(long)]
     pub compile: bool,
+    /// torchtitan's async tensor parallelism: the compiled blocks' tp all-gathers and
+    /// reduce-scatters pipelined with their matmuls over symmetric memory (needs --compile
+    /// and tp > 1 with sequence parallelism inside a node).
+    #[arg(long)]
+    pub async_tp: bool,
 }
 
 /// The degree, micro-batch and ZeRO flags, shared by the commands that take a configuration
@@ -386,8 +391,12 @@ impl WorkloadArgs {
                 }
             },
             compile: self.compile,
+            async_tp: self.async_tp,
             ..TrainSpec::new(positive("gbs", self.gbs)?, sequence(self.seq)?)
         };
+        if train.async_tp && !train.compile {
+            bail!("--async-tp: torchtitan's async tensor parallelism runs in compiled blocks (allowed with --compile)");
+        }
         if train.compile && !train.engine.compiles() {
             bail!(
                 "--compile: engine {} has no torch.compile path (allowed with --engine {})",

@@ -355,6 +355,10 @@ fn compile_fuses_torchtitan_and_is_refused_elsewhere() {
         &["plan", "--gpus", "8", "--engine", "fsdp", "--compile"],
         "allowed with --engine torchtitan",
     );
+    common::check(
+        &["estimate", "--engine", "torchtitan", "--async-tp"],
+        "--async-tp: torchtitan's async tensor parallelism runs in compiled blocks (allowed with --compile)",
+    );
     // `--export torchtitan` plans under torchtitan, so it may compile; the export says so.
     let dir = std::env::temp_dir().join(format!("plait-compile-export-{}", std::process::id()));
     let (code, _, err) = plait(&[
@@ -370,6 +374,7 @@ fn compile_fuses_torchtitan_and_is_refused_elsewhere() {
         "--seq",
         "8192",
         "--compile",
+        "--async-tp",
         "--export",
         "torchtitan-0.2",
         "--out",
@@ -378,6 +383,10 @@ fn compile_fuses_torchtitan_and_is_refused_elsewhere() {
     assert_eq!(code, 0, "{err}");
     let toml = std::fs::read_to_string(dir.join("torchtitan.toml")).unwrap();
     assert!(toml.contains("[compile]\nenable = true\n"), "{toml}");
+    assert!(
+        toml.contains("enable_async_tensor_parallel = true\n"),
+        "{toml}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 

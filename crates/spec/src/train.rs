@@ -242,6 +242,11 @@ pub struct TrainSpec {
     /// its elementwise chains; only engines that [`Engine::compiles`] accept it.
     #[serde(default)]
     pub compile: bool,
+    /// torchtitan's async tensor parallelism (`enable_async_tensor_parallel`): the compiled
+    /// blocks' tp all-gathers and reduce-scatters pipelined with their matmuls. Needs
+    /// `compile`.
+    #[serde(default)]
+    pub async_tp: bool,
 }
 
 fn default_task() -> Task {
@@ -286,6 +291,7 @@ impl TrainSpec {
             lora: Lora::default(),
             pack_len: None,
             compile: false,
+            async_tp: false,
         }
     }
 }

@@ -137,6 +137,15 @@ pub(super) fn transformer_block_cost(
     let tokens = w.tokens();
     let rep = w.replicated(h);
     let full_hidden_bytes = tokens * h * e;
+    // torchtitan's float8 tensorwise linears gather their inputs over tp already cast (v0.2.2
+    // `models/llama3/infra/parallelize.py`: "float8 all-gather with TP", torchao's
+    // `Float8ColwiseParallel` / `PrepareFloat8ModuleInput`).
+    let forward_gather_bytes =
+        if w.engine.fp8_tp_all_gather && w.linear_format == plait_spec::Dtype::Fp8 {
+            tokens * h * w.quantised_copy_bytes()
+        } else {
+            full_hidden_bytes
+        };
     let mut gemms = m.block_gemms(
         tokens as u64,
         Shard {
@@ -438,6 +447,9 @@ pub(super) fn transformer_block_cost(
     // --- communication ---
     if w.tp > 1 {
         let ag = g.tp.all_gather_s(full_hidden_bytes);
+        // The forward's gathers of the linears' inputs, in fp8 where the engine casts before
+        // it gathers (`EngineProfile::fp8_tp_all_gather`).
+        let ag_fwd = g.tp.all_gather_s(forward_gather_bytes);
         let rs = g.tp.reduce_scatter_s(full_hidden_bytes);
         let gemm = |gm: &Gemm| d.gemm_s(gm.m, gm.n, gm.k, gm.count);
         if userbuffers(w, g) {
@@ -458,24 +470,32 @@ pub(super) fn transformer_block_cost(
             let (dg_down, _) = backward_gemms(&down);
             let mut row_parallel = 0.0;
             if has_attn {
-                fwd_phase.tp_comm_s = overlapped(ag, t, gemm(&qkv), USERBUFFER_RING_EXCHANGE_SMS)
-                    + overlapped(
-                        rs,
-                        USERBUFFER_PIPELINE_SPLITS,
-                        gemm(&attn_out),
-                        USERBUFFER_PIPELINE_SMS,
-                    );
+                fwd_phase.tp_comm_s =
+                    overlapped(ag_fwd, t, gemm(&qkv), USERBUFFER_RING_EXCHANGE_SMS)
+                        + overlapped(
+                            rs,
+                            USERBUFFER_PIPELINE_SPLITS,
+                            gemm(&attn_out),
+                            USERBUFFER_PIPELINE_SMS,
+                        );
                 row_parallel += overlapped(ag, t, gemm(&dg_proj), USERBUFFER_RING_EXCHANGE_SMS);
             }
             if has_mlp && !moe_dispatch_over_tp {
-                fwd_phase.tp_comm_s += overlapped(ag, t, gemm(&up), USERBUFFER_RING_EXCHANGE_SMS)
-                    + overlapped(
-                        rs,
-                        USERBUFFER_PIPELINE_SPLITS,
-                        gemm(&down),
-                        USERBUFFER_PIPELINE_SMS,
-                    );
+                fwd_phase.tp_comm_s +=
+                    overlapped(ag_fwd, t, gemm(&up), USERBUFFER_RING_EXCHANGE_SMS)
+                        + overlapped(
+                            rs,
+                            USERBUFFER_PIPELINE_SPLITS,
+                            gemm(&down),
+                            USERBUFFER_PIPELINE_SMS,
+                        );
                 row_parallel += overlapped(ag, t, gemm(&dg_down), USERBUFFER_RING_EXCHANGE_SMS);
+            }
+            if !w.engine.tp_comm_overlap_in_backward {
+                // Only the forward is pipelined: the backward's all-gathers run in line.
+                let pairs = f64::from(u8::from(has_attn))
+                    + f64::from(u8::from(has_mlp && !moe_dispatch_over_tp));
+                row_parallel = pairs * ag;
             }
             bwd_phase.tp_comm_s = row_parallel + column_parallel_exposed;
             fwd.fixed(contention, 0.0);
@@ -486,7 +506,7 @@ pub(super) fn transformer_block_cost(
                 + f64::from(u8::from(has_mlp && !moe_dispatch_over_tp));
             let halves = f64::from(u8::from(has_attn)) + f64::from(u8::from(has_mlp));
             fwd_phase.tp_comm_s = if w.sp {
-                pairs * (ag + rs)
+                pairs * (ag_fwd + rs)
             } else {
                 halves * g.tp.all_reduce_s(full_hidden_bytes)
             };
@@ -702,7 +722,7 @@ pub(super) fn transformer_block_cost(
             let tp_rerun = if w.tp > 1 && w.sp {
                 let pairs = f64::from(u8::from(has_attn))
                     + f64::from(u8::from(has_mlp && !moe_dispatch_over_tp));
-                pairs * g.tp.all_gather_s(full_hidden_bytes)
+                pairs * g.tp.all_gather_s(forward_gather_bytes)
             } else {
                 fwd_phase.tp_comm_s
             };

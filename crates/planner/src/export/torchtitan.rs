@@ -14,6 +14,7 @@
 //!   global / (local × dp)).
 //! * `[parallelism]` `data_parallel_replicate_degree`, `data_parallel_shard_degree`,
 //!   `fsdp_reshard_after_forward` (`default|always|never`), `tensor_parallel_degree`,
+//!   `enable_async_tensor_parallel` (with `[compile]`),
 //!   `context_parallel_degree`, `expert_parallel_degree`, `pipeline_parallel_degree`,
 //!   `pipeline_parallel_schedule`, `pipeline_parallel_microbatch_size`,
 //!   `module_fqns_per_model_part` (stage i = chunk·pp + rank for looped schedules,
@@ -496,6 +497,9 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
         out.push_str(&format!("fsdp_reshard_after_forward = \"{policy}\"\n"));
     }
     out.push_str(&format!("tensor_parallel_degree = {}\n", c.tp));
+    if train.async_tp {
+        out.push_str("enable_async_tensor_parallel = true\n");
+    }
     out.push_str(&format!("context_parallel_degree = {}\n", c.cp));
     if c.cp > 1 {
         // v0.2.2 `context_parallel_rotate_method`: "allgather" gathers every kv shard after

@@ -20,8 +20,9 @@
 //!   (on by default) refuse pipeline parallelism.
 //! * `distributed/activation_checkpoint.py` `ActivationCheckpointingConfig`: `SelectiveAC`,
 //!   `FullAC`, or `None` (the command line's `activation_checkpoint:none`).
-//! * `config/configs.py` `CompileConfig` (`enable`, `components`: `["model", "loss"]` by
-//!   default); the export sets it from `TrainSpec::compile` rather than inherit the recipe's.
+//! * `config/configs.py` `CompileConfig` (`enable`, `enable_async_tensor_parallel`,
+//!   `components`: `["model", "loss"]` by default); the export sets them from
+//!   `TrainSpec::compile` and `async_tp` rather than inherit the recipe's.
 //! * `components/quantization/float8.py` `Float8LinearConverter.Config(filter_fqns=…,
 //!   model_compile_enabled=…)`, rowwise scaling (0.3.0 has no tensorwise recipe).
 //! * `models/common/decoder.py`: module names `tok_embeddings`, `layers.<i>`, `norm`,
@@ -154,8 +155,9 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     out.push_str(&format!("    config = {base}()\n"));
     // Compile as plait costed the run (some recipes turn it on: `llama3_405b`).
     out.push_str(&format!(
-        "    config.compile = CompileConfig(enable={}, components=[\"model\", \"loss\"])\n",
-        if train.compile { "True" } else { "False" }
+        "    config.compile = CompileConfig(\n        enable={},\n        enable_async_tensor_parallel={},\n        components=[\"model\", \"loss\"],\n    )\n",
+        py_bool(train.compile),
+        py_bool(train.async_tp)
     ));
     if fp8 {
         out.push_str(
