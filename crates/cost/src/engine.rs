@@ -85,6 +85,8 @@ pub struct CrossEntropy {
     pub forward_bytes: f64,
     pub backward_bytes: f64,
     pub saved_bytes: f64,
+    /// Bytes per logit alive beside the saved ones at the loss's peak (its working set).
+    pub transient_bytes: f64,
 }
 
 impl CrossEntropy {
@@ -98,6 +100,9 @@ impl CrossEntropy {
         forward_bytes: 2.0 + 4.0 + 4.0 + 8.0 + 8.0 + 4.0 + 8.0,
         backward_bytes: 8.0 + 6.0,
         saved_bytes: 4.0,
+        // The fp32 copy is the saved softmax; the 16-bit logits (forward) or the 16-bit
+        // gradient (backward) beside it.
+        transient_bytes: 2.0,
     };
     /// flash-attn's Triton cross-entropy, llm-foundry's default `loss_fn:
     /// fused_crossentropy` (`modeling_mpt.py:981` at 5e85bd6): the forward reads the logits
@@ -106,6 +111,8 @@ impl CrossEntropy {
         forward_bytes: 2.0,
         backward_bytes: 4.0,
         saved_bytes: 2.0,
+        // The logits' gradient.
+        transient_bytes: 2.0,
     };
     /// `F.cross_entropy(pred.float(), labels)` (torchtitan `components/loss.py`): the cast
     /// (read 2, write 4), log-softmax's max and sum passes and its output (read 3 × 4, write
@@ -115,6 +122,9 @@ impl CrossEntropy {
         forward_bytes: 6.0 + 16.0,
         backward_bytes: 4.0 + 16.0 + 6.0,
         saved_bytes: 4.0,
+        // Backward: the NLL's fp32 gradient and log-softmax's fp32 input gradient at once
+        // (forward: the 16-bit logits and their fp32 copy, 6).
+        transient_bytes: 8.0,
     };
     /// The same loss under `torch.compile` (torchtitan compiles it with the model, e7c0cae
     /// `components/loss.py`; v0.2.2 `[compile] components = ["model", "loss"]`): inductor
@@ -125,6 +135,7 @@ impl CrossEntropy {
         forward_bytes: 4.0,
         backward_bytes: 4.0,
         saved_bytes: 2.0,
+        transient_bytes: 2.0,
     };
 }
 

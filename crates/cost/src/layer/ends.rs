@@ -167,7 +167,7 @@ pub fn head_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> La
         recompute: Phase::default(),
         // Norm input, projection input and what the loss keeps (softmax or logits).
         activation_bytes: 2.0 * rep * e + logits * ce.saved_bytes,
-        transient_bytes: logits * e,
+        transient_bytes: logits * ce.transient_bytes,
         weight_grad_s: wg_s,
         params,
         expert_params: 0.0,
