@@ -314,29 +314,33 @@ fn estimate_names_its_engine_and_brackets_the_time() {
 
 #[test]
 fn compile_fuses_torchtitan_and_is_refused_elsewhere() {
+    // torchtitan's Llama 3.1 8B benchmark workload.
+    const WORKLOAD: [&str; 12] = [
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "dgx-h100",
+        "--gpus",
+        "8",
+        "--gbs",
+        "16",
+        "--seq",
+        "8192",
+        "--engine",
+        "torchtitan",
+    ];
     let time = |extra: &[&str]| {
-        let mut args = vec![
-            "estimate",
-            "--model",
-            "llama3-8b",
-            "--cluster",
-            "dgx-h100",
-            "--gpus",
-            "8",
-            "--gbs",
-            "16",
-            "--seq",
-            "8192",
+        let mut args = vec!["estimate"];
+        args.extend_from_slice(&WORKLOAD);
+        args.extend_from_slice(&[
             "--zero",
             "3",
             "--mbs",
             "2",
-            "--engine",
-            "torchtitan",
             "--recompute",
             "selective",
             "--json",
-        ];
+        ]);
         args.extend_from_slice(extra);
         common::json(&args)["iteration_time_s"].as_f64().unwrap()
     };
@@ -361,18 +365,9 @@ fn compile_fuses_torchtitan_and_is_refused_elsewhere() {
     );
     // `--export torchtitan` plans under torchtitan, so it may compile; the export says so.
     let dir = std::env::temp_dir().join(format!("plait-compile-export-{}", std::process::id()));
-    let (code, _, err) = plait(&[
-        "plan",
-        "--model",
-        "llama3-8b",
-        "--cluster",
-        "dgx-h100",
-        "--gpus",
-        "8",
-        "--gbs",
-        "16",
-        "--seq",
-        "8192",
+    let mut args = vec!["plan"];
+    args.extend_from_slice(&WORKLOAD);
+    args.extend_from_slice(&[
         "--compile",
         "--async-tp",
         "--export",
@@ -380,6 +375,7 @@ fn compile_fuses_torchtitan_and_is_refused_elsewhere() {
         "--out",
         dir.to_str().unwrap(),
     ]);
+    let (code, _, err) = plait(&args);
     assert_eq!(code, 0, "{err}");
     let toml = std::fs::read_to_string(dir.join("torchtitan.toml")).unwrap();
     assert!(toml.contains("[compile]\nenable = true\n"), "{toml}");
