@@ -105,19 +105,19 @@ const FA2_H100_PEAK_TFLOPS: f64 = 989.4;
 const FA2_BACKWARD_OVER_FORWARD: f64 = 196.0 / 225.0;
 /// Transformer Engine's cuDNN fused attention in training on Hopper and later, over the
 /// FlashAttention-2 rate above (pessimistic, central, optimistic).
+/// * Central: the rate NVIDIA's own training run measured. In NeMo's long-context table
+///   (NeMo 8cfedd7 `docs/source/performance/performance_long_sequence.md`, NeMo 24.03 on
+///   DGX-H100), Llama 2 7B at 1,024K tokens (tp 8, cp 32, 4 sequences on 1,024 GPUs)
+///   reaches 536 TFLOP/s per GPU by the launcher's formula (NeMo-Framework-Launcher
+///   `auto_configurator/autoconfig/scripts/compare_throughput.py` `calculate_tflops`, full
+///   rather than causal attention): a 12.905 s step, 97.7 % of whose FLOPs are attention.
+///   At FA2's rate this model gives that step's attention 13.79 s and the rest 0.33 s, so
+///   the attention ran at 13.79 / (12.905 − 0.33) = 1.096× FA2.
+/// * Pessimistic: FA2's rate itself; TE users measure its cuDNN backend at parity with
+///   FlashAttention-2 (NVIDIA/TransformerEngine#1113).
 /// * Optimistic: the isolated-kernel benchmarks, where cuDNN runs at FlashAttention-3's
 ///   level, 1.5–1.75× FA2 in the backward that dominates (Shah et al. 2024, abstract); the
-///   low end of that range.
-/// * Central: FA2's rate. NVIDIA's published training runs do not show the benchmark
-///   advantage: in NeMo's long-context table (NeMo 8cfedd7
-///   `docs/source/performance/performance_long_sequence.md`, NeMo 24.03 on DGX-H100), Llama
-///   2 7B at 1,024K tokens (tp 8, cp 32) reaches 536 TFLOP/s per GPU by the launcher's
-///   formula (NeMo-Framework-Launcher `compare_throughput.py` `calculate_tflops`: full,
-///   not causal, attention), 97.7 % of it attention: 262 TFLOP/s of executed causal
-///   attention, 0.92× this model's FA2 rate at the sustained clock; TE users measure the
-///   same parity (NVIDIA/TransformerEngine#1113).
-/// * Pessimistic: that measurement, 0.92 (it includes the context-parallel ring's output
-///   corrections).
+///   low end of that range. Training runs have not shown it.
 pub const TE_FUSED_OVER_FA2: [f64; 3] = [1.0, 1.096, 1.5];
 /// "FlashAttention-2 is around 1.3-1.5x faster than FlashAttention in Triton in the forward
 /// pass and around 2x faster in the backward pass" (Dao 2023, §4.1): forward (optimistic,

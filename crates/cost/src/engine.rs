@@ -320,10 +320,6 @@ pub struct EngineProfile {
     pub repeats_kv_heads: bool,
     /// What selective recomputation reruns.
     pub selective: SelectiveRecompute,
-    /// `torch.compile` applies (`TrainSpec::compile`): torchtitan compiles each
-    /// transformer block and the loss, which fuses the norms, RoPE and the SwiGLU product
-    /// into generated kernels.
-    pub compiled: bool,
 }
 
 impl EngineProfile {
@@ -335,15 +331,15 @@ impl EngineProfile {
     ///
     /// `async_tp` (torchtitan's `enable_async_tensor_parallel`, which needs the compile)
     /// lets inductor's micro-pipelining pass (`torch._inductor.config._micro_pipeline_tp`,
-    /// torchtitan v0.2.2 `distributed/tensor_parallel.py`) fuse each all-gather → matmul and
-    /// matmul → reduce-scatter of the sequence-parallel blocks, forward and backward, into
-    /// chunked pipelines over symmetric memory whose copies run on the copy engines
+    /// torchtitan v0.2.2 `distributed/tensor_parallel.py`) fuse the all-gather → matmul and
+    /// matmul → reduce-scatter pairs of the sequence-parallel blocks into chunked pipelines
+    /// over symmetric memory whose copies run on the copy engines
     /// (`torch.distributed._symmetric_memory` `_fused_all_gather_matmul`,
-    /// `_fused_matmul_reduce_scatter`): costed as the chunked overlap of Transformer
-    /// Engine's userbuffers, in the forward and the recomputed forward only. Its authors
-    /// measured "up to ~29 % forward pass speedup and ~8 % E2E speedup in Llama3 7B", ~20 %
-    /// and ~8 % in 70B (PyTorch dev-discuss, "[Distributed w/ TorchTitan] Introducing Async
-    /// Tensor Parallelism in PyTorch", 2024): the backward's collectives stay in line.
+    /// `_fused_matmul_reduce_scatter`). Its authors measured "up to ~29 % forward pass
+    /// speedup and ~8 % E2E speedup in Llama3 7B", ~20 % and ~8 % in 70B (PyTorch
+    /// dev-discuss, "[Distributed w/ TorchTitan] Introducing Async Tensor Parallelism in
+    /// PyTorch", 2024): costed as the chunked overlap of Transformer Engine's userbuffers
+    /// in the forward and the recomputed forward, the backward's collectives in line.
     pub fn for_run(engine: Engine, compile: bool, async_tp: bool) -> EngineProfile {
         let eager = EngineProfile::of(engine);
         if !compile || !engine.compiles() {
@@ -354,7 +350,6 @@ impl EngineProfile {
             norm: Elementwise::FUSED_NORM,
             rope: Elementwise::FUSED_ROPE,
             cross_entropy: CrossEntropy::COMPILED,
-            compiled: true,
             tp_comm_overlap: async_tp,
             tp_comm_overlap_in_backward: false,
             ..eager
@@ -406,7 +401,6 @@ impl EngineProfile {
             rope: Elementwise::FUSED_ROPE,
             repeats_kv_heads: false,
             selective: SelectiveRecompute::AttentionCore,
-            compiled: false,
         };
         match engine {
             Engine::Megatron => megatron,

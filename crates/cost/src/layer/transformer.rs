@@ -354,6 +354,10 @@ pub(super) fn transformer_block_cost(
     // Megatron's MoE blocks with tp > 1 (sequence parallelism is then required) gather the
     // expert inputs over tp in the token dispatcher rather than before fc1.
     let moe_dispatch_over_tp = m.moe.is_some() && w.sp && w.tp > 1;
+    // Halves whose sequence-parallel input is gathered over tp and output reduce-scattered
+    // (not the MLP of a MoE block whose dispatcher moves its tokens).
+    let tp_pairs =
+        f64::from(u8::from(has_attn)) + f64::from(u8::from(has_mlp && !moe_dispatch_over_tp));
     for &(i, ref gm) in &linears {
         let (dg, wg) = backward_gemms(gm);
         let dg_s = expert_gemm_s(d, &dg, grouped);
@@ -493,25 +497,21 @@ pub(super) fn transformer_block_cost(
             }
             if !w.engine.tp_comm_overlap_in_backward {
                 // Only the forward is pipelined: the backward's all-gathers run in line.
-                let pairs = f64::from(u8::from(has_attn))
-                    + f64::from(u8::from(has_mlp && !moe_dispatch_over_tp));
-                row_parallel = pairs * ag;
+                row_parallel = tp_pairs * ag;
             }
             bwd_phase.tp_comm_s = row_parallel + column_parallel_exposed;
             fwd.fixed(contention, 0.0);
         } else {
             // Forward: an all-reduce per half, or all-gather + reduce-scatter pairs with sp
-            // (none for the MLP of a MoE block whose dispatcher moves its tokens).
-            let pairs = f64::from(u8::from(has_attn))
-                + f64::from(u8::from(has_mlp && !moe_dispatch_over_tp));
+            // (`tp_pairs`).
             let halves = f64::from(u8::from(has_attn)) + f64::from(u8::from(has_mlp));
             fwd_phase.tp_comm_s = if w.sp {
-                pairs * (ag_fwd + rs)
+                tp_pairs * (ag_fwd + rs)
             } else {
                 halves * g.tp.all_reduce_s(full_hidden_bytes)
             };
             // Backward of the row-parallel outputs: identity without sp, all-gather with sp.
-            let row_parallel = if w.sp { pairs * ag } else { 0.0 };
+            let row_parallel = if w.sp { tp_pairs * ag } else { 0.0 };
             bwd_phase.tp_comm_s = row_parallel + column_parallel_exposed;
         }
         if gemms.shared.is_some() && has_mlp {
@@ -719,11 +719,10 @@ pub(super) fn transformer_block_cost(
                 };
             // Collectives other than the saved reduce-scatters rerun: the tp all-gathers
             // (or all-reduces) and the expert all-to-alls.
-            let tp_rerun = if w.tp > 1 && w.sp {
-                let pairs = f64::from(u8::from(has_attn))
-                    + f64::from(u8::from(has_mlp && !moe_dispatch_over_tp));
-                pairs * g.tp.all_gather_s(forward_gather_bytes)
+            let tp_rerun = if w.tp > 1 && w.sp && !userbuffers(w, g) {
+                tp_pairs * g.tp.all_gather_s(forward_gather_bytes)
             } else {
+                // Pipelined as in the forward (async TP), or all-reduces without sp.
                 fwd_phase.tp_comm_s
             };
             (
