@@ -401,7 +401,7 @@ impl WorkloadArgs {
             bail!(
                 "--compile: engine {} has no torch.compile path (allowed with --engine {})",
                 train.engine.keyword(),
-                plait_spec::Engine::COMPILING
+                plait_spec::Engine::compiling()
             );
         }
         if train.task == Task::Lora && train.lora.rank > model.hidden {

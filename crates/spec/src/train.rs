@@ -102,8 +102,15 @@ impl Engine {
         self == Engine::Torchtitan
     }
 
-    /// The engines that accept `compile`, for messages.
-    pub const COMPILING: &'static str = "torchtitan";
+    /// The engines that accept `compile`, as `a|b` for messages.
+    pub fn compiling() -> String {
+        let engines: Vec<&str> = Engine::ALL
+            .iter()
+            .filter(|e| e.compiles())
+            .map(|e| e.keyword())
+            .collect();
+        engines.join("|")
+    }
 }
 
 impl Dtype {
