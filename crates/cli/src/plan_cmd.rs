@@ -127,6 +127,60 @@ struct PlanJson<'a> {
     search: SearchJson,
     infeasible: Option<&'a Infeasible>,
     exported: Vec<String>,
+    /// What the engine's own switches would do to the best plan (`what_if`).
+    what_if: Vec<WhatIf>,
+}
+
+/// The best plan's step with one engine switch the request left off.
+#[derive(Serialize)]
+struct WhatIf {
+    flag: &'static str,
+    iteration_time_s: f64,
+    /// Relative change of the step (negative: faster).
+    change: f64,
+}
+
+/// What torchtitan's own switches would do to `best`: `--compile` for an eager run, then
+/// `--async-tp` for a compiled one whose tp runs over sequence parallelism. Both estimates
+/// come from the same entry point, so the change is the model's, not a layout's.
+fn what_if(r: &crate::inputs::Resolved, best: &Plan) -> Result<Vec<WhatIf>> {
+    let t = &r.train;
+    let mut out = Vec::new();
+    if !t.engine.compiles() {
+        return Ok(out);
+    }
+    let step = |train: &plait_spec::TrainSpec| {
+        plait_cost::estimate(&r.model, &r.cluster, train, &best.config, &r.device)
+            .map(|e| e.iteration_time_s)
+    };
+    let now = step(t)?;
+    let mut push = |flag, train: plait_spec::TrainSpec| -> Result<()> {
+        let time = step(&train)?;
+        out.push(WhatIf {
+            flag,
+            iteration_time_s: time,
+            change: time / now - 1.0,
+        });
+        Ok(())
+    };
+    if !t.compile {
+        push(
+            "--compile",
+            plait_spec::TrainSpec {
+                compile: true,
+                ..t.clone()
+            },
+        )?;
+    } else if !t.async_tp && best.config.tp > 1 && best.config.sp {
+        push(
+            "--async-tp",
+            plait_spec::TrainSpec {
+                async_tp: true,
+                ..t.clone()
+            },
+        )?;
+    }
+    Ok(out)
 }
 
 #[derive(Serialize)]
@@ -269,6 +323,10 @@ pub fn run(args: &PlanArgs) -> Result<String> {
         }
     }
 
+    let what_if = match outcome.plans.first() {
+        Some(best) => what_if(&r, best)?,
+        None => Vec::new(),
+    };
     if args.json {
         let doc = PlanJson {
             model: &r.model.name,
@@ -297,6 +355,7 @@ pub fn run(args: &PlanArgs) -> Result<String> {
             },
             infeasible: outcome.infeasible.as_ref(),
             exported,
+            what_if,
         };
         return Ok(serde_json::to_string_pretty(&doc)? + "\n");
     }
@@ -354,6 +413,14 @@ pub fn run(args: &PlanArgs) -> Result<String> {
     out += &format!("{table}\n");
     for (i, p) in outcome.plans.iter().enumerate() {
         out += &format!("{}. {}\n", i + 1, p.notes.join("; "));
+    }
+    for w in &what_if {
+        out += &format!(
+            "with {} plan 1 would take {:.3} s ({:+.1} %)\n",
+            w.flag,
+            w.iteration_time_s,
+            100.0 * w.change
+        );
     }
     out += &written;
     Ok(out)

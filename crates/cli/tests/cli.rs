@@ -363,6 +363,19 @@ fn compile_fuses_torchtitan_and_is_refused_elsewhere() {
         &["estimate", "--engine", "torchtitan", "--async-tp"],
         "--async-tp: torchtitan's async tensor parallelism runs in compiled blocks (allowed with --compile)",
     );
+    // An eager torchtitan plan says what compiling would save, as text and as data.
+    let mut args = vec!["plan"];
+    args.extend_from_slice(&WORKLOAD);
+    let (code, out, err) = plait(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("with --compile plan 1 would take"), "{out}");
+    args.push("--json");
+    let v = common::json(&args);
+    let hint = &v["what_if"][0];
+    assert_eq!(hint["flag"], "--compile");
+    assert!(hint["change"].as_f64().unwrap() < -0.05, "{hint}");
+    let megatron = common::json(&["plan", "--gpus", "8", "--json"]);
+    assert_eq!(megatron["what_if"].as_array().unwrap().len(), 0);
     // `--export torchtitan` plans under torchtitan, so it may compile; the export says so.
     let dir = std::env::temp_dir().join(format!("plait-compile-export-{}", std::process::id()));
     let mut args = vec!["plan"];
