@@ -141,8 +141,8 @@ struct WhatIf {
 }
 
 /// What torchtitan's own switches would do to `best`: `--compile` for an eager run, then
-/// `--async-tp` for a compiled one whose tp runs over sequence parallelism. Both estimates
-/// come from the same entry point, so the change is the model's, not a layout's.
+/// `--async-tp` for a compiled one whose tp runs over sequence parallelism: the plan's own
+/// layout (stage map) estimated with and without the switch.
 fn what_if(r: &crate::inputs::Resolved, best: &Plan) -> Result<Vec<WhatIf>> {
     let t = &r.train;
     let mut out = Vec::new();
@@ -150,16 +150,25 @@ fn what_if(r: &crate::inputs::Resolved, best: &Plan) -> Result<Vec<WhatIf>> {
         return Ok(out);
     }
     let step = |train: &plait_spec::TrainSpec| {
-        plait_cost::estimate(&r.model, &r.cluster, train, &best.config, &r.device)
-            .map(|e| e.iteration_time_s)
+        plait_cost::estimate_mapped(
+            &r.model,
+            &r.cluster,
+            train,
+            &best.config,
+            &r.device,
+            &best.stage_map,
+        )
+        .map(|e| e.iteration_time_s)
     };
+    // The plan's step may be simulated: the closed forms give the relative change, which
+    // scales the step the table shows.
     let now = step(t)?;
     let mut push = |flag, train: plait_spec::TrainSpec| -> Result<()> {
-        let time = step(&train)?;
+        let change = step(&train)? / now - 1.0;
         out.push(WhatIf {
             flag,
-            iteration_time_s: time,
-            change: time / now - 1.0,
+            iteration_time_s: best.estimate.iteration_time_s * (1.0 + change),
+            change,
         });
         Ok(())
     };

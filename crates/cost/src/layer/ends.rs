@@ -108,9 +108,7 @@ pub fn head_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> La
     let mut fwd = Kernels::default();
     let mut bwd = Kernels::default();
     // The final norm, as the engine runs it.
-    let norm = w.engine.norm;
-    fwd.fixed(d.memory_s(norm.forward_bytes * rep), norm.forward_kernels);
-    bwd.fixed(d.memory_s(norm.backward_bytes * rep), norm.backward_kernels);
+    elementwise(&mut fwd, &mut bwd, d, w.engine.norm, rep);
     let proj = Gemm {
         name: "lm_head",
         m: tokens as u64,

@@ -334,6 +334,24 @@ impl Kernels {
     }
 }
 
+/// The forward and backward kernels of an elementwise stage over `elements` elements.
+fn elementwise(
+    fwd: &mut Kernels,
+    bwd: &mut Kernels,
+    d: &DeviceModel,
+    stage: crate::engine::Elementwise,
+    elements: f64,
+) {
+    fwd.fixed(
+        d.memory_s(stage.forward_bytes * elements),
+        stage.forward_kernels,
+    );
+    bwd.fixed(
+        d.memory_s(stage.backward_bytes * elements),
+        stage.backward_kernels,
+    );
+}
+
 /// Time of `g` when its `count` GEMMs are experts: grouped into one launch, or run one after
 /// another (each with its own wave quantisation).
 fn expert_gemm_s(d: &DeviceModel, g: &Gemm, grouped: bool) -> f64 {

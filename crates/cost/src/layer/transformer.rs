@@ -6,13 +6,13 @@
 use plait_spec::{Activation, AttentionImpl, CpComm, Gemm, ModelSpec, Positions, Recompute, Shard};
 
 use super::{
-    backward_gemms, column_parallel_backward_comm, expert_gemm_s, userbuffer_overlap, userbuffers,
-    weight_grad_gemm_s, Kernels, LayerCost, Phase, Workload, FP32, USERBUFFER_PIPELINE_SMS,
-    USERBUFFER_PIPELINE_SPLITS, USERBUFFER_RING_EXCHANGE_SMS,
+    backward_gemms, column_parallel_backward_comm, elementwise, expert_gemm_s, userbuffer_overlap,
+    userbuffers, weight_grad_gemm_s, Kernels, LayerCost, Phase, Workload, FP32,
+    USERBUFFER_PIPELINE_SMS, USERBUFFER_PIPELINE_SPLITS, USERBUFFER_RING_EXCHANGE_SMS,
 };
 use crate::comm::Groups;
 use crate::device::DeviceModel;
-use crate::engine::{Elementwise, SelectiveRecompute};
+use crate::engine::SelectiveRecompute;
 
 /// Attention core on one GPU: forward/backward kernels and the bytes it saves beyond its
 /// inputs (which selective recomputation drops).
@@ -102,24 +102,6 @@ fn attention_core(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> AttentionCore
         backward,
         internal_bytes,
     }
-}
-
-/// The forward and backward kernels of an elementwise stage over `elements` elements.
-fn elementwise(
-    fwd: &mut Kernels,
-    bwd: &mut Kernels,
-    d: &DeviceModel,
-    stage: Elementwise,
-    elements: f64,
-) {
-    fwd.fixed(
-        d.memory_s(stage.forward_bytes * elements),
-        stage.forward_kernels,
-    );
-    bwd.fixed(
-        d.memory_s(stage.backward_bytes * elements),
-        stage.backward_kernels,
-    );
 }
 
 /// A transformer block, or its attention or MLP half alone: kernel by kernel, collective
