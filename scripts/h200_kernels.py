@@ -1,0 +1,392 @@
+#!/usr/bin/env python3
+"""Kernel measurements on one Hopper GPU for plait's device model (crates/cost/src/device.rs).
+
+What each section measures, and which of the model's mechanisms it checks:
+  attention   PyTorch SDPA's flash backend (FlashAttention-2) and its cuDNN backend (the
+              fused attention Transformer Engine prefers on Hopper), forward and backward,
+              head dims 64/128/256, causal or not, sequences 512 to 128K tokens.
+  gemm        bf16 and fp8 (torch._scaled_mm, per-tensor scales: cuBLASLt's fp8 GEMM, with
+              split and with fast accumulation) on the
+              forward, input-gradient and weight-gradient shapes of Llama 3 8B/70B and GPT-3
+              175B layers at tp 1, 2 and 8; and the bf16 -> fp8 cast's bandwidth.
+  sustained   30 s of back-to-back bf16 8192^3 GEMMs and 15 s of fp8 ones, with the SM clock,
+              power and throttle reasons read by nvidia-smi every 0.5 s.
+  contention  a GEMM stream's slowdown while a copy kernel holding C thread blocks (8-32, as
+              NCCL's channels do) streams HBM on another stream.
+  grouped     MoE expert GEMMs: torch._grouped_mm against a loop of per-expert GEMMs and one
+              dense GEMM of the same FLOPs (Mixtral, DeepSeek-V3, Qwen3-MoE, GPT-OSS shapes).
+
+Output: JSON lines on stdout and in $OUT/h200_kernels.jsonl. `--dry` runs every section's
+logic on the CPU with tiny sizes (Triton in interpreter mode) to check the script itself.
+"""
+import json
+import math
+import os
+import statistics as st
+import subprocess
+import sys
+import threading
+import time
+
+DRY = "--dry" in sys.argv
+if DRY:
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+OUT = os.environ.get("OUT", "/tmp")
+DEV = "cpu" if DRY else "cuda"
+BF16 = torch.bfloat16
+FP8 = torch.float8_e4m3fn
+SECTIONS = [a for a in sys.argv[1:] if not a.startswith("--")] or [
+    "env", "attention", "gemm", "grouped", "contention", "sustained"]
+T0 = time.time()
+_out = open(os.path.join(OUT, "h200_kernels.jsonl"), "w")
+
+
+def emit(**row):
+    line = json.dumps(row)
+    print(line, flush=True)
+    _out.write(line + "\n")
+    _out.flush()
+
+
+def sync():
+    if not DRY:
+        torch.cuda.synchronize()
+
+
+class Clock:
+    """CUDA events on the GPU, the wall clock in a dry run."""
+
+    def __init__(self):
+        self.ev = torch.cuda.Event(enable_timing=True) if not DRY else None
+        self.t = 0.0
+
+    def record(self, stream=None):
+        if DRY:
+            self.t = time.perf_counter()
+        elif stream is None:
+            self.ev.record()
+        else:
+            self.ev.record(stream)
+
+    def ms_to(self, other):
+        if DRY:
+            return (other.t - self.t) * 1e3
+        return self.ev.elapsed_time(other.ev)
+
+
+def bench(fn, warm=2, reps=5):
+    """Median milliseconds of `fn` over `reps` runs after `warm` warm-ups."""
+    for _ in range(warm):
+        fn()
+    sync()
+    times = []
+    for _ in range(reps):
+        a, b = Clock(), Clock()
+        a.record()
+        fn()
+        b.record()
+        sync()
+        times.append(a.ms_to(b))
+    return st.median(times)
+
+
+def randn(*shape, dtype=BF16):
+    return torch.randn(*shape, device=DEV, dtype=torch.float32).to(dtype)
+
+
+def section(name):
+    def wrap(f):
+        def run():
+            if name not in SECTIONS:
+                return
+            start = time.time()
+            try:
+                f()
+            except Exception as e:  # keep the other sections' rows
+                emit(kind="error", section=name, error=f"{type(e).__name__}: {e}"[:500])
+            emit(kind="section", section=name, seconds=round(time.time() - start, 1))
+        return run
+    return wrap
+
+
+@section("env")
+def env():
+    row = dict(kind="env", torch=torch.__version__, dry=DRY)
+    if not DRY:
+        p = torch.cuda.get_device_properties(0)
+        row.update(gpu=p.name, sms=p.multi_processor_count, cudnn=torch.backends.cudnn.version(),
+                   cuda=torch.version.cuda, memory_gib=round(p.total_memory / 2**30, 1))
+        try:
+            row["nvidia_smi"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version,power.limit,clocks.max.sm,clocks.max.mem",
+                 "--format=csv,noheader"], capture_output=True, text=True, timeout=10).stdout.strip()
+        except Exception as e:
+            row["nvidia_smi"] = str(e)
+    emit(**row)
+
+
+@section("attention")
+def attention():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
+    if DRY:
+        backends = [("math", SDPBackend.MATH)]
+    target = 1e7 if DRY else 4e12  # non-causal forward FLOPs per timed call
+    seqs = [64, 128] if DRY else [512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
+    for hd in (64, 128, 256):
+        for causal in (False, True):
+            for s in seqs:
+                per_head = 4.0 * s * s * hd
+                bh = max(1, round(target / per_head))
+                heads = min(bh, 16)
+                batch = max(1, bh // heads)
+                q, k, v = (randn(batch, heads, s, hd).requires_grad_() for _ in range(3))
+                go = randn(batch, heads, s, hd)
+                flops = 4.0 * batch * heads * s * s * hd * (0.5 if causal else 1.0)
+                for name, backend in backends:
+                    row = dict(kind="attention", backend=name, head_dim=hd, causal=causal, seq=s,
+                               batch=batch, heads=heads, fwd_flops=flops)
+                    try:
+                        with sdpa_kernel([backend]):
+                            with torch.no_grad():
+                                fwd = bench(lambda: F.scaled_dot_product_attention(
+                                    q, k, v, is_causal=causal))
+                            bwd_times = []
+                            for i in range(7):
+                                q.grad = k.grad = v.grad = None
+                                o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                                sync()
+                                a, b = Clock(), Clock()
+                                a.record()
+                                o.backward(go)
+                                b.record()
+                                sync()
+                                if i >= 2:
+                                    bwd_times.append(a.ms_to(b))
+                            bwd = st.median(bwd_times)
+                        row.update(fwd_ms=fwd, bwd_ms=bwd, fwd_tflops=flops / fwd / 1e9,
+                                   bwd_tflops=2.5 * flops / bwd / 1e9)
+                    except Exception as e:
+                        row.update(error=f"{type(e).__name__}: {e}"[:300])
+                    emit(**row)
+                del q, k, v, go
+                q = k = v = None
+                if not DRY:
+                    torch.cuda.empty_cache()
+
+
+def gemm_fns(m, n, k, dtype):
+    """A callable computing [m×k]·[k×n] in `dtype` the way training frameworks call it."""
+    if dtype == "bf16":
+        a, w = randn(m, k), randn(n, k)
+        return lambda: a @ w.t()
+    # "fp8": split (promoted) accumulation, as Transformer Engine runs dgrad and wgrad;
+    # "fp8_fast": fast accumulation, as it runs the forward GEMM.
+    a, w = randn(m, k, dtype=FP8), randn(n, k, dtype=FP8)
+    one = torch.ones((), device=DEV, dtype=torch.float32)
+    fast = dtype == "fp8_fast"
+    return lambda: torch._scaled_mm(a, w.t(), scale_a=one, scale_b=one, out_dtype=BF16,
+                                    use_fast_accum=fast)
+
+
+@section("gemm")
+def gemm():
+    # (hidden, ffn, qkv width, gated MLP)
+    models = {"llama3-8b": (4096, 14336, 6144, True), "llama3-70b": (8192, 28672, 10240, True),
+              "gpt3-175b": (12288, 49152, 36864, False)}
+    scale = 64 if DRY else 1
+    shapes = set()
+    for model, (h, ffn, qkv, gated) in models.items():
+        for tp in (1, 2, 8):
+            fc1 = (2 if gated else 1) * ffn
+            layer = {"qkv": (qkv // tp, h), "proj": (h, h // tp), "fc1": (fc1 // tp, h),
+                     "fc2": (h, ffn // tp)}
+            for tokens in (8192, 16384):
+                if model == "gpt3-175b" and tp == 1 and tokens == 16384:
+                    continue
+                for op, (n, k) in layer.items():
+                    m = tokens
+                    for pas, shape in (("fwd", (m, n, k)), ("dgrad", (m, k, n)), ("wgrad", (n, k, m))):
+                        shapes.add(tuple(max(16, x // scale) for x in shape))
+                        if DRY and len(shapes) > 6:
+                            break
+    for (m, n, k) in sorted(shapes):
+        for dtype in ("bf16", "fp8", "fp8_fast"):
+            row = dict(kind="gemm", dtype=dtype, m=m, n=n, k=k)
+            try:
+                ms = bench(gemm_fns(m, n, k, dtype), warm=2, reps=5)
+                row.update(ms=ms, tflops=2.0 * m * n * k / ms / 1e9)
+            except Exception as e:
+                row.update(error=f"{type(e).__name__}: {e}"[:300])
+            emit(**row)
+    # The bf16 -> fp8 cast and an amax: memory-bound kernels a Transformer Engine step runs.
+    rows, cols = (256, 256) if DRY else (16384, 8192)
+    x = randn(rows, cols)
+    for op, fn, nbytes in (("cast_bf16_to_fp8", lambda: x.to(FP8), 3 * x.numel()),
+                           ("amax_bf16", lambda: x.abs().amax(), 4 * x.numel()),
+                           ("copy_bf16", lambda: x.clone(), 4 * x.numel())):
+        try:
+            ms = bench(fn, warm=3, reps=10)
+            emit(kind="memory_kernel", op=op, elements=x.numel(), bytes=nbytes, ms=ms,
+                 gbps=nbytes / ms / 1e6)
+        except Exception as e:
+            emit(kind="memory_kernel", op=op, error=f"{type(e).__name__}: {e}"[:300])
+
+
+@section("grouped")
+def grouped():
+    # name: (hidden, expert ffn, gated)
+    models = {"mixtral-8x7b": (4096, 14336, True), "deepseek-v3": (7168, 2048, True),
+              "qwen3-30b-a3b": (2048, 768, True), "gpt-oss-120b": (2880, 2880, True)}
+    scale = 32 if DRY else 1
+    for model, (h, ffn, gated) in models.items():
+        for experts in ((8,) if model == "mixtral-8x7b" else (8, 32)):
+            for tokens in (256, 1024, 4096):
+                fc1 = (2 if gated else 1) * ffn
+                for op, (n, k) in (("fc1", (fc1, h)), ("fc2", (h, ffn))):
+                    t, n_, k_ = max(16, tokens // scale), max(16, n // scale), max(16, k // scale)
+                    x = randn(experts * t, k_)
+                    w = randn(experts, n_, k_)
+                    offs = torch.arange(1, experts + 1, device=DEV, dtype=torch.int32) * t
+                    flops = 2.0 * experts * t * n_ * k_
+                    row = dict(kind="grouped", model=model, op=op, experts=experts,
+                               tokens_per_expert=t, n=n_, k=k_, flops=flops)
+                    variants = {
+                        "grouped": lambda: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs),
+                        "loop": lambda: [x[i * t:(i + 1) * t] @ w[i].t() for i in range(experts)],
+                        "dense": lambda: x @ w[0].t(),
+                    }
+                    for name, fn in variants.items():
+                        try:
+                            ms = bench(fn, warm=2, reps=5)
+                            row[f"{name}_ms"] = ms
+                            row[f"{name}_tflops"] = flops / ms / 1e9
+                        except Exception as e:
+                            row[f"{name}_error"] = f"{type(e).__name__}: {e}"[:300]
+                    emit(**row)
+
+
+@section("contention")
+def contention():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def copy_loop(src, dst, n_elem, iters, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        nprog = tl.num_programs(0)
+        for _ in range(iters):
+            for start in range(pid * BLOCK, n_elem, nprog * BLOCK):
+                offs = start + tl.arange(0, BLOCK)
+                mask = offs < n_elem
+                tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
+
+    n_elem = 1 << (12 if DRY else 28)  # 1 GiB of fp32 each way
+    src = torch.randn(n_elem, device=DEV)
+    dst = torch.empty_like(src)
+    block = 128 if DRY else 8192
+
+    def copy(ctas, iters):
+        copy_loop[(ctas,)](src, dst, n_elem, iters, BLOCK=block, num_warps=16 if not DRY else 1)
+
+    dim = 128 if DRY else 8192
+    shapes = {"8192^3": (dim, dim, dim), "16384x14336x4096": (dim * 2, dim * 7 // 4, dim // 2)}
+    for label, (m, n, k) in shapes.items():
+        a, w = randn(m, k), randn(n, k)
+        reps = 2 if DRY else 30
+
+        def gemms():
+            for _ in range(reps):
+                a @ w.t()
+
+        alone = bench(gemms, warm=1, reps=3)
+        emit(kind="contention", gemm=label, ctas=0, gemm_ms=alone, gemm_flops=2.0 * m * n * k * reps)
+        for ctas in (8, 16, 24, 32):
+            try:
+                one = bench(lambda: copy(ctas, 1), warm=1, reps=3)
+                iters = max(1, math.ceil(1.5 * alone / one))
+                side = torch.cuda.Stream() if not DRY else None
+                results = []
+                for _ in range(3):
+                    sync()
+                    c0, c1, g0, g1 = Clock(), Clock(), Clock(), Clock()
+                    if DRY:
+                        c0.record(); copy(ctas, iters); c1.record()
+                        g0.record(); gemms(); g1.record()
+                    else:
+                        with torch.cuda.stream(side):
+                            c0.record(side); copy(ctas, iters); c1.record(side)
+                        g0.record(); gemms(); g1.record()
+                    sync()
+                    results.append((g0.ms_to(g1), c0.ms_to(c1)))
+                g = st.median(r[0] for r in results)
+                c = st.median(r[1] for r in results)
+                emit(kind="contention", gemm=label, ctas=ctas, gemm_ms=g, slowdown=g / alone - 1.0,
+                     copy_alone_gbps=2 * 4 * n_elem / one / 1e6,
+                     copy_concurrent_gbps=2 * 4 * n_elem * iters / c / 1e6,
+                     copy_covers_gemm=c >= g)
+            except Exception as e:
+                emit(kind="contention", gemm=label, ctas=ctas, error=f"{type(e).__name__}: {e}"[:300])
+
+
+def poll_smi(samples, stop):
+    query = "clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active"
+    while not stop.is_set():
+        t = time.time()
+        try:
+            out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=5).stdout.strip()
+            samples.append((t, out))
+        except Exception as e:
+            samples.append((t, f"error {e}"))
+            return
+        stop.wait(0.5)
+
+
+@section("sustained")
+def sustained():
+    dim = 256 if DRY else 8192
+    for dtype, seconds in (("bf16", 30.0), ("fp8", 15.0)):
+        if DRY:
+            seconds = 1.0
+        fn = gemm_fns(dim, dim, dim, dtype)
+        chunk = 20
+        flops = 2.0 * dim**3 * chunk
+        bench(fn, warm=3, reps=1)
+        samples, stop = [], threading.Event()
+        poller = threading.Thread(target=poll_smi, args=(samples, stop), daemon=True)
+        poller.start()
+        start = time.time()
+        chunks = []
+        while time.time() - start < seconds:
+            a, b = Clock(), Clock()
+            a.record()
+            for _ in range(chunk):
+                fn()
+            b.record()
+            sync()
+            chunks.append((time.time() - start, a.ms_to(b)))
+        stop.set()
+        poller.join()
+        # One row per half second of GEMMs, with the nvidia-smi sample nearest to it.
+        window, i = 0.5, 0
+        while i < len(chunks):
+            j = i
+            while j < len(chunks) and chunks[j][0] < chunks[i][0] + window:
+                j += 1
+            t_end = chunks[j - 1][0]
+            ms = sum(c[1] for c in chunks[i:j])
+            near = min(samples, key=lambda s: abs(s[0] - start - t_end), default=(0, ""))
+            emit(kind="sustained", dtype=dtype, dim=dim, t_s=round(t_end, 2),
+                 tflops=flops * (j - i) / ms / 1e9, smi=near[1])
+            i = j
+
+
+if __name__ == "__main__":
+    for run in (env, attention, gemm, grouped, contention, sustained):
+        run()
+    emit(kind="done", seconds=round(time.time() - T0, 1))
