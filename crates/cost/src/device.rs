@@ -161,7 +161,7 @@ const FA2_HOPPER_PEAK_TFLOPS: f64 = 989.4;
 ///   (NeMo-Framework-Launcher `auto_configurator/autoconfig/scripts/compare_throughput.py`
 ///   `calculate_tflops`, full rather than causal attention): a 12.905 s step, 97.7 % of
 ///   whose FLOPs are attention. At the FA2 rate above this model gives that step's attention
-///   12.922 s and the rest 0.327 s, so the attention ran at 12.922 / (12.905 − 0.327) =
+///   12.922 s and the rest 0.329 s, so the attention ran at 12.922 / (12.905 − 0.329) =
 ///   1.03× FA2.
 /// * Pessimistic: FA2's rate itself; TE users measure its cuDNN backend at parity with
 ///   FlashAttention-2 (NVIDIA/TransformerEngine#1113).
@@ -169,7 +169,7 @@ const FA2_HOPPER_PEAK_TFLOPS: f64 = 989.4;
 ///   cuDNN backend (cuDNN 9.19) ran forward+backward 1.74–1.95× faster than its flash
 ///   backend at head dim 128 (median 1.80×; `h200_kernels.jsonl`, `"backend": "cudnn"`).
 ///   Training runs have not shown it.
-pub const TE_FUSED_OVER_FA2: [f64; 3] = [1.0, 12.922 / (12.905 - 0.327), 1.80];
+pub const TE_FUSED_OVER_FA2: [f64; 3] = [1.0, 12.922 / (12.905 - 0.329), 1.80];
 /// "FlashAttention-2 is around 1.3-1.5x faster than FlashAttention in Triton in the forward
 /// pass and around 2x faster in the backward pass" (Dao 2023, §4.1): forward (optimistic,
 /// central, pessimistic) over the stated range, backward "around 2×" read as ±10 %.
