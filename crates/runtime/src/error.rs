@@ -175,6 +175,8 @@ pub enum ModelProblem {
     },
     #[error("rotary positions need an even head size")]
     OddRotaryHeadSize,
+    #[error("ALiBi attention biases are not supported by the runtime (it builds learned or rotary positions)")]
+    Alibi,
     #[error("sequence {seq} exceeds the {max_positions} learned positions")]
     TooFewPositions { seq: usize, max_positions: u64 },
     #[error("vocabulary {vocab} is smaller than the byte tokenizer's 256")]

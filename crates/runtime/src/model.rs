@@ -178,6 +178,9 @@ pub fn check_model(spec: &ModelSpec, tp: usize, seq: usize) -> Result<()> {
     if spec.positions == Positions::Rotary && !spec.head_dim.is_multiple_of(2) {
         return bad(ModelProblem::OddRotaryHeadSize);
     }
+    if spec.positions == Positions::Alibi {
+        return bad(ModelProblem::Alibi);
+    }
     if spec.positions == Positions::Learned && (spec.max_positions as usize) < seq {
         return bad(ModelProblem::TooFewPositions {
             seq,

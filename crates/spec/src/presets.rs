@@ -3,160 +3,47 @@
 //! counts against the published totals.
 
 use crate::error::{Result, SpecError};
-use crate::model::{
-    Activation, BlockKind, BlockRun, Family, MambaSpec, ModelSpec, MoeSpec, Norm, Positions,
-    DEFAULT_NORM_EPS, DEFAULT_ROPE_THETA,
-};
+use crate::model::arch::{bert, llama4, llama4_layout, nemotron_h};
+use crate::model::{MambaSpec, ModelSpec, MoeSpec};
 
-/// GPT-style decoder with learned positions, LayerNorm, GELU 4h MLP, biases, tied head.
-/// Tables of published runs build their models on it (`plait_cost::calibration`).
-pub fn gpt(name: &str, hidden: u64, layers: u64, heads: u64, vocab: u64, seq: u64) -> ModelSpec {
-    ModelSpec {
-        name: name.into(),
-        family: Family::Gpt,
-        hidden,
-        layers,
-        heads,
-        kv_heads: heads,
-        head_dim: hidden / heads,
-        ffn_hidden: 4 * hidden,
-        vocab,
-        max_positions: seq,
-        type_vocab: 0,
-        norm: Norm::LayerNorm,
-        activation: Activation::Gelu,
-        positions: Positions::Learned,
-        qkv_bias: true,
-        linear_bias: true,
-        tied_embeddings: true,
-        causal: true,
-        moe: None,
-        // Learned positions: θ unused. GPT-2's `layer_norm_epsilon` (HF gpt2 config.json).
-        rope_theta: DEFAULT_ROPE_THETA,
-        rope_scaling: None,
-        norm_eps: 1e-5,
-        attention_window: None,
-        attention_chunk: None,
-        block_runs: Vec::new(),
-        mla: None,
-        qk_norm: None,
-        router: None,
-        mtp_layers: 0,
-        block: BlockKind::Transformer,
-        mamba: None,
-    }
-}
+/// The GPT and LLaMA templates, which tables of published runs build their models on
+/// (`plait_cost::calibration`).
+pub use crate::model::arch::{gpt, llama};
 
-/// LLaMA-style decoder: RMSNorm, SwiGLU, GQA, RoPE, no biases, untied head (a MoE
-/// family with `moe`).
-#[allow(clippy::too_many_arguments)]
-pub fn llama(
-    name: &str,
-    hidden: u64,
-    layers: u64,
-    heads: u64,
-    kv_heads: u64,
-    ffn: u64,
-    vocab: u64,
-    moe: Option<MoeSpec>,
-) -> ModelSpec {
-    ModelSpec {
-        name: name.into(),
-        family: if moe.is_some() {
-            Family::Moe
-        } else {
-            Family::Llama
-        },
-        hidden,
-        layers,
-        heads,
-        kv_heads,
-        head_dim: hidden / heads,
-        ffn_hidden: ffn,
-        vocab,
-        max_positions: 0,
-        type_vocab: 0,
-        norm: Norm::RmsNorm,
-        activation: Activation::SwiGlu,
-        positions: Positions::Rotary,
-        qkv_bias: false,
-        linear_bias: false,
-        tied_embeddings: false,
-        causal: true,
-        moe,
-        rope_theta: DEFAULT_ROPE_THETA,
-        rope_scaling: None,
-        norm_eps: DEFAULT_NORM_EPS,
-        attention_window: None,
-        attention_chunk: None,
-        block_runs: Vec::new(),
-        mla: None,
-        qk_norm: None,
-        router: None,
-        mtp_layers: 0,
-        block: BlockKind::Transformer,
-        mamba: None,
-    }
-}
+/// Presets that are a released model's `config.json` (the keys that shape it, in
+/// `crates/spec/presets/`, whose README names each file's repository), read by the parser
+/// users' files go through.
+const HF_PRESETS: [(&str, &str); 12] = [
+    (
+        "mixtral-8x22b",
+        include_str!("../presets/mixtral-8x22b.json"),
+    ),
+    ("deepseek-v3", include_str!("../presets/deepseek-v3.json")),
+    ("kimi-k2", include_str!("../presets/kimi-k2.json")),
+    ("qwen3-8b", include_str!("../presets/qwen3-8b.json")),
+    ("qwen3-32b", include_str!("../presets/qwen3-32b.json")),
+    (
+        "qwen3-30b-a3b",
+        include_str!("../presets/qwen3-30b-a3b.json"),
+    ),
+    (
+        "qwen3-235b-a22b",
+        include_str!("../presets/qwen3-235b-a22b.json"),
+    ),
+    ("gpt-oss-20b", include_str!("../presets/gpt-oss-20b.json")),
+    ("gpt-oss-120b", include_str!("../presets/gpt-oss-120b.json")),
+    ("mpt-7b", include_str!("../presets/mpt-7b.json")),
+    ("mpt-30b", include_str!("../presets/mpt-30b.json")),
+    ("dbrx", include_str!("../presets/dbrx.json")),
+];
 
-/// BERT-style encoder: a GPT block without the causal mask, with two token types.
-pub(crate) fn bert(
-    name: &str,
-    hidden: u64,
-    layers: u64,
-    heads: u64,
-    vocab: u64,
-    seq: u64,
-) -> ModelSpec {
-    ModelSpec {
-        family: Family::Bert,
-        type_vocab: 2,
-        causal: false,
-        // BERT's `layer_norm_eps` (HF bert-large-uncased config.json).
-        norm_eps: 1e-12,
-        attention_window: None,
-        attention_chunk: None,
-        block_runs: Vec::new(),
-        mla: None,
-        qk_norm: None,
-        router: None,
-        mtp_layers: 0,
-        ..gpt(name, hidden, layers, heads, vocab, seq)
-    }
-}
-
-/// Nemotron-H hybrid (Megatron-LM's `MambaModel`; NVIDIA, "Nemotron-H", arXiv 2504.03624):
-/// the layers of `pattern` (`M` Mamba-2 mixer, `*` attention, `-` squared-ReLU MLP of
-/// `ffn`, each behind an RMSNorm), grouped-query attention without biases or positional
-/// parameters, an untied head. `None` if the pattern has a symbol other than `M`, `*`, `-`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn nemotron_h(
-    name: &str,
-    hidden: u64,
-    pattern: &str,
-    (heads, kv_heads, head_dim): (u64, u64, u64),
-    ffn: u64,
-    vocab: u64,
-    mamba: MambaSpec,
-) -> Option<ModelSpec> {
-    let runs: Vec<BlockRun> = crate::model::runs_from_pattern(pattern).ok()?;
-    let layers = runs.iter().map(|r| r.count).sum();
-    let (block, block_runs) = match runs.as_slice() {
-        [only] => (only.kind, Vec::new()),
-        _ => (BlockKind::Transformer, runs),
-    };
-    Some(ModelSpec {
-        head_dim,
-        activation: Activation::Relu2,
-        positions: Positions::None,
-        // Nemotron-H's `layer_norm_epsilon` (config.json).
-        norm_eps: 1e-5,
-        block,
-        block_runs,
-        mamba: Some(mamba),
-        ..llama(name, hidden, layers, heads, kv_heads, ffn, vocab, None)
-    })
-}
+/// Llama 3.1's names for the Llama 3 presets, which are the 3.1 releases (RoPE scaling to
+/// 128K included, `llama3`).
+const ALIASES: [(&str, &str); 3] = [
+    ("llama3.1-8b", "llama3-8b"),
+    ("llama3.1-70b", "llama3-70b"),
+    ("llama3.1-405b", "llama3-405b"),
+];
 
 /// The layer pattern of Nemotron-H-8B (`hybrid_override_pattern` of
 /// nvidia/Nemotron-H-8B-Base-8K's config.json and of Megatron-Bridge's Nemotron-H 8B
@@ -178,65 +65,6 @@ fn llama3(m: ModelSpec) -> ModelSpec {
             original_max_positions: 8192,
         }),
         ..m
-    }
-}
-
-/// Llama 4's text model around its layer layout: GQA attention of `head_dim`-wide heads,
-/// `moe` routed experts (and its shared ones) of `expert_ffn`, routed by a sigmoid of the
-/// top-k logits without renormalisation (transformers' `Llama4Router`); RoPE θ 500,000,
-/// RMSNorm ε 1e-5, untied (`Llama4TextConfig` defaults). The caller sets the block runs.
-pub(crate) fn llama4(
-    name: &str,
-    (hidden, layers, heads, kv_heads, head_dim): (u64, u64, u64, u64, u64),
-    expert_ffn: u64,
-    vocab: u64,
-    moe: MoeSpec,
-) -> ModelSpec {
-    ModelSpec {
-        head_dim,
-        rope_theta: 500_000.0,
-        router: Some(crate::model::RouterSpec {
-            sigmoid: true,
-            expert_bias: false,
-            groups: None,
-            group_score_top2: false,
-            normalize_topk: false,
-            scaling: 1.0,
-        }),
-        ..llama(
-            name,
-            hidden,
-            layers,
-            heads,
-            kv_heads,
-            expert_ffn,
-            vocab,
-            Some(moe),
-        )
-    }
-}
-
-/// Llama 4's layers as block runs: layer i has experts where `moe[i]` (otherwise a dense
-/// MLP of `dense_ffn`) and attends within chunks of `chunk` tokens where `rope[i]` (its
-/// RoPE layers; the NoPE ones attend over the whole sequence). Returns the model-wide chunk
-/// and no runs when every layer is alike.
-pub(crate) fn llama4_layout(
-    moe: &[bool],
-    rope: &[bool],
-    dense_ffn: Option<u64>,
-    chunk: Option<u64>,
-) -> (Option<u64>, Vec<BlockRun>) {
-    let runs = crate::model::runs_of(moe.iter().zip(rope).map(|(&is_moe, &rope)| BlockRun {
-        count: 1,
-        kind: BlockKind::Transformer,
-        window: None,
-        dense_ffn: if is_moe { None } else { dense_ffn },
-        chunk: if rope { chunk } else { None },
-    }));
-    if runs.len() == 1 && runs[0].dense_ffn.is_none() {
-        (runs[0].chunk, Vec::new())
-    } else {
-        (None, runs)
     }
 }
 
@@ -302,12 +130,27 @@ pub fn model_preset_names() -> Vec<&'static str> {
         "tiny-gpt",
         "tiny-llama",
     ]);
+    names.extend(HF_PRESETS.iter().map(|p| p.0));
+    names.extend(ALIASES.iter().map(|a| a.0));
     names
 }
 
 /// A built-in model by name (case-insensitive).
 pub fn model_preset(name: &str) -> Result<ModelSpec> {
     let key = name.to_ascii_lowercase();
+    if let Some(&(alias, of)) = ALIASES.iter().find(|a| a.0 == key) {
+        return Ok(ModelSpec {
+            name: alias.into(),
+            ..model_preset(of)?
+        });
+    }
+    if let Some(&(preset, text)) = HF_PRESETS.iter().find(|p| p.0 == key) {
+        let m = crate::hf::model_from_hf_config(text, &format!("preset {preset}"))?;
+        return Ok(ModelSpec {
+            name: preset.into(),
+            ..m
+        });
+    }
     if let Some(&(n, heads, hidden, layers)) = SC21_GPT.iter().find(|r| r.0 == key) {
         return Ok(gpt(n, hidden, layers, heads, 51200, 2048));
     }
@@ -511,6 +354,68 @@ mod tests {
         }
         assert!(!runs.is_uniform());
         assert!(model_preset("llama3-8b").unwrap().kind_runs().is_uniform());
+    }
+
+    #[test]
+    fn hf_presets_match_their_published_totals() {
+        // (preset, total, active per token) from each model card (README of the repository
+        // `crates/spec/presets/README.md` names); active `None` for dense models.
+        let published: [(&str, f64, Option<f64>); 14] = [
+            // "141B parameters, 39B active" (Mistral AI, Mixtral 8x22B announcement).
+            ("mixtral-8x22b", 141e9, Some(39e9)),
+            // 671 B in the main model; the card's 685 B add the 14 B MTP module. 37 B active.
+            ("deepseek-v3", 671e9, Some(37e9)),
+            // "Number of Parameters: 8.2B", "32.8B", "30.5B / 3.3B activated", "235B / 22B".
+            ("qwen3-8b", 8.2e9, None),
+            ("qwen3-32b", 32.8e9, None),
+            ("qwen3-30b-a3b", 30.5e9, Some(3.3e9)),
+            ("qwen3-235b-a22b", 235e9, Some(22e9)),
+            // "21B parameters with 3.6B active", "117B parameters with 5.1B active"; OpenAI
+            // counts the active parameters without the input embedding (the gpt-oss model
+            // card's table: 3.61 B and 5.13 B, the 0.58 B unembedding included), so its
+            // table is added back here.
+            ("gpt-oss-20b", 20.9e9, Some(3.61e9 + 201088.0 * 2880.0)),
+            ("gpt-oss-120b", 116.8e9, Some(5.13e9 + 201088.0 * 2880.0)),
+            // MosaicML: MPT-7B 6.7 B, MPT-30B 29.96 B.
+            ("mpt-7b", 6.7e9, None),
+            ("mpt-30b", 29.96e9, None),
+            // "132B total parameters of which 36B parameters are active".
+            ("dbrx", 132e9, Some(36e9)),
+            // The Llama 3.1 names of the Llama 3 presets.
+            ("llama3.1-8b", 8.03e9, None),
+            ("llama3.1-70b", 70.6e9, None),
+            ("llama3.1-405b", 405.9e9, None),
+        ];
+        // Kimi-K2's card rounds to "1T total parameters" and "32B activated": held to the
+        // rounding, as the existing `kimi_k2_is_deepseek_v3_shaped` parse test is.
+        let kimi = model_preset("kimi-k2").unwrap();
+        assert!((kimi.parameter_count() as f64 / 1e12 - 1.0).abs() < 0.05);
+        assert!((kimi.active_parameter_count() as f64 / 32e9 - 1.0).abs() < 0.05);
+        for (name, total, active) in published {
+            check(name, total);
+            let m = model_preset(name).unwrap();
+            assert_eq!(m.name, name);
+            if let Some(want) = active {
+                let got = m.active_parameter_count() as f64;
+                assert!(
+                    (got / want - 1.0).abs() < 0.05,
+                    "{name}: {got} active vs published {want}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn u128_count_agrees_with_model_spec() {
+        // The parsers' size guard counts in u128 what `ModelSpec` counts in u64.
+        for name in model_preset_names() {
+            let m = model_preset(name).unwrap();
+            assert_eq!(
+                crate::hf::parameter_count_u128(&m),
+                u128::from(m.parameter_count()),
+                "{name}"
+            );
+        }
     }
 
     #[test]

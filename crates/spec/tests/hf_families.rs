@@ -418,3 +418,118 @@ fn kimi_k2_is_deepseek_v3_shaped() {
     assert!((active / 32.0 - 1.0).abs() < 0.05, "{active} B");
     assert_eq!(&m.kind_counts(0, 61)[..2], &[1, 60]);
 }
+
+/// The error for `text` on `field` of its nested `object` (`attn_config`, `ffn_config`):
+/// one line, the source named with the object.
+fn nested_error(text: &str, object: &str, field: &str) {
+    let err = plait_spec::model_from_hf_config(text, "cfg.json").expect_err(field);
+    let line = err.to_string();
+    assert!(!line.contains('\n'), "{line:?}");
+    assert_eq!(err.field, field, "{line}");
+    assert_eq!(err.source, format!("cfg.json ({object})"), "{line}");
+}
+
+/// mosaicml/mpt-7b config.json (the keys that shape the model).
+fn mpt_7b() -> Value {
+    json!({
+        "architectures": ["MPTForCausalLM"], "model_type": "mpt",
+        "attn_config": {"alibi": true, "alibi_bias_max": 8, "attn_impl": "torch",
+            "attn_pdrop": 0, "attn_type": "multihead_attention", "attn_uses_sequence_id": false,
+            "clip_qkv": null, "prefix_lm": false, "qk_ln": false, "softmax_scale": null},
+        "d_model": 4096, "emb_pdrop": 0, "embedding_fraction": 1.0, "expansion_ratio": 4,
+        "learned_pos_emb": true, "logit_scale": null, "max_seq_len": 2048, "n_heads": 32,
+        "n_layers": 32, "no_bias": true, "norm_type": "low_precision_layernorm",
+        "resid_pdrop": 0, "tokenizer_name": "EleutherAI/gpt-neox-20b",
+        "torch_dtype": "bfloat16", "use_cache": false, "verbose": 0, "vocab_size": 50432
+    })
+}
+
+#[test]
+fn mpt_alibi_and_sizes() {
+    let m = parse(&mpt_7b().to_string(), "mpt-7b/config.json");
+    assert_eq!(m.family, Family::Gpt);
+    assert_eq!(m.positions, Positions::Alibi);
+    assert_eq!((m.ffn_hidden, m.kv_heads, m.max_positions), (16384, 32, 0));
+    assert!(!m.qkv_bias && !m.linear_bias && m.tied_embeddings);
+    // Model card: 6.7 B parameters (6,649,286,656 in the checkpoint; the count here adds
+    // the norms' absent biases, 65 × 4,096).
+    assert_eq!(m.parameter_count(), 6_649_286_656 + 65 * 4096);
+    // mosaicml/mpt-30b: d_model 7168, 48 layers, 64 heads, 8K context; 29.96 B.
+    let mut big = mpt_7b();
+    for (k, v) in [
+        ("d_model", json!(7168)),
+        ("n_layers", json!(48)),
+        ("n_heads", json!(64)),
+        ("max_seq_len", json!(8192)),
+    ] {
+        big[k] = v;
+    }
+    within_1_percent(
+        "mpt-30b",
+        parse(&big.to_string(), "mpt-30b.json").parameter_count(),
+        29.96e9,
+    );
+    // Grouped-query attention, RoPE instead of ALiBi, a gated MLP of its own width, and the
+    // learned table when neither is on.
+    let mut gqa = mpt_7b();
+    gqa["attn_config"] = json!({"attn_type": "grouped_query_attention", "kv_n_heads": 8, "rope": true, "rope_theta": 500000});
+    gqa["ffn_config"] = json!({"ffn_type": "mptglu", "ffn_hidden_size": 14336});
+    let m = parse(&gqa.to_string(), "gqa.json");
+    assert_eq!(
+        (m.kv_heads, m.positions, m.ffn_hidden, m.rope_theta),
+        (8, Positions::Rotary, 14336, 500_000.0)
+    );
+    assert_eq!(m.activation, plait_spec::Activation::SwiGlu);
+    let mut learned = mpt_7b();
+    learned["attn_config"] = json!({});
+    let m = parse(&learned.to_string(), "learned.json");
+    assert_eq!((m.positions, m.max_positions), (Positions::Learned, 2048));
+    // What it cannot express is named, in the nested object it sits in.
+    let mut moe = mpt_7b();
+    moe["ffn_config"] = json!({"ffn_type": "mb_dmoe"});
+    nested_error(&moe.to_string(), "ffn_config", "ffn_type");
+    let mut odd = mpt_7b();
+    odd["attn_config"] = json!({"attn_type": "grouped_query_attention", "kv_n_heads": 5});
+    nested_error(&odd.to_string(), "attn_config", "kv_n_heads");
+    error(
+        &with(&mpt_7b().to_string(), "attn_config", json!(3)),
+        "attn_config",
+    );
+    error(
+        &with(&mpt_7b().to_string(), "expansion_ratio", json!(-1)),
+        "expansion_ratio",
+    );
+}
+
+#[test]
+fn dbrx_every_layer_moe() {
+    // databricks/dbrx-base config.json: "132B total parameters of which 36B parameters
+    // are active on any input" (model card).
+    let cfg = json!({
+        "architectures": ["DbrxForCausalLM"], "model_type": "dbrx",
+        "attn_config": {"clip_qkv": 8, "kv_n_heads": 8, "model_type": "", "rope_theta": 500000},
+        "d_model": 6144, "emb_pdrop": 0.0,
+        "ffn_config": {"ffn_hidden_size": 10752, "model_type": "", "moe_jitter_eps": 0.01,
+            "moe_loss_weight": 0.05, "moe_num_experts": 16, "moe_top_k": 4},
+        "initializer_range": 0.02, "max_seq_len": 32768, "n_heads": 48, "n_layers": 40,
+        "output_router_logits": false, "resid_pdrop": 0.0, "router_aux_loss_coef": 0.05,
+        "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true,
+        "vocab_size": 100352
+    });
+    let m = parse(&cfg.to_string(), "dbrx-base/config.json");
+    assert_eq!(m.family, Family::Moe);
+    let moe = m.moe.unwrap();
+    assert_eq!(
+        (moe.experts, moe.top_k, m.kv_heads, m.rope_theta),
+        (16, 4, 8, 500_000.0)
+    );
+    within_1_percent("dbrx", m.parameter_count(), 132e9);
+    let active = m.active_parameter_count() as f64 / 1e9;
+    assert!((active / 36.0 - 1.0).abs() < 0.02, "{active} B active");
+    let mut bad = cfg.clone();
+    bad["ffn_config"]["moe_top_k"] = json!(17);
+    nested_error(&bad.to_string(), "ffn_config", "moe_top_k");
+    let mut gelu = cfg.clone();
+    gelu["ffn_config"]["ffn_act_fn"] = json!({"name": "gelu"});
+    nested_error(&gelu.to_string(), "ffn_config", "ffn_act_fn");
+}

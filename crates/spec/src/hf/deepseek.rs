@@ -9,8 +9,8 @@ use serde_json::Value;
 use super::config::Config;
 use super::{MAX_DIM, MAX_LAYERS};
 use crate::error::Result;
+use crate::model::arch;
 use crate::model::{BlockRun, MlaSpec, ModelSpec, MoeSpec, DEFAULT_ROPE_THETA};
-use crate::presets;
 
 impl Config<'_> {
     /// DeepSeek-V2/V3 and Kimi K2 (DeepSeek-V3's architecture): multi-head latent attention,
@@ -85,7 +85,7 @@ impl Config<'_> {
                 Some(v) => self.check_int("num_nextn_predict_layers", v, MAX_LAYERS)?,
             },
             block_runs: runs,
-            ..presets::llama(
+            ..arch::llama(
                 "",
                 hidden,
                 layers,

@@ -1,5 +1,5 @@
 //! The LayerNorm/GELU families: Falcon, GPT-2, GPT-NeoX and BERT, each read into a
-//! `ModelSpec` built on `presets::gpt` or `presets::bert`.
+//! `ModelSpec` built on `arch::gpt` or `arch::bert`.
 //!
 //! Only which keys these families read and their transformers defaults live here; the
 //! accessors and error wording are `config`'s, the size limit `size`'s.
@@ -9,8 +9,8 @@ use serde_json::Value;
 use super::config::{int_allowed, show, Config};
 use super::{MAX_DIM, MAX_LAYERS};
 use crate::error::Result;
+use crate::model::arch;
 use crate::model::{ModelSpec, Positions, DEFAULT_ROPE_THETA};
-use crate::presets;
 
 impl Config<'_> {
     /// Falcon (`FalconForCausalLM`): rotary positions (ALiBi refused), LayerNorm, GELU 4h
@@ -81,7 +81,7 @@ impl Config<'_> {
             block_runs: Vec::new(),
             mla: None,
             mtp_layers: 0,
-            ..presets::gpt("", hidden, layers, heads, vocab, 0)
+            ..arch::gpt("", hidden, layers, heads, vocab, 0)
         };
         self.check_size(
             &spec,
@@ -128,7 +128,7 @@ impl Config<'_> {
             block_runs: Vec::new(),
             mla: None,
             mtp_layers: 0,
-            ..presets::gpt("", hidden, layers, heads, vocab, positions)
+            ..arch::gpt("", hidden, layers, heads, vocab, positions)
         };
         self.check_size(
             &spec,
@@ -173,7 +173,7 @@ impl Config<'_> {
             block_runs: Vec::new(),
             mla: None,
             mtp_layers: 0,
-            ..presets::gpt("", hidden, layers, heads, vocab, 0)
+            ..arch::gpt("", hidden, layers, heads, vocab, 0)
         };
         self.check_size(
             &spec,
@@ -212,7 +212,7 @@ impl Config<'_> {
             block_runs: Vec::new(),
             mla: None,
             mtp_layers: 0,
-            ..presets::bert("", hidden, layers, heads, vocab, positions)
+            ..arch::bert("", hidden, layers, heads, vocab, positions)
         };
         self.check_size(
             &spec,

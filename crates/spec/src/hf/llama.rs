@@ -8,8 +8,8 @@
 use super::config::{int_allowed, show, Config};
 use super::{MAX_DIM, MAX_LAYERS};
 use crate::error::Result;
+use crate::model::arch;
 use crate::model::{BlockRun, ModelSpec, MoeSpec, DEFAULT_ROPE_THETA};
-use crate::presets;
 
 impl Config<'_> {
     /// `llama`, `mistral`, `qwen2` (dense) and `mixtral` (MoE).
@@ -144,7 +144,7 @@ impl Config<'_> {
                 "olmo2" => Some(crate::model::QkNorm::FullWidth),
                 _ => None,
             },
-            ..presets::llama("", hidden, layers, heads, kv_heads, ffn, vocab, moe)
+            ..arch::llama("", hidden, layers, heads, kv_heads, ffn, vocab, moe)
         };
         self.check_size(
             &spec,

@@ -9,8 +9,8 @@
 use super::config::Config;
 use super::{MAX_DIM, MAX_LAYERS};
 use crate::error::Result;
+use crate::model::arch;
 use crate::model::{ModelSpec, MoeSpec};
-use crate::presets;
 
 impl Config<'_> {
     /// transformers' `Llama4TextConfig` / `Llama4TextDecoderLayer`:
@@ -67,7 +67,7 @@ impl Config<'_> {
         let chunk = self.opt_int("attention_chunk_size", MAX_DIM)?;
         let rope_layers = self.rope_layers(layers)?;
         let (attention_chunk, block_runs) =
-            presets::llama4_layout(&moe_layers, &rope_layers, dense_ffn, chunk);
+            arch::llama4_layout(&moe_layers, &rope_layers, dense_ffn, chunk);
         let spec = ModelSpec {
             qkv_bias: self.flag("attention_bias", false)?,
             tied_embeddings: self.flag("tie_word_embeddings", false)?,
@@ -75,7 +75,7 @@ impl Config<'_> {
             norm_eps: self.float("rms_norm_eps", 1e-5)?,
             attention_chunk,
             block_runs,
-            ..presets::llama4(
+            ..arch::llama4(
                 "",
                 (hidden, layers, heads, kv_heads, head_dim),
                 expert_ffn,

@@ -19,12 +19,16 @@ mod deepseek;
 mod gpt;
 mod llama;
 mod llama4;
+mod mosaic;
 mod nemotron;
 mod size;
 
+#[cfg(test)]
+pub(crate) use size::parameter_count_u128;
+
 use config::{quote, show, Config};
 /// The `model_type`s this parser understands.
-pub const HF_MODEL_TYPES: [&str; 21] = [
+pub const HF_MODEL_TYPES: [&str; 23] = [
     "gpt2",
     "gpt_neox",
     "llama",
@@ -45,6 +49,8 @@ pub const HF_MODEL_TYPES: [&str; 21] = [
     "deepseek_v3",
     "kimi_k2",
     "nemotron_h",
+    "mpt",
+    "dbrx",
     "bert",
 ];
 
@@ -146,6 +152,23 @@ const READ_KEYS: &[&str] = &[
     "no_rope_layers",
     "no_rope_layer_interval",
     "use_qk_norm",
+    "d_model",
+    "n_heads",
+    "n_layers",
+    "expansion_ratio",
+    "max_seq_len",
+    "no_bias",
+    "norm_type",
+    "learned_pos_emb",
+    "attn_config",
+    "ffn_config",
+    "attn_type",
+    "kv_n_heads",
+    "rope",
+    "ffn_type",
+    "moe_num_experts",
+    "moe_top_k",
+    "ffn_act_fn",
 ];
 
 /// Parses a Hugging Face `config.json`; `source` (the file name) is used in errors.
@@ -181,6 +204,9 @@ const READ_KEYS: &[&str] = &[
 /// - `nemotron_h`: one layer per symbol of `hybrid_override_pattern` (`M` Mamba-2 mixer,
 ///   `*` attention, `-` squared-ReLU MLP), laid out as block runs; MoE layers (`E`) are
 ///   refused. The attention layers carry no positional parameters.
+/// - `mpt` and `dbrx` (MosaicML) read their attention and MLP keys from the nested
+///   `attn_config` and `ffn_config`; MPT's ALiBi is `Positions::Alibi`, its `no_bias`
+///   norms and DBRX's bias-free LayerNorms count as LayerNorm's two vectors (see `mosaic`).
 ///
 /// Dimensions above 10^9, more than 10^5 layers, or more than 10^15 parameters in all are
 /// rejected, so that every count `ModelSpec` derives fits in `u64`.
@@ -262,6 +288,8 @@ pub fn model_from_hf_config(text: &str, source: &str) -> Result<ModelSpec> {
         "falcon" => cfg.falcon()?,
         "deepseek_v2" | "deepseek_v3" | "kimi_k2" => cfg.deepseek()?,
         "nemotron_h" => cfg.nemotron_h()?,
+        "mpt" => cfg.mpt()?,
+        "dbrx" => cfg.dbrx()?,
         "bert" => cfg.bert()?,
         other => {
             return Err(cfg.err(

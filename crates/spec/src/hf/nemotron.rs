@@ -9,8 +9,8 @@ use serde_json::Value;
 use super::config::{show, Config};
 use super::{MAX_DIM, MAX_LAYERS};
 use crate::error::Result;
+use crate::model::arch;
 use crate::model::{runs_from_pattern, MambaSpec, ModelSpec, DEFAULT_MAMBA_CHUNK};
-use crate::presets;
 
 impl Config<'_> {
     /// The first of `keys` present (transformers' `NemotronHConfig` and NVIDIA's remote
@@ -139,7 +139,7 @@ impl Config<'_> {
             conv_bias: self.flag(conv_bias_key, true)?,
             proj_bias: self.flag(proj_bias_key, false)?,
         };
-        let base = presets::nemotron_h(
+        let base = arch::nemotron_h(
             "",
             hidden,
             pattern,

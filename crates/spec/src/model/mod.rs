@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod arch;
 mod blocks;
 
 pub use blocks::{
@@ -55,6 +56,10 @@ pub enum Positions {
     /// 5.24 `NemotronHAttention` applies no rotary embedding; Megatron-LM d98e8a6 trains it
     /// with `--position-embedding-type none`, `examples/mamba/train.sh`).
     None,
+    /// ALiBi (Press et al. 2022): a fixed per-head linear bias on the attention scores,
+    /// added inside the fused attention kernel (flash-attn's `alibi_slopes`, MPT's
+    /// `attn_config.alibi`); no parameters and no kernel of its own.
+    Alibi,
 }
 
 /// A RoPE frequency rescaling (transformers `modeling_rope_utils.py`, by `rope_type`).
@@ -538,7 +543,7 @@ impl ModelSpec {
         let h = self.hidden;
         let pos = match self.positions {
             Positions::Learned => self.max_positions * h,
-            Positions::Rotary | Positions::None => 0,
+            Positions::Rotary | Positions::None | Positions::Alibi => 0,
         };
         let emb_norm = if self.family == Family::Bert {
             self.norm_params()

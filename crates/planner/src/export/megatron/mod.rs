@@ -138,6 +138,13 @@ pub(super) fn model_reasons(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -
             2 * c.cp
         ));
     }
+    if model.positions == Positions::Alibi {
+        out.push(format!(
+            "{} uses ALiBi attention biases; Megatron-LM's --position-embedding-type is \
+             learned_absolute, rope, mrope, relative, yarn or none (megatron/training/arguments.py)",
+            model.name
+        ));
+    }
     let theta = model.rope_theta;
     if model.positions == Positions::Rotary
         && !(theta.fract() == 0.0 && theta >= 1.0 && theta <= u64::MAX as f64)
@@ -393,6 +400,8 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
             Positions::Rotary => "rope",
             Positions::Learned => "learned_absolute",
             Positions::None => "none",
+            // Refused by `model_reasons`.
+            Positions::Alibi => "none",
         }
         .into(),
     ));
