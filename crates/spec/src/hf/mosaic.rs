@@ -52,6 +52,43 @@ impl Config<'_> {
         }
     }
 
+    /// The part of a MosaicML config both families share — d_model, n_layers, n_heads,
+    /// vocabulary and context (with the family's defaults) and the nested `attn_config` and
+    /// `ffn_config`, read with sources that name them — handed to `build`.
+    fn mosaic<R>(
+        &self,
+        (vocab_default, max_seq_default): (u64, u64),
+        build: impl FnOnce(Mosaic<'_>) -> Result<R>,
+    ) -> Result<R> {
+        let sizes = Sizes {
+            hidden: self.int("d_model", MAX_DIM)?,
+            layers: self.int("n_layers", MAX_LAYERS)?,
+            heads: self.int("n_heads", MAX_DIM)?,
+            vocab: self
+                .opt_int("vocab_size", MAX_DIM)?
+                .unwrap_or(vocab_default),
+            max_seq: self
+                .opt_int("max_seq_len", MAX_DIM)?
+                .unwrap_or(max_seq_default),
+        };
+        let empty = Map::new();
+        let (attn_source, ffn_source) = (
+            format!("{} (attn_config)", self.source),
+            format!("{} (ffn_config)", self.source),
+        );
+        build(Mosaic {
+            sizes,
+            attn: Config {
+                source: &attn_source,
+                map: self.object("attn_config")?.unwrap_or(&empty),
+            },
+            ffn: Config {
+                source: &ffn_source,
+                map: self.object("ffn_config")?.unwrap_or(&empty),
+            },
+        })
+    }
+
     /// MPT: pre-LayerNorm blocks (`norm_type`), multi-head, grouped- or multi-query attention
     /// (`attn_config.attn_type`, `kv_n_heads`), positions by ALiBi, RoPE or a learned table
     /// (llm-foundry turns the table off under either), a GELU MLP of `expansion_ratio` ×
@@ -61,24 +98,11 @@ impl Config<'_> {
     /// embedding. `qk_ln` and `clip_qkv` change no shape and are not represented; MegaBlocks
     /// experts (`ffn_type` `mb_moe`/`mb_dmoe`) are refused.
     pub(super) fn mpt(&self) -> Result<ModelSpec> {
-        let hidden = self.int("d_model", MAX_DIM)?;
-        let layers = self.int("n_layers", MAX_LAYERS)?;
-        let heads = self.int("n_heads", MAX_DIM)?;
-        let vocab = self.opt_int("vocab_size", MAX_DIM)?.unwrap_or(MPT_VOCAB);
-        let max_seq = self
-            .opt_int("max_seq_len", MAX_DIM)?
-            .unwrap_or(MPT_MAX_SEQ_LEN);
-        let empty = Map::new();
-        let attn_source = format!("{} (attn_config)", self.source);
-        let attn = Config {
-            source: &attn_source,
-            map: self.object("attn_config")?.unwrap_or(&empty),
-        };
-        let ffn_source = format!("{} (ffn_config)", self.source);
-        let ffn_cfg = Config {
-            source: &ffn_source,
-            map: self.object("ffn_config")?.unwrap_or(&empty),
-        };
+        self.mosaic((MPT_VOCAB, MPT_MAX_SEQ_LEN), |m| self.mpt_from(m))
+    }
+
+    fn mpt_from(&self, m: Mosaic<'_>) -> Result<ModelSpec> {
+        let (n, attn, ffn_cfg) = (m.sizes, &m.attn, &m.ffn);
         let kv_heads = match attn.choice(
             "attn_type",
             "multihead_attention",
@@ -90,16 +114,10 @@ impl Config<'_> {
         )? {
             "multiquery_attention" => 1,
             "grouped_query_attention" => attn.opt_int("kv_n_heads", MAX_DIM)?.unwrap_or(1),
-            _ => heads,
+            _ => n.heads,
         };
-        if heads % kv_heads > 0 {
-            return Err(attn.err(
-                "kv_n_heads",
-                format!("{kv_heads} does not divide n_heads = {heads}"),
-                format!("a divisor of n_heads ({heads})"),
-            ));
-        }
-        let head_dim = self.head_dim(("n_heads", heads), ("d_model", hidden), None, false)?;
+        kv_divides(attn, n.heads, kv_heads)?;
+        let head_dim = self.head_dim(("n_heads", n.heads), ("d_model", n.hidden), None, false)?;
         let (alibi, rope) = (attn.flag("alibi", false)?, attn.flag("rope", false)?);
         let positions = if alibi {
             Positions::Alibi
@@ -113,7 +131,7 @@ impl Config<'_> {
         let ratio = match self.get("expansion_ratio") {
             None => MPT_EXPANSION_RATIO,
             Some(v) => match v.as_f64() {
-                Some(r) if r.is_finite() && r > 0.0 && r * hidden as f64 <= MAX_DIM as f64 => r,
+                Some(r) if r.is_finite() && r > 0.0 && r * n.hidden as f64 <= MAX_DIM as f64 => r,
                 _ => {
                     return Err(self.err(
                         "expansion_ratio",
@@ -126,7 +144,7 @@ impl Config<'_> {
         // llm-foundry `resolve_ffn_hidden_size`: an explicit width, else int(ratio × d_model).
         let ffn = match ffn_cfg.opt_int("ffn_hidden_size", MAX_DIM)? {
             Some(f) => f,
-            None => ((ratio * hidden as f64) as u64).max(1),
+            None => ((ratio * n.hidden as f64) as u64).max(1),
         };
         let activation =
             match ffn_cfg.choice("ffn_type", "mptmlp", &["mptmlp", "te_ln_mlp", "mptglu"])? {
@@ -144,7 +162,7 @@ impl Config<'_> {
                 "triton_rmsnorm",
             ],
         )? {
-            n if n.ends_with("rmsnorm") => Norm::RmsNorm,
+            kind if kind.ends_with("rmsnorm") => Norm::RmsNorm,
             _ => Norm::LayerNorm,
         };
         let bias = !self.flag("no_bias", false)?;
@@ -161,12 +179,12 @@ impl Config<'_> {
             rope_theta: attn.float("rope_theta", DEFAULT_ROPE_THETA)?,
             ..arch::gpt(
                 "",
-                hidden,
-                layers,
-                heads,
-                vocab,
+                n.hidden,
+                n.layers,
+                n.heads,
+                n.vocab,
                 if positions == Positions::Learned {
-                    max_seq
+                    n.max_seq
                 } else {
                     0
                 },
@@ -175,10 +193,10 @@ impl Config<'_> {
         self.check_size(
             &spec,
             &[
-                ("d_model", hidden),
-                ("n_layers", layers),
+                ("d_model", n.hidden),
+                ("n_layers", n.layers),
                 ("expansion_ratio", ffn),
-                ("vocab_size", vocab),
+                ("vocab_size", n.vocab),
             ],
         )?;
         Ok(spec)
@@ -190,34 +208,15 @@ impl Config<'_> {
     /// biases (counted as LayerNorm's two vectors, 2·d_model per norm too many); no linear
     /// biases; an untied head. `clip_qkv` changes no shape and is not represented.
     pub(super) fn dbrx(&self) -> Result<ModelSpec> {
-        let hidden = self.int("d_model", MAX_DIM)?;
-        let layers = self.int("n_layers", MAX_LAYERS)?;
-        let heads = self.int("n_heads", MAX_DIM)?;
-        let vocab = self.opt_int("vocab_size", MAX_DIM)?.unwrap_or(DBRX_VOCAB);
-        let max_seq = self
-            .opt_int("max_seq_len", MAX_DIM)?
-            .unwrap_or(DBRX_MAX_SEQ_LEN);
-        let empty = Map::new();
-        let attn_source = format!("{} (attn_config)", self.source);
-        let attn = Config {
-            source: &attn_source,
-            map: self.object("attn_config")?.unwrap_or(&empty),
-        };
-        let ffn_source = format!("{} (ffn_config)", self.source);
-        let ffn_cfg = Config {
-            source: &ffn_source,
-            map: self.object("ffn_config")?.unwrap_or(&empty),
-        };
+        self.mosaic((DBRX_VOCAB, DBRX_MAX_SEQ_LEN), |m| self.dbrx_from(m))
+    }
+
+    fn dbrx_from(&self, m: Mosaic<'_>) -> Result<ModelSpec> {
+        let (n, attn, ffn_cfg) = (m.sizes, &m.attn, &m.ffn);
         let kv_heads = attn
             .opt_int("kv_n_heads", MAX_DIM)?
             .unwrap_or(DBRX_KV_HEADS);
-        if heads % kv_heads > 0 {
-            return Err(attn.err(
-                "kv_n_heads",
-                format!("{kv_heads} does not divide n_heads = {heads}"),
-                format!("a divisor of n_heads ({heads})"),
-            ));
-        }
+        kv_divides(attn, n.heads, kv_heads)?;
         let experts = ffn_cfg
             .opt_int("moe_num_experts", MAX_DIM)?
             .unwrap_or(DBRX_EXPERTS);
@@ -245,15 +244,15 @@ impl Config<'_> {
         let ffn = ffn_cfg
             .opt_int("ffn_hidden_size", MAX_DIM)?
             .unwrap_or(DBRX_FFN);
-        let head_dim = self.head_dim(("n_heads", heads), ("d_model", hidden), None, false)?;
+        let head_dim = self.head_dim(("n_heads", n.heads), ("d_model", n.hidden), None, false)?;
         let base = arch::llama(
             "",
-            hidden,
-            layers,
-            heads,
+            n.hidden,
+            n.layers,
+            n.heads,
             kv_heads,
             ffn,
-            vocab,
+            n.vocab,
             Some(MoeSpec {
                 experts,
                 top_k,
@@ -263,7 +262,7 @@ impl Config<'_> {
         let spec = ModelSpec {
             family: Family::Moe,
             head_dim,
-            max_positions: max_seq,
+            max_positions: n.max_seq,
             norm: Norm::LayerNorm,
             tied_embeddings: self.flag("tie_word_embeddings", false)?,
             rope_theta: attn.float("rope_theta", DEFAULT_ROPE_THETA)?,
@@ -272,12 +271,41 @@ impl Config<'_> {
         self.check_size(
             &spec,
             &[
-                ("d_model", hidden),
-                ("n_layers", layers),
+                ("d_model", n.hidden),
+                ("n_layers", n.layers),
                 ("ffn_hidden_size", ffn),
-                ("vocab_size", vocab),
+                ("vocab_size", n.vocab),
             ],
         )?;
         Ok(spec)
     }
+}
+
+/// The sizes both MosaicML families read at the top level.
+#[derive(Clone, Copy)]
+struct Sizes {
+    hidden: u64,
+    layers: u64,
+    heads: u64,
+    vocab: u64,
+    max_seq: u64,
+}
+
+/// A MosaicML config: its sizes and its nested attention and MLP objects.
+struct Mosaic<'c> {
+    sizes: Sizes,
+    attn: Config<'c>,
+    ffn: Config<'c>,
+}
+
+/// `kv_n_heads` must divide `n_heads` (named in `attn_config`).
+fn kv_divides(attn: &Config<'_>, heads: u64, kv_heads: u64) -> Result<()> {
+    if !heads.is_multiple_of(kv_heads) {
+        return Err(attn.err(
+            "kv_n_heads",
+            format!("{kv_heads} does not divide n_heads = {heads}"),
+            format!("a divisor of n_heads ({heads})"),
+        ));
+    }
+    Ok(())
 }
