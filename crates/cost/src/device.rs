@@ -103,52 +103,30 @@ const FA2_BACKWARD_OVER_FORWARD: f64 = 196.0 / 225.0;
 /// `crates/cost/tests/data/h200_kernels.jsonl`). Rows: head dim 64, 128, 256, then the same
 /// causal. The kernels ran back to back for a minute, as in a training step, and no
 /// sustained-clock factor is applied to them: that factor is the power cap's, which GEMMs
-/// near the tensor peak reach and these kernels, at a third of it, are not taken to. Two
-/// sets of training runs bear this out: NeMo's long-context runs give Transformer Engine's
+/// near the tensor peak run into and kernels at a third of it are taken not to. Two sets of
+/// training runs bear this out: NeMo's long-context runs give Transformer Engine's
 /// attention 1.03× this rate (`TE_FUSED_OVER_FA2`), and llm-foundry's H100 runs at 16K–64K
 /// tokens (flash-attn, attention most of the step) are predicted −3 … +6 % with it, against
 /// +8 … +19 % with the factor. Against Dao 2023's H100 figure (Figure 7) these rates are
 /// 1–19 % slower, 1–5 % at 4k–16k without a causal mask. The H200's tensor cores are the
 /// H100's (same 132 SMs and clocks); its faster HBM does not bound these kernels.
+#[rustfmt::skip]
 const FA2_HOPPER_FWD_TFLOPS: [[f64; 9]; 6] = [
-    [
-        275.1, 288.2, 304.2, 311.0, 309.8, 304.8, 303.8, 303.7, 303.8,
-    ],
-    [
-        301.5, 328.9, 339.2, 348.6, 345.6, 325.8, 339.3, 343.3, 350.4,
-    ],
-    [
-        287.9, 307.9, 317.6, 318.7, 315.0, 316.9, 322.1, 321.5, 321.2,
-    ],
-    [
-        160.6, 228.3, 276.4, 292.5, 302.0, 294.2, 289.8, 283.4, 271.3,
-    ],
-    [
-        201.6, 273.8, 304.4, 318.4, 325.0, 285.6, 293.4, 272.1, 308.3,
-    ],
-    [
-        232.9, 264.3, 294.1, 293.7, 292.5, 269.1, 271.4, 271.5, 271.2,
-    ],
+    [275.1, 288.2, 304.2, 311.0, 309.8, 304.8, 303.8, 303.7, 303.8],
+    [301.5, 328.9, 339.2, 348.6, 345.6, 325.8, 339.3, 343.3, 350.4],
+    [287.9, 307.9, 317.6, 318.7, 315.0, 316.9, 322.1, 321.5, 321.2],
+    [160.6, 228.3, 276.4, 292.5, 302.0, 294.2, 289.8, 283.4, 271.3],
+    [201.6, 273.8, 304.4, 318.4, 325.0, 285.6, 293.4, 272.1, 308.3],
+    [232.9, 264.3, 294.1, 293.7, 292.5, 269.1, 271.4, 271.5, 271.2],
 ];
+#[rustfmt::skip]
 const FA2_HOPPER_BWD_TFLOPS: [[f64; 9]; 6] = [
-    [
-        177.2, 221.3, 253.5, 273.0, 283.9, 287.8, 284.7, 287.7, 289.5,
-    ],
-    [
-        188.8, 239.0, 274.6, 296.0, 303.9, 301.3, 303.3, 306.4, 308.8,
-    ],
-    [
-        170.7, 208.6, 234.9, 249.0, 255.3, 255.4, 257.8, 259.6, 261.2,
-    ],
-    [
-        110.9, 159.1, 202.9, 234.5, 254.6, 266.9, 273.0, 277.8, 278.4,
-    ],
-    [
-        123.9, 177.5, 227.9, 265.5, 286.7, 296.9, 309.9, 313.6, 319.8,
-    ],
-    [
-        115.1, 160.6, 198.2, 224.3, 236.9, 248.1, 253.0, 255.6, 253.4,
-    ],
+    [177.2, 221.3, 253.5, 273.0, 283.9, 287.8, 284.7, 287.7, 289.5],
+    [188.8, 239.0, 274.6, 296.0, 303.9, 301.3, 303.3, 306.4, 308.8],
+    [170.7, 208.6, 234.9, 249.0, 255.3, 255.4, 257.8, 259.6, 261.2],
+    [110.9, 159.1, 202.9, 234.5, 254.6, 266.9, 273.0, 277.8, 278.4],
+    [123.9, 177.5, 227.9, 265.5, 286.7, 296.9, 309.9, 313.6, 319.8],
+    [115.1, 160.6, 198.2, 224.3, 236.9, 248.1, 253.0, 255.6, 253.4],
 ];
 /// Dense 16-bit peak of the GPU the Hopper table was measured on (H200 = H100 datasheet).
 const FA2_HOPPER_PEAK_TFLOPS: f64 = 989.4;
