@@ -200,10 +200,12 @@ fn check_hf(input: &[u8]) -> Result<(), String> {
     })
 }
 
+/// The HF fixtures and the presets' released config.json files (MPT's and DBRX's nested
+/// objects among them).
 fn hf_seeds() -> Vec<Vec<u8>> {
-    let dir = repo().join("crates/spec/tests/fixtures/hf");
-    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("the HF fixtures")
+    let mut names: Vec<PathBuf> = ["crates/spec/tests/fixtures/hf", "crates/spec/presets"]
+        .iter()
+        .flat_map(|dir| std::fs::read_dir(repo().join(dir)).expect("the HF configs"))
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
         .collect();
