@@ -229,6 +229,13 @@ pub struct EngineProfile {
     /// 16-bit tensor, write the fp8 copy and its transpose (TE `cast_transpose`; torchao's
     /// dynamic scaling reads the tensor once more for its amax).
     pub fp8_cast_bytes_per_element: f64,
+    /// Reads of the 16-bit tensor per block-scaled (MXFP8, NVFP4) quantisation of one GEMM
+    /// operand into its row-wise and column-wise copies: 1 where one kernel writes both
+    /// (Transformer Engine's MXFP8 quantizer with row- and column-wise usage), 2 where each
+    /// copy has a cast of its own (torchao 06f5ff4 `mx_formats/mx_linear.py` `mx_mm`: a dim0
+    /// cast of the input in the forward, a dim1 cast of the saved input in the backward,
+    /// and the same two of the output gradient).
+    pub block_cast_reads: f64,
     /// fp8 copies of the block weights kept beside the 16-bit ones, bytes per parameter (TE
     /// caches a row-wise and a column-wise fp8 copy in `_fp8_workspaces`, `module/base.py`;
     /// torchao casts on the fly and keeps none).
@@ -364,6 +371,7 @@ impl EngineProfile {
             fp8_cast_fused_into_norm: true,
             // read 2, write 1 (fp8) + 1 (fp8 transpose for the wgrad GEMM).
             fp8_cast_bytes_per_element: 4.0,
+            block_cast_reads: 1.0,
             // NeMo's fp8 recipe (`bf16_with_fp8_mixed`, `fp8_param_gather=True`,
             // recipes/precision/mixed_precision.py:56-71) keeps only the fp8 copies (row- and
             // column-wise, 2 bytes like the 16-bit weight they replace) next to the fp32
@@ -457,6 +465,7 @@ impl EngineProfile {
                 fused_elementwise: false,
                 fp8_cast_fused_into_norm: false,
                 fp8_cast_bytes_per_element: 6.0,
+                block_cast_reads: 2.0,
                 fp8_weight_copy_bytes: 0.0,
                 saves_quantized_linear_inputs: false,
                 cross_entropy: CrossEntropy::TORCH,

@@ -224,15 +224,15 @@ impl Workload {
     }
 
     /// Bytes per element read and written by the quantisation of one GEMM operand: the
-    /// engine's per-tensor fp8 cast, or for the block-scaled formats one read of the 16-bit
-    /// tensor (each block's scale comes from the block itself) and a row-wise and a
-    /// column-wise copy with their scales, both quantised from the 16-bit input (TE's
-    /// `MXFP8BlockScaling` and `NVFP4BlockScaling`; NVFP4's random Hadamard transform of the
-    /// column-wise copy runs inside that cast).
+    /// engine's per-tensor fp8 cast, or for the block-scaled formats the engine's reads of the
+    /// 16-bit tensor (`EngineProfile::block_cast_reads`; each block's scale comes from the
+    /// block itself) and a row-wise and a column-wise copy with their scales, both quantised
+    /// from the 16-bit input (TE's `MXFP8BlockScaling` and `NVFP4BlockScaling`, one read;
+    /// NVFP4's random Hadamard transform of the column-wise copy runs inside that cast).
     pub fn cast_bytes_per_element(&self) -> f64 {
         match self.linear_format {
             plait_spec::Dtype::Mxfp8 | plait_spec::Dtype::Nvfp4 => {
-                2.0 + 2.0 * self.quantised_copy_bytes()
+                2.0 * self.engine.block_cast_reads + 2.0 * self.quantised_copy_bytes()
             }
             _ => self.engine.fp8_cast_bytes_per_element,
         }
