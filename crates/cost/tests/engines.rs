@@ -67,16 +67,14 @@ fn published_tables_within_their_bounds() {
     check(&r, "torchtitan", 0.065, 0.065);
 }
 
-/// torchtitan's eager and compiled Llama 3.1 8B runs of its H100 benchmark
-/// (`benchmarks/llama3_h100_202412_torchtitan.md`, Tables 1 and 3: FSDP, local batch 2,
-/// seq 8192, op-level selective recompute), costed on DGX H100s: their hosts (96 GB HBM2e,
-/// 500 W) have no preset, so only the ratios between rows are compared.
-fn torchtitan_h100_8b(gpus: u64, dtype: Dtype, compile: bool) -> f64 {
+/// Llama 3.1 8B under torchtitan with FSDP over `gpus` GPUs of `cluster`, local batch
+/// `mbs`, seq 8192, op-level selective recompute: the step time.
+fn torchtitan_8b(cluster: &str, gpus: u64, mbs: u64, dtype: Dtype, compile: bool) -> f64 {
     let m = model_preset("llama3-8b").unwrap();
-    let cluster = cluster_preset("dgx-h100").unwrap();
+    let cluster = cluster_preset(cluster).unwrap();
     let c = ParallelConfig {
         dp: gpus,
-        mbs: 2,
+        mbs,
         zero: 3,
         recompute: plait_spec::Recompute::Selective,
         ..ParallelConfig::default()
@@ -85,10 +83,18 @@ fn torchtitan_h100_8b(gpus: u64, dtype: Dtype, compile: bool) -> f64 {
         engine: Engine::Torchtitan,
         dtype,
         compile,
-        ..TrainSpec::new(2 * gpus, 8192)
+        ..TrainSpec::new(mbs * gpus, 8192)
     };
     let d = device_for(&cluster, dtype).unwrap();
     estimate(&m, &cluster, &t, &c, &d).unwrap().iteration_time_s
+}
+
+/// torchtitan's eager and compiled Llama 3.1 8B runs of its H100 benchmark
+/// (`benchmarks/llama3_h100_202412_torchtitan.md`, Tables 1 and 3: FSDP, local batch 2,
+/// seq 8192, op-level selective recompute), costed on DGX H100s: their hosts (96 GB HBM2e,
+/// 500 W) have no preset, so only the ratios between rows are compared.
+fn torchtitan_h100_8b(gpus: u64, dtype: Dtype, compile: bool) -> f64 {
+    torchtitan_8b("dgx-h100", gpus, 2, dtype, compile)
 }
 
 #[test]
@@ -352,25 +358,7 @@ fn torchtitan_mxfp8_casts_read_their_input_twice() {
     // tensor), so its MXFP8 is no faster than tensorwise float8, as measured; plait
     // predicts 1.304× and 1.306× (the limit, which squeezes low precision most, is not in
     // the model).
-    let run = |dtype| {
-        let m = model_preset("llama3-8b").unwrap();
-        let cluster = cluster_preset("dgx-b200").unwrap();
-        let c = ParallelConfig {
-            dp: 8,
-            mbs: 1,
-            zero: 3,
-            recompute: plait_spec::Recompute::Selective,
-            ..ParallelConfig::default()
-        };
-        let t = TrainSpec {
-            engine: Engine::Torchtitan,
-            dtype,
-            compile: true,
-            ..TrainSpec::new(8, 8192)
-        };
-        let d = device_for(&cluster, dtype).unwrap();
-        estimate(&m, &cluster, &t, &c, &d).unwrap().iteration_time_s
-    };
+    let run = |dtype| torchtitan_8b("dgx-b200", 8, 1, dtype, true);
     let bf16 = run(Dtype::Bf16);
     let (fp8, mx) = (bf16 / run(Dtype::Fp8), bf16 / run(Dtype::Mxfp8));
     assert!(mx <= fp8, "mxfp8 {mx:.3}× against tensorwise {fp8:.3}×");
