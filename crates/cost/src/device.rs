@@ -157,6 +157,13 @@ pub const FA2_OVER_TRITON_BACKWARD: [f64; 3] = [1.8, 2.0, 2.2];
 /// peak forward and 25 % backward is assumed (no public measurement found).
 const VOLTA_ATTENTION_FRACTION: (f64, f64) = (0.30, 0.25);
 
+/// Whether `gen`'s attention rates were measured back to back, at the clock a training
+/// step holds (the Hopper table, `FA2_HOPPER_FWD_TFLOPS`), rather than as burst rates that
+/// take the sustained clock as GEMMs do (the A100 figure, Volta's assumption).
+fn attention_rates_sustained(gen: Generation) -> bool {
+    matches!(gen, Generation::Hopper | Generation::Blackwell)
+}
+
 /// Log-linear interpolation in a row of rates at sequence lengths 512 · 2^i, clamped at
 /// both ends.
 fn by_seq<const N: usize>(row: &[f64; N], seq: f64) -> f64 {
@@ -479,11 +486,10 @@ impl DeviceModel {
         level: usize,
     ) -> (f64, f64) {
         let (f, b) = attention_fraction(self.generation, kernel, seq, head_dim, causal, level);
-        // The Hopper table holds rates measured back to back (`FA2_HOPPER_FWD_TFLOPS`); the
-        // A100 figure's are burst rates, which take the sustained clock as GEMMs do.
-        let clock = match self.generation {
-            Generation::Hopper | Generation::Blackwell => 1.0,
-            _ => self.sustained,
+        let clock = if attention_rates_sustained(self.generation) {
+            1.0
+        } else {
+            self.sustained
         };
         let rate = self.sixteen_bit_peak_flops_per_s * clock;
         (forward_flops / (rate * f), 2.5 * forward_flops / (rate * b))

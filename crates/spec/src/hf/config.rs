@@ -128,6 +128,22 @@ impl Config<'_> {
         Ok(d)
     }
 
+    /// `(kv_key, kv_heads)` key/value heads must divide `(heads_key, heads)` query heads.
+    pub(super) fn kv_heads_divide(
+        &self,
+        (kv_key, kv_heads): (&str, u64),
+        (heads_key, heads): (&str, u64),
+    ) -> Result<()> {
+        if heads.is_multiple_of(kv_heads) {
+            return Ok(());
+        }
+        Err(self.err(
+            kv_key,
+            format!("{kv_heads} does not divide {heads_key} = {heads}"),
+            format!("a divisor of {heads_key} ({heads})"),
+        ))
+    }
+
     /// An optional positive finite number with its default.
     pub(super) fn float(&self, key: &str, default: f64) -> Result<f64> {
         match self.get(key) {

@@ -47,13 +47,7 @@ impl Config<'_> {
         } else {
             heads
         };
-        if heads % kv_heads > 0 {
-            return Err(self.err(
-                "num_kv_heads",
-                format!("{kv_heads} does not divide num_attention_heads = {heads}"),
-                format!("a divisor of num_attention_heads ({heads})"),
-            ));
-        }
+        self.kv_heads_divide(("num_kv_heads", kv_heads), ("num_attention_heads", heads))?;
         let ffn = self
             .opt_int("ffn_hidden_size", MAX_DIM)?
             .unwrap_or(4 * hidden);

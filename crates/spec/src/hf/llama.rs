@@ -119,13 +119,10 @@ impl Config<'_> {
             explicit_head_dim,
             true,
         )?;
-        if heads % kv_heads > 0 {
-            return Err(self.err(
-                "num_key_value_heads",
-                format!("{kv_heads} does not divide num_attention_heads = {heads}"),
-                format!("a divisor of num_attention_heads ({heads})"),
-            ));
-        }
+        self.kv_heads_divide(
+            ("num_key_value_heads", kv_heads),
+            ("num_attention_heads", heads),
+        )?;
         let (attention_window, block_runs) = self.layer_kinds(model_type, layers)?;
         let spec = ModelSpec {
             head_dim,

@@ -34,13 +34,10 @@ impl Config<'_> {
         let kv_heads = self
             .opt_int("num_key_value_heads", MAX_DIM)?
             .unwrap_or(heads);
-        if heads % kv_heads > 0 {
-            return Err(self.err(
-                "num_key_value_heads",
-                format!("{kv_heads} does not divide num_attention_heads = {heads}"),
-                format!("a divisor of num_attention_heads ({heads})"),
-            ));
-        }
+        self.kv_heads_divide(
+            ("num_key_value_heads", kv_heads),
+            ("num_attention_heads", heads),
+        )?;
         let head_dim = self.head_dim(
             ("num_attention_heads", heads),
             ("hidden_size", hidden),

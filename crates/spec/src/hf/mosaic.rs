@@ -116,7 +116,7 @@ impl Config<'_> {
             "grouped_query_attention" => attn.opt_int("kv_n_heads", MAX_DIM)?.unwrap_or(1),
             _ => n.heads,
         };
-        kv_divides(attn, n.heads, kv_heads)?;
+        attn.kv_heads_divide(("kv_n_heads", kv_heads), ("n_heads", n.heads))?;
         let head_dim = self.head_dim(("n_heads", n.heads), ("d_model", n.hidden), None, false)?;
         let (alibi, rope) = (attn.flag("alibi", false)?, attn.flag("rope", false)?);
         let positions = if alibi {
@@ -216,7 +216,7 @@ impl Config<'_> {
         let kv_heads = attn
             .opt_int("kv_n_heads", MAX_DIM)?
             .unwrap_or(DBRX_KV_HEADS);
-        kv_divides(attn, n.heads, kv_heads)?;
+        attn.kv_heads_divide(("kv_n_heads", kv_heads), ("n_heads", n.heads))?;
         let experts = ffn_cfg
             .opt_int("moe_num_experts", MAX_DIM)?
             .unwrap_or(DBRX_EXPERTS);
@@ -296,16 +296,4 @@ struct Mosaic<'c> {
     sizes: Sizes,
     attn: Config<'c>,
     ffn: Config<'c>,
-}
-
-/// `kv_n_heads` must divide `n_heads` (named in `attn_config`).
-fn kv_divides(attn: &Config<'_>, heads: u64, kv_heads: u64) -> Result<()> {
-    if !heads.is_multiple_of(kv_heads) {
-        return Err(attn.err(
-            "kv_n_heads",
-            format!("{kv_heads} does not divide n_heads = {heads}"),
-            format!("a divisor of n_heads ({heads})"),
-        ));
-    }
-    Ok(())
 }
