@@ -21,8 +21,9 @@ pub struct WorkloadArgs {
     /// Model preset (e.g. gpt3-175b, llama3-70b) or a Hugging Face config.json.
     #[arg(long, default_value = "gpt3-175b")]
     pub model: String,
-    /// Cluster preset (dgx-a100-80g, dgx-a100-40g, dgx-h100, hgx-h800, dgx-h200, dgx-b200,
-    /// dgx-b300, gb200-nvl72, gb300-nvl72, dgx-v100, l40s-8, mi300x-8) or a TOML file.
+    /// Cluster preset (dgx-a100-80g, dgx-a100-40g, dgx-h100, grand-teton-h100, hgx-h800,
+    /// dgx-h200, dgx-b200, dgx-b300, gb200-nvl72, gb300-nvl72, dgx-v100, l40s-8, mi300x-8) or
+    /// a TOML file.
     #[arg(long, default_value = "dgx-a100-80g")]
     pub cluster: String,
     /// GPUs to use (default: dp × tp × pp × cp).

@@ -241,6 +241,26 @@ pub fn h800() -> GpuSpec {
     }
 }
 
+/// H100 of Meta's Grand Teton hosts, as torchtitan's benchmarks ran them
+/// (pytorch/torchtitan `benchmarks/llama3_h100_202412_torchtitan.md` and
+/// `asyncTP_llama3_h100_2025-06_torchtitan.md`, "Hardware"): an SXM H100 with 96 GB of
+/// HBM2e at 2.4 TB/s, run at its default 500 W power limit. Its peak is not published:
+/// the same documents place it "between SXM and NVL", so the peaks are the midpoint of the
+/// H100 SXM's (989.4 / 1,978.9 TFLOP/s dense bf16 / fp8, H100 datasheet) and the H100
+/// NVL's (1,671 / 3,341 TFLOP/s with sparsity, so 835.5 / 1,670.5 dense; H100 NVL
+/// datasheet, 350–400 W). Kernel fractions, SMs and the sustained clock are the H100's.
+pub fn h100_grand_teton() -> GpuSpec {
+    GpuSpec {
+        name: "H100-SXM5-96GB-HBM2e-500W".into(),
+        peak_bf16_flops_per_s: (989.4 + 835.5) / 2.0 * TERA,
+        peak_fp16_flops_per_s: (989.4 + 835.5) / 2.0 * TERA,
+        peak_fp8_flops_per_s: Some((1978.9 + 1670.5) / 2.0 * TERA),
+        memory_bytes: 96.0 * GIB,
+        memory_bandwidth_bytes_per_s: 2400.0 * GB,
+        ..h100()
+    }
+}
+
 /// Sustained over burst tensor throughput on Hopper, measured on one H200 with the same
 /// GEMM (bf16 8192³, random data): 665.3 TFLOP/s over 30 s of back-to-back GEMMs, the SM
 /// clock settled at 1,485 of 1,980 MHz under the 700 W cap
@@ -438,10 +458,11 @@ fn dgx(
 }
 
 /// Names of the built-in cluster presets.
-pub const CLUSTER_PRESETS: [&str; 12] = [
+pub const CLUSTER_PRESETS: [&str; 13] = [
     "dgx-a100-80g",
     "dgx-a100-40g",
     "dgx-h100",
+    "grand-teton-h100",
     "hgx-h800",
     "dgx-h200",
     "dgx-b200",
@@ -467,6 +488,13 @@ pub fn cluster_preset(name: &str) -> Result<ClusterSpec> {
         "dgx-a100-40g" | "a100-40g" => dgx("dgx-a100-40g", a100_40g(), 600.0, 8, 200.0),
         // DGX H100: NVLink4 900 GB/s bidirectional; 8 × 400 Gb/s ConnectX-7 (DGX H100 datasheet).
         "dgx-h100" | "h100" => dgx("dgx-h100", h100(), 900.0, 8, 400.0),
+        // Meta's Grand Teton (OCP 2022): 8 H100 fully connected by NVLink (H100 SXM:
+        // NVLink4, 900 GB/s bidirectional), a backend RDMA network of 400 Gb/s per GPU
+        // (torchtitan's benchmark documents, "Hardware"), the GPUs at 500 W
+        // (`h100_grand_teton`).
+        "grand-teton-h100" | "grand-teton" => {
+            dgx("grand-teton-h100", h100_grand_teton(), 900.0, 8, 400.0)
+        }
         // HGX H800, as DeepSeek-V3 trained on it (DeepSeek-V3 technical report, arXiv
         // 2412.19437, §3.1 and §3.2.2): 8 GPUs on NVLink/NVSwitch at 400 GB/s bidirectional
         // (H800 datasheet; the report measures 160 GB/s per direction, which the NVLink
@@ -586,6 +614,20 @@ mod tests {
         assert_eq!(h800.inter_node.bandwidth_bytes_per_s, 50e9);
         let a100_40 = cluster_preset("dgx-a100-40g").unwrap();
         assert_eq!(a100_40.gpu.memory_bytes, 40.0 * GIB);
+    }
+
+    #[test]
+    fn grand_teton_is_an_h100_between_sxm_and_nvl_on_hbm2e() {
+        let gt = cluster_preset("grand-teton-h100").unwrap();
+        let sxm = cluster_preset("dgx-h100").unwrap();
+        // torchtitan's benchmark documents: "between SXM and NVL" (H100 NVL: 835.5 dense bf16).
+        let peak = gt.gpu.peak_bf16_flops_per_s / TERA;
+        assert!(835.5 < peak && peak < 989.4, "{peak}");
+        assert_eq!(gt.gpu.memory_bandwidth_bytes_per_s, 2400.0 * GB);
+        assert_eq!(gt.gpu.memory_bytes, 96.0 * GIB);
+        assert_eq!(gt.gpu.sms, sxm.gpu.sms);
+        assert_eq!(gt.intra_node, sxm.intra_node);
+        assert_eq!(gt.inter_node.bandwidth_bytes_per_s, 50e9);
     }
 
     #[test]
