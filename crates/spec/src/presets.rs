@@ -13,7 +13,7 @@ pub use crate::model::arch::{gpt, llama};
 /// Presets that are a released model's `config.json` (the keys that shape it, in
 /// `crates/spec/presets/`, whose README names each file's repository), read by the parser
 /// users' files go through.
-const HF_PRESETS: [(&str, &str); 12] = [
+const HF_PRESETS: [(&str, &str); 13] = [
     (
         "mixtral-8x22b",
         include_str!("../presets/mixtral-8x22b.json"),
@@ -35,6 +35,7 @@ const HF_PRESETS: [(&str, &str); 12] = [
     ("mpt-7b", include_str!("../presets/mpt-7b.json")),
     ("mpt-30b", include_str!("../presets/mpt-30b.json")),
     ("dbrx", include_str!("../presets/dbrx.json")),
+    ("bloom-176b", include_str!("../presets/bloom-176b.json")),
 ];
 
 /// Llama 3.1's names for the Llama 3 presets, which are the 3.1 releases (RoPE scaling to
@@ -381,6 +382,8 @@ mod tests {
             ("mpt-30b", 29.96e9, None),
             // "132B total parameters of which 36B parameters are active".
             ("dbrx", 132e9, Some(36e9)),
+            // BigScience's model card: 176,247,271,424 parameters.
+            ("bloom-176b", 176.247e9, None),
             // The Llama 3.1 names of the Llama 3 presets.
             ("llama3.1-8b", 8.03e9, None),
             ("llama3.1-70b", 70.6e9, None),

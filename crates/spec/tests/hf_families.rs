@@ -106,12 +106,14 @@ fn falcon_7b_and_40b() {
     // Hub: 41.3 B ("40B" on the model card).
     within_1_percent("falcon-40b", m.parameter_count(), 41.3e9);
 
-    // What ModelSpec cannot hold is refused, naming the key and the allowed values.
-    let alibi = error(
+    // Falcon-RW's ALiBi: no position parameters, the rest unchanged.
+    let rw = parse(
         &with(&falcon_7b().to_string(), "alibi", json!(true)),
-        "alibi",
+        "falcon-rw.json",
     );
-    assert!(alibi.allowed.contains("false"), "{alibi}");
+    assert_eq!(rw.positions, Positions::Alibi);
+    assert_eq!(rw.parameter_count(), 6_921_720_704 + 290_816);
+    // What ModelSpec cannot hold is refused, naming the key and the allowed values.
     error(
         &with(&falcon_7b().to_string(), "activation", json!("relu")),
         "activation",
@@ -126,6 +128,48 @@ fn falcon_7b_and_40b() {
         "falcon.json",
     );
     assert_eq!(mha.kv_heads, 71);
+}
+
+/// bigscience/bloom config.json (BLOOM-176B), as released.
+fn bloom_176b() -> Value {
+    json!({
+        "apply_residual_connection_post_layernorm": false, "attention_dropout": 0.0,
+        "attention_softmax_in_fp32": true, "bias_dropout_fusion": true, "bos_token_id": 1,
+        "eos_token_id": 2, "hidden_dropout": 0.0, "hidden_size": 14336,
+        "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "masked_softmax_fusion": true,
+        "model_type": "bloom", "n_head": 112, "n_inner": null, "n_layer": 70,
+        "offset_alibi": 100, "pad_token_id": 3, "pretraining_tp": 4, "skip_bias_add": true,
+        "skip_bias_add_qkv": false, "slow_but_exact": false, "unk_token_id": 0,
+        "use_cache": true, "vocab_size": 250880
+    })
+}
+
+#[test]
+fn bloom_176b_counts_its_published_total() {
+    let m = parse(&bloom_176b().to_string(), "bloom/config.json");
+    assert_eq!(m.family, Family::Gpt);
+    assert_eq!(m.positions, Positions::Alibi);
+    assert_eq!((m.heads, m.kv_heads, m.head_dim), (112, 112, 128));
+    assert!(m.tied_embeddings && m.qkv_bias && m.linear_bias);
+    assert_eq!(m.ffn_hidden, 4 * 14336);
+    // Model card: 176,247,271,424 parameters; the embedding LayerNorm's 2 × 14,336 are
+    // left out.
+    assert_eq!(m.parameter_count(), 176_247_271_424 - 2 * 14336);
+    // transformers' attribute names read as well as the released ones.
+    let renamed = bloom_176b()
+        .to_string()
+        .replace("\"n_layer\"", "\"num_hidden_layers\"")
+        .replace("\"n_head\"", "\"num_attention_heads\"");
+    assert_eq!(parse(&renamed, "bloom.json").parameter_count(), m.parameter_count());
+    let post = error(
+        &with(
+            &bloom_176b().to_string(),
+            "apply_residual_connection_post_layernorm",
+            json!(true),
+        ),
+        "apply_residual_connection_post_layernorm",
+    );
+    assert!(post.allowed.contains("false"), "{post}");
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! The LayerNorm/GELU families: Falcon, GPT-2, GPT-NeoX and BERT, each read into a
+//! The LayerNorm/GELU families: Falcon, GPT-2, GPT-NeoX, BLOOM and BERT, each read into a
 //! `ModelSpec` built on `arch::gpt` or `arch::bert`.
 //!
 //! Only which keys these families read and their transformers defaults live here; the
@@ -12,8 +12,11 @@ use crate::error::Result;
 use crate::model::arch;
 use crate::model::{ModelSpec, Positions, DEFAULT_ROPE_THETA};
 
+/// BLOOM's vocabulary when the file omits it (transformers `BloomConfig`: 250,880).
+const BLOOM_VOCAB: u64 = 250_880;
+
 impl Config<'_> {
-    /// Falcon (`FalconForCausalLM`): rotary positions (ALiBi refused), LayerNorm, GELU 4h
+    /// Falcon (`FalconForCausalLM`): rotary positions or ALiBi (`alibi`), LayerNorm, GELU 4h
     /// MLP, multi-query (Falcon-7B) or grouped-query attention (`new_decoder_architecture`),
     /// biases all on or all off (`bias`), tied head.
     pub(super) fn falcon(&self) -> Result<ModelSpec> {
@@ -21,13 +24,12 @@ impl Config<'_> {
         let layers = self.int("num_hidden_layers", MAX_LAYERS)?;
         let heads = self.int("num_attention_heads", MAX_DIM)?;
         let vocab = self.int("vocab_size", MAX_DIM)?;
-        if self.flag("alibi", false)? {
-            return Err(self.err(
-                "alibi",
-                "ALiBi attention biases are not expressible (positions are learned or rotary)",
-                "false (rotary positions)",
-            ));
-        }
+        // Falcon-RW's ALiBi (`alibi`), else rotary positions.
+        let positions = if self.flag("alibi", false)? {
+            Positions::Alibi
+        } else {
+            Positions::Rotary
+        };
         match self.get("activation") {
             None => {}
             Some(Value::String(a)) if a == "gelu" => {}
@@ -64,7 +66,7 @@ impl Config<'_> {
             kv_heads,
             head_dim,
             ffn_hidden: ffn,
-            positions: Positions::Rotary,
+            positions,
             qkv_bias: bias,
             linear_bias: bias,
             tied_embeddings: tied,
@@ -132,6 +134,54 @@ impl Config<'_> {
                 ("vocab_size", vocab),
                 ("n_inner", inner.unwrap_or(0)),
                 ("n_positions", positions),
+            ],
+        )?;
+        Ok(spec)
+    }
+
+    /// BLOOM (`bloom`, transformers `BloomConfig` / `BloomModel`): a GPT block with biases
+    /// on every linear, ALiBi instead of position embeddings, an MLP of 4 × hidden
+    /// (`BloomMLP`), tied embeddings. `n_layer`/`n_head`/`n_embed` are the released files'
+    /// names (`num_hidden_layers`, `num_attention_heads`, `hidden_size` also read). The
+    /// LayerNorm after the word embeddings (`word_embeddings_layernorm`, 2 × hidden
+    /// parameters) is not modelled.
+    pub(super) fn bloom(&self) -> Result<ModelSpec> {
+        // The released files' key, or transformers' attribute name for it.
+        let either = |released: &str, attribute: &str, max: u64| match self.get(released) {
+            Some(_) => self.int(released, max),
+            None => self.int(attribute, max),
+        };
+        let hidden = either("n_embed", "hidden_size", MAX_DIM)?;
+        let layers = either("n_layer", "num_hidden_layers", MAX_LAYERS)?;
+        let heads = either("n_head", "num_attention_heads", MAX_DIM)?;
+        let vocab = self.opt_int("vocab_size", MAX_DIM)?.unwrap_or(BLOOM_VOCAB);
+        if self.flag("apply_residual_connection_post_layernorm", false)? {
+            return Err(self.err(
+                "apply_residual_connection_post_layernorm",
+                "a residual taken after the LayerNorm is not expressible",
+                "false (pre-LayerNorm residuals, as BLOOM trained)",
+            ));
+        }
+        let head_dim = self.head_dim(("n_head", heads), ("n_embed", hidden), None, false)?;
+        let spec = ModelSpec {
+            head_dim,
+            ffn_hidden: 4 * hidden,
+            positions: Positions::Alibi,
+            tied_embeddings: self.flag("tie_word_embeddings", true)?,
+            norm_eps: self.float("layer_norm_epsilon", 1e-5)?,
+            attention_window: None,
+            attention_chunk: None,
+            block_runs: Vec::new(),
+            mla: None,
+            mtp_layers: 0,
+            ..arch::gpt("", hidden, layers, heads, vocab, 0)
+        };
+        self.check_size(
+            &spec,
+            &[
+                ("n_embed", hidden),
+                ("n_layer", layers),
+                ("vocab_size", vocab),
             ],
         )?;
         Ok(spec)

@@ -28,7 +28,7 @@ pub(crate) use size::parameter_count_u128;
 
 use config::{quote, show, Config};
 /// The `model_type`s this parser understands.
-pub const HF_MODEL_TYPES: [&str; 23] = [
+pub const HF_MODEL_TYPES: [&str; 24] = [
     "gpt2",
     "gpt_neox",
     "llama",
@@ -40,6 +40,7 @@ pub const HF_MODEL_TYPES: [&str; 23] = [
     "phi3",
     "olmo2",
     "falcon",
+    "bloom",
     "gemma2",
     "gemma3_text",
     "gpt_oss",
@@ -169,6 +170,8 @@ const READ_KEYS: &[&str] = &[
     "moe_num_experts",
     "moe_top_k",
     "ffn_act_fn",
+    "n_embed",
+    "apply_residual_connection_post_layernorm",
 ];
 
 /// Parses a Hugging Face `config.json`; `source` (the file name) is used in errors.
@@ -188,7 +191,9 @@ const READ_KEYS: &[&str] = &[
 ///   (0.004 % of OLMo-2 7B) are left out of the count and the time, as for Qwen3.
 /// - `falcon`: the parallel attention/MLP block of Falcon-7B has one LayerNorm, counted as
 ///   the two of a sequential block (`2h` parameters per layer too many, 0.004 % of 7B);
-///   `alibi = true` is refused (ALiBi positions are not expressible).
+///   `alibi = true` (Falcon-RW) gives ALiBi positions.
+/// - `bloom`: the LayerNorm after the word embeddings (`2h` parameters, 0.00002 % of
+///   BLOOM-176B) is left out; a post-LayerNorm residual is refused.
 /// - `sliding_window` of `mistral` and `phi3` bounds every layer's attention; `gemma2`,
 ///   `gemma3_text` and `gpt_oss` give each layer its kind (`layer_types`, or transformers'
 ///   default alternation: every other layer local for Gemma 2 and GPT-OSS, five local to
@@ -286,6 +291,7 @@ pub fn model_from_hf_config(text: &str, source: &str) -> Result<ModelSpec> {
         }
         "phi3" | "olmo2" | "gemma2" | "gemma3_text" | "gpt_oss" => cfg.llama(model_type)?,
         "falcon" => cfg.falcon()?,
+        "bloom" => cfg.bloom()?,
         "deepseek_v2" | "deepseek_v3" | "kimi_k2" => cfg.deepseek()?,
         "nemotron_h" => cfg.nemotron_h()?,
         "mpt" => cfg.mpt()?,
