@@ -522,9 +522,10 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
     let mut runs = vec![];
     let mut skipped = vec![];
     for row in rows(SOURCE, &header, &data) {
+        let release = row.str("release")?;
         let label = format!(
             "{} {} {} on {} {}",
-            row.str("release")?,
+            release,
             row.str("model")?,
             row.str("task")?,
             row.int("gpus")?,
@@ -666,9 +667,9 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
                 engine: Engine::Megatron,
                 // The 24.07 runs are NeMo-Framework-Launcher's (tag 24.07, 8325688d): its
                 // `conf/training/gpt3/{5b,20b,175b}.yaml` set hidden and attention dropout
-                // 0.1, the Llama and Nemotron configs 0.0. (NeMo 2.0's recipes, 8cfedd7
-                // `gpt/model/base.py`, later set 0 for 175B.)
-                dropout: row.str("model")?.starts_with("GPT3"),
+                // 0.1, the Llama and Nemotron configs 0.0. The 25.x runs are NeMo 2.0's
+                // recipes, whose `GPTConfig175B` sets 0 (v2.2.0 `gpt/model/base.py`).
+                dropout: release == "24.07" && row.str("model")?.starts_with("GPT3"),
                 // NeMo's MoE performance recipes (Mixtral 8x7B and 8x22B, Llama 4 e16, in
                 // `performance_mode`) add `MegatronTokenDropCallback`: capacity factor 1.0,
                 // each expert's input padded to capacity (NeMo 8cfedd7
@@ -701,12 +702,23 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
                 // The launcher's PEFT examples run LoRA on `fused_adam` (the distributed
                 // optimizer's keys removed, `examples/peft/llama/h100/*_lora.sh`); every other
                 // run on the distributed optimizer.
-                zero: if task == Task::Lora { 0 } else { 1 },
+                zero: if task == Task::Lora {
+                    0
+                } else if row.int("fsdp")? == 1 {
+                    // Megatron-Core's own FSDP (`use_mcore_fsdp`): parameters, gradients and
+                    // optimizer states sharded, ZeRO-3.
+                    3
+                } else {
+                    1
+                },
                 sp: tp > 1,
                 // Activation recomputation as the launcher's model configs set it: selective
                 // for Nemotron-340B (`conf/training/nemotron/nemotron_340b.yaml`), none in the
-                // other 24.07 configs and example scripts.
-                recompute: if row.str("model")? == "Nemotron-340B" {
+                // other 24.07 configs and example scripts, nor in NeMo 2.0's recipes of the
+                // 25.x rows (v2.2.0 `recipes/nemotron4_340b.py`, `llama3_70b.py`,
+                // `llama31_405b.py`; the recommended configs of v2.3.0 list no recompute
+                // layers for these runs).
+                recompute: if release == "24.07" && row.str("model")? == "Nemotron-340B" {
                     Recompute::Selective
                 } else {
                     Recompute::None
