@@ -517,11 +517,24 @@ fn llmfoundry_table(
 /// distributed optimizer (ZeRO-1 style), sequence parallelism with tp > 1. LoRA rows and
 /// systems without a preset are listed as skipped.
 pub fn nemo(text: &str) -> Result<Table, SpecError> {
-    const SOURCE: &str = "nemo_performance.csv";
-    let (header, data) = csv(text, SOURCE)?;
+    nemo_table(text, "nemo_performance.csv", "NeMo (Megatron-Core + TE, FP8)")
+}
+
+/// NeMo's dense FP8 pre-training runs on Blackwell (`nemo_blackwell_dense.csv`): the same
+/// pages and loader as [`nemo`], kept apart so that the shared table stays as shared.
+pub fn nemo_blackwell_dense(text: &str) -> Result<Table, SpecError> {
+    nemo_table(
+        text,
+        "nemo_blackwell_dense.csv",
+        "NeMo dense on Blackwell (B200, GB200, FP8)",
+    )
+}
+
+fn nemo_table(text: &str, source: &'static str, name: &'static str) -> Result<Table, SpecError> {
+    let (header, data) = csv(text, source)?;
     let mut runs = vec![];
     let mut skipped = vec![];
-    for row in rows(SOURCE, &header, &data) {
+    for row in rows(source, &header, &data) {
         let release = row.str("release")?;
         let label = format!(
             "{} {} {} on {} {}",
@@ -729,7 +742,7 @@ pub fn nemo(text: &str) -> Result<Table, SpecError> {
         });
     }
     Ok(Table {
-        name: "NeMo (Megatron-Core + TE, FP8)",
+        name,
         engine: Engine::Megatron,
         runs,
         skipped,
@@ -744,6 +757,7 @@ pub fn builtin_tables() -> Result<Vec<Table>, SpecError> {
         llmfoundry_fsdp(include_str!("../../data/llmfoundry_fsdp_a100_80gb.csv"))?,
         llmfoundry_fsdp_h100(include_str!("../../data/llmfoundry_fsdp_h100_80gb.csv"))?,
         nemo(include_str!("../../data/nemo_performance.csv"))?,
+        nemo_blackwell_dense(include_str!("../../data/nemo_blackwell_dense.csv"))?,
         nemo_long_context_h100(include_str!("../../data/nemo_long_context_h100.csv"))?,
         torchtitan_benchmarks(include_str!("../../data/torchtitan_benchmarks.csv"))?,
     ])
