@@ -361,7 +361,7 @@ mod tests {
     fn hf_presets_match_their_published_totals() {
         // (preset, total, active per token) from each model card (README of the repository
         // `crates/spec/presets/README.md` names); active `None` for dense models.
-        let published: [(&str, f64, Option<f64>); 14] = [
+        let published: [(&str, f64, Option<f64>); 15] = [
             // "141B parameters, 39B active" (Mistral AI, Mixtral 8x22B announcement).
             ("mixtral-8x22b", 141e9, Some(39e9)),
             // 671 B in the main model; the card's 685 B add the 14 B MTP module. 37 B active.

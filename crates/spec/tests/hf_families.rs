@@ -160,7 +160,10 @@ fn bloom_176b_counts_its_published_total() {
         .to_string()
         .replace("\"n_layer\"", "\"num_hidden_layers\"")
         .replace("\"n_head\"", "\"num_attention_heads\"");
-    assert_eq!(parse(&renamed, "bloom.json").parameter_count(), m.parameter_count());
+    assert_eq!(
+        parse(&renamed, "bloom.json").parameter_count(),
+        m.parameter_count()
+    );
     let post = error(
         &with(
             &bloom_176b().to_string(),
