@@ -12,7 +12,7 @@ use plait_runtime::RuntimeError;
 use plait_spec::{
     cluster_from_toml, cluster_preset, model_from_hf_config, model_preset, AttentionImpl,
     ClusterSpec, CpComm, Degree, Dtype, Engine, Lora, ModelSpec, ParallelConfig, ParallelPins,
-    Recompute, Schedule, SpecError, Task, TrainSpec,
+    Recompute, RecomputeModules, Schedule, SpecError, Task, TrainSpec,
 };
 
 /// Model, cluster and batch.
@@ -188,9 +188,11 @@ pub struct ConfigArgs {
     /// Megatron sequence parallelism.
     #[arg(long)]
     pub sp: bool,
-    /// Activation recomputation: none, selective or full.
-    #[arg(long, default_value = "none", value_parser = parse_keyword::<Recompute>)]
-    pub recompute: Recompute,
+    /// Activation recomputation: none, selective or full; or Megatron-Core's selective
+    /// modules joined by + (core_attn, moe_act, layernorm, mla_up_proj, mlp, moe,
+    /// shared_experts; engine megatron), e.g. core_attn+mla_up_proj+moe.
+    #[arg(long, default_value = "none", value_parser = plait_spec::parse_recompute)]
+    pub recompute: (Recompute, RecomputeModules),
     /// With full recomputation, recompute only the first N blocks of each pipeline stage's
     /// model chunk (Megatron's --recompute-method block --recompute-num-layers N); the
     /// other blocks keep their activations (default: every block).
@@ -516,7 +518,8 @@ impl ConfigArgs {
         let given = |d: Degree| positive(d.name(), k.degree(d).unwrap_or(1));
         let mut c = ParallelConfig {
             sp: self.sp,
-            recompute: self.recompute,
+            recompute: self.recompute.0,
+            recompute_modules: self.recompute.1,
             ..ParallelConfig::default()
         };
         // The degrees that split a replica first: dp is the replicas the GPUs hold.

@@ -32,7 +32,8 @@ pub struct PinArgs {
     /// Forbid sequence parallelism.
     #[arg(long)]
     pub no_sp: bool,
-    /// none, selective, full, or auto (the planner picks per stage).
+    /// none, selective, full, or auto (the planner picks per stage); or Megatron-Core's
+    /// selective modules joined by + (e.g. core_attn+mla_up_proj+moe, engine megatron).
     #[arg(long, default_value = "auto")]
     pub recompute: String,
     /// Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, scp, zb-v.
@@ -94,13 +95,13 @@ impl PinArgs {
             }
             z => z.map(|z| z as u8),
         };
-        let recompute = match self.recompute.to_ascii_lowercase().as_str() {
-            "auto" => None,
-            other => Some(
-                other
-                    .parse::<Recompute>()
-                    .map_err(|e| anyhow::anyhow!("--recompute: {e} (or auto)"))?,
-            ),
+        let (recompute, recompute_modules) = match self.recompute.to_ascii_lowercase().as_str() {
+            "auto" => (None, None),
+            other => {
+                let (r, modules) = plait_spec::parse_recompute(other)
+                    .map_err(|e| anyhow::anyhow!("--recompute: {e} (or auto)"))?;
+                (Some(r), Some(modules))
+            }
         };
         Ok(Pins {
             zero,
@@ -112,6 +113,7 @@ impl PinArgs {
                 None
             },
             recompute,
+            recompute_modules,
             schedule: self.schedule,
             ..self.knobs.pins()?
         })

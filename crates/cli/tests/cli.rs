@@ -409,6 +409,7 @@ fn validate_prints_every_table_with_its_error() {
         "PyTorch FSDP, A100",
         "PyTorch FSDP, H100",
         "NeMo (Megatron-Core",
+        "NeMo dense on Blackwell",
         "NeMo long context",
         "torchtitan benchmarks",
     ] {
@@ -416,7 +417,7 @@ fn validate_prints_every_table_with_its_error() {
     }
     let v = common::json(&["validate", "--json"]);
     let tables = v.as_array().unwrap();
-    assert_eq!(tables.len(), 7);
+    assert_eq!(tables.len(), 8);
     for t in tables {
         let rows = t["rows"].as_array().unwrap();
         assert!(!rows.is_empty());

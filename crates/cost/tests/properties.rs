@@ -178,6 +178,7 @@ prop_compose! {
                 zero,
                 sp,
                 recompute,
+                recompute_modules: plait_spec::RecomputeModules::CORE_ATTN,
                 schedule,
             },
         }

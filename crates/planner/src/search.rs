@@ -286,7 +286,14 @@ fn step_schedule(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
 /// Recompute policies.
 fn step_recompute(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
     let all = [Recompute::None, Recompute::Selective, Recompute::Full];
-    each(c, req.pins.recompute, all, |c, v| c.recompute = v)
+    // Pinned selective modules apply where selective recomputation is tried.
+    let modules = req.pins.recompute_modules.unwrap_or_default();
+    each(c, req.pins.recompute, all, |c, v| {
+        c.recompute = v;
+        if v == Recompute::Selective {
+            c.recompute_modules = modules;
+        }
+    })
 }
 
 /// Whether the engine the request plans under runs `c` (with `map`, or its even layout),

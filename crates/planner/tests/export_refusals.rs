@@ -216,3 +216,38 @@ fn models_with_windowed_or_mixed_blocks_are_refused_with_the_reason() {
     ));
     assert_eq!(f["--mtp-num-layers"], "1");
 }
+
+#[test]
+fn megatron_writes_recompute_modules_and_the_others_refuse_them() {
+    use plait_spec::{RecomputeModule, RecomputeModules};
+    let mut k = mixtral_ep();
+    k.plan.config.recompute = Recompute::Selective;
+    k.plan.config.recompute_modules =
+        RecomputeModules::of(&[RecomputeModule::Moe, RecomputeModule::CoreAttn]);
+    k.plan.stage_map = plait_spec::StageMap::uniform(k.model.layers, &k.plan.config);
+    let f = megatron_flags(file(
+        &run(Engine::Megatron, &k).unwrap(),
+        "megatron_args.sh",
+    ));
+    assert_eq!(f["--recompute-granularity"], "selective");
+    // The words of Megatron's nargs='*' list, in its order.
+    assert_eq!(f["--recompute-modules"], "core_attn moe");
+    for engine in [
+        Engine::DeepSpeed,
+        Engine::Torchtitan,
+        Engine::TorchtitanToml,
+    ] {
+        let e = run(engine, &k).unwrap_err();
+        assert!(
+            e.contains("core_attn+moe") && e.contains("Megatron-Core"),
+            "{e}"
+        );
+    }
+    // The attention core alone is plain selective recomputation, written as before.
+    k.plan.config.recompute_modules = RecomputeModules::CORE_ATTN;
+    let f = megatron_flags(file(
+        &run(Engine::Megatron, &k).unwrap(),
+        "megatron_args.sh",
+    ));
+    assert!(!f.contains_key("--recompute-modules"));
+}

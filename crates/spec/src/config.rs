@@ -12,7 +12,7 @@ use std::str::FromStr;
 use crate::error::{Result, SpecError};
 use crate::model::ModelSpec;
 use crate::parallel::{Degree, Exact, Parallel};
-use crate::train::{CpComm, Recompute, Schedule, TrainSpec};
+use crate::train::{CpComm, Recompute, RecomputeModule, RecomputeModules, Schedule, TrainSpec};
 
 /// `model` splits over tensor-parallel degree `tp`: its attention heads, its key/value
 /// heads (split, or replicated onto the ranks) and its MLP width. Whole configurations
@@ -125,6 +125,9 @@ impl ParallelConfig {
         if self.cp == 1 {
             self.cp_comm = CpComm::P2p;
         }
+        if self.recompute != Recompute::Selective {
+            self.recompute_modules = RecomputeModules::CORE_ATTN;
+        }
         self
     }
 
@@ -155,6 +158,44 @@ impl ParallelConfig {
             }
         }
         m
+    }
+
+    /// Megatron-Core's selective modules apply under its engine only, and `mla_up_proj` and
+    /// `moe_act` to models with latent attention or experts (Megatron-LM d98e8a6
+    /// `transformer_config.py` refuses them otherwise).
+    fn check_recompute_modules(&self, model: &ModelSpec, train: &TrainSpec) -> Result<()> {
+        let modules = self.recompute_modules;
+        if self.recompute != Recompute::Selective || modules.is_default() {
+            return Ok(());
+        }
+        let err = |problem: String, allowed: String| {
+            Err(SpecError::for_field("recompute", problem, allowed))
+        };
+        if !train.engine.recomputes_modules() {
+            return err(
+                format!(
+                    "recompute modules ({modules}) are Megatron-Core's, not {}'s",
+                    train.engine
+                ),
+                format!("none, selective or full under {}", train.engine),
+            );
+        }
+        if modules.contains(RecomputeModule::MlaUpProj) && model.mla.is_none() {
+            return err(
+                format!(
+                    "mla_up_proj needs latent attention, which {} has not",
+                    model.name
+                ),
+                "modules without mla_up_proj".into(),
+            );
+        }
+        if modules.contains(RecomputeModule::MoeAct) && model.moe.is_none() {
+            return err(
+                format!("moe_act needs experts, which {} has not", model.name),
+                "modules without moe_act".into(),
+            );
+        }
+        Ok(())
     }
 
     /// Micro-batches per pipeline per iteration.
@@ -352,6 +393,7 @@ impl ParallelConfig {
             }
             None => {}
         }
+        self.check_recompute_modules(model, train)?;
         if let Some(shard) = self.dp_shard {
             if shard == 0 || !self.dp.is_multiple_of(shard) {
                 return err(
@@ -418,6 +460,28 @@ impl ParallelConfig {
     }
 }
 
+/// A recompute policy as configurations write it: `none`, `selective`, `full`, or
+/// Megatron-Core's selective modules joined by `+` (`core_attn+mla_up_proj+moe`), which
+/// mean `selective` with those modules.
+pub fn parse_recompute(text: &str) -> std::result::Result<(Recompute, RecomputeModules), String> {
+    match text.parse::<Recompute>() {
+        Ok(r) => Ok((r, RecomputeModules::CORE_ATTN)),
+        Err(keyword) => {
+            let modules = text.parse().map_err(|modules: String| {
+                if text.contains('+') || text.contains('_') {
+                    modules
+                } else {
+                    format!(
+                        "{keyword}, or recompute modules ({}) joined by +",
+                        RecomputeModule::allowed()
+                    )
+                }
+            })?;
+            Ok((Recompute::Selective, modules))
+        }
+    }
+}
+
 /// A configuration read from its own display string (`dp32 tp8 pp4 vp8 mbs4 zero1 sp
 /// recompute=selective interleaved`, as `plait plan` prints it), items separated by spaces
 /// or commas, each at most once; `schedule=1f1b` works as well as the bare keyword. Degrees
@@ -452,7 +516,7 @@ pub fn parse_config_items(
             continue;
         }
         if let Some(v) = part.strip_prefix("recompute=") {
-            c.recompute = v.parse()?;
+            (c.recompute, c.recompute_modules) = parse_recompute(v)?;
             continue;
         }
         if let Some(v) = part.strip_prefix("cp-comm=") {
@@ -540,7 +604,9 @@ impl fmt::Display for ParallelConfig {
         if self.sp {
             write!(f, " sp")?;
         }
-        if self.recompute != Recompute::None {
+        if self.recompute == Recompute::Selective && !self.recompute_modules.is_default() {
+            write!(f, " recompute={}", self.recompute_modules)?;
+        } else if self.recompute != Recompute::None {
             write!(f, " recompute={}", self.recompute)?;
         }
         write!(f, " {}", self.schedule)
@@ -729,6 +795,7 @@ mod tests {
             zero: 1,
             sp: true,
             recompute: Recompute::Selective,
+            recompute_modules: RecomputeModules::CORE_ATTN,
             schedule: Schedule::Interleaved,
         };
         assert_eq!(c.to_string().parse::<ParallelConfig>(), Ok(c));
@@ -756,5 +823,76 @@ mod tests {
             .parse::<ParallelConfig>()
             .unwrap_err()
             .contains("cannot read"));
+    }
+
+    #[test]
+    fn recompute_modules_read_and_write_as_megatron_names_them() {
+        use RecomputeModule::*;
+        let c: ParallelConfig = "tp2 recompute=mla_up_proj+moe+core_attn".parse().unwrap();
+        assert_eq!(c.recompute, Recompute::Selective);
+        assert_eq!(
+            c.recompute_modules,
+            RecomputeModules::of(&[CoreAttn, MlaUpProj, Moe])
+        );
+        // Written in Megatron's order, and read back.
+        assert!(
+            c.to_string()
+                .contains("recompute=core_attn+mla_up_proj+moe"),
+            "{c}"
+        );
+        assert_eq!(c.to_string().parse::<ParallelConfig>(), Ok(c));
+        // The attention core alone is plain selective.
+        let core: ParallelConfig = "recompute=core_attn".parse().unwrap();
+        assert_eq!(core, "recompute=selective".parse().unwrap());
+        assert!(core.to_string().contains("recompute=selective"), "{core}");
+        // Unknown or repeated modules, and unknown keywords, are refused by name.
+        let bad = "recompute=core_attn+attn"
+            .parse::<ParallelConfig>()
+            .unwrap_err();
+        assert!(bad.contains("`attn`") && bad.contains("moe_act"), "{bad}");
+        let twice = "recompute=moe+moe".parse::<ParallelConfig>().unwrap_err();
+        assert!(twice.contains("twice"), "{twice}");
+        let word = "recompute=some".parse::<ParallelConfig>().unwrap_err();
+        assert!(
+            word.contains("none|selective|full") && word.contains("mla_up_proj"),
+            "{word}"
+        );
+    }
+
+    #[test]
+    fn recompute_modules_need_megatron_and_the_parts_they_name() {
+        let dense = model_preset("llama3-8b").unwrap();
+        let moe = model_preset("mixtral-8x7b").unwrap();
+        let mla = model_preset("deepseek-v3").unwrap();
+        let t = TrainSpec::new(64, 4096);
+        let c = |text: &str| -> ParallelConfig { format!("dp8 {text}").parse().unwrap() };
+        c("recompute=core_attn+mlp")
+            .validate(&dense, &t, 8)
+            .unwrap();
+        c("ep8 recompute=moe_act+layernorm")
+            .validate(&moe, &t, 8)
+            .unwrap();
+        c("ep8 recompute=mla_up_proj+moe")
+            .validate(&mla, &t, 8)
+            .unwrap();
+        for (model, text) in [
+            (&dense, "recompute=moe_act"),
+            (&moe, "ep8 recompute=mla_up_proj"),
+        ] {
+            let e = c(text).validate(model, &t, 8).unwrap_err();
+            assert_eq!(e.field, "recompute", "{e}");
+        }
+        let titan = TrainSpec {
+            engine: crate::train::Engine::Torchtitan,
+            ..t
+        };
+        let e = c("recompute=core_attn+mlp")
+            .validate(&dense, &titan, 8)
+            .unwrap_err();
+        assert!(e.to_string().contains("Megatron-Core"), "{e}");
+        // The default module set is plain selective recomputation under every engine.
+        c("recompute=selective")
+            .validate(&dense, &titan, 8)
+            .unwrap();
     }
 }

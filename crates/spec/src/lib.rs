@@ -20,7 +20,8 @@ pub use cluster::{
     cluster_from_toml, cluster_preset, ClusterSpec, GpuSpec, LinkSpec, CLUSTER_PRESETS, GIB,
 };
 pub use config::{
-    check_pipeline_chunks, check_tp_split, parse_config_items, ParallelConfig, MAX_DEGREE,
+    check_pipeline_chunks, check_tp_split, parse_config_items, parse_recompute, ParallelConfig,
+    MAX_DEGREE,
 };
 pub use error::{Result, SpecError};
 pub use hf::model_from_hf_config;
@@ -36,5 +37,6 @@ pub use plait_schedule::Placement;
 pub use presets::{model_preset, model_preset_names};
 pub use stage_map::{even_chunk_blocks, schedule_spec, StageMap};
 pub use train::{
-    AttentionImpl, CpComm, Dtype, Engine, Lora, LoraTarget, Recompute, Schedule, Task, TrainSpec,
+    AttentionImpl, CpComm, Dtype, Engine, Lora, LoraTarget, Recompute, RecomputeModule,
+    RecomputeModules, Schedule, Task, TrainSpec,
 };

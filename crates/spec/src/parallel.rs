@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::mesh::Dim;
-use crate::train::{CpComm, Recompute, Schedule};
+use crate::train::{CpComm, Recompute, RecomputeModules, Schedule};
 
 /// What a knob's value may be: plain data.
 pub trait Value:
@@ -97,6 +97,10 @@ pub struct Parallel<F: Form> {
     pub sp: F::Of<bool>,
     /// For pins, `None`: per-stage recompute chosen by the planner (`auto`).
     pub recompute: F::Of<Recompute>,
+    /// What selective recomputation reruns (Megatron-Core's `recompute_modules`); the
+    /// attention core alone unless set, and the attention core whenever `recompute` is not
+    /// selective.
+    pub recompute_modules: F::Of<RecomputeModules>,
     pub schedule: F::Of<Schedule>,
 }
 
@@ -119,6 +123,7 @@ impl Default for Parallel<Exact> {
             zero: 0,
             sp: false,
             recompute: Recompute::None,
+            recompute_modules: RecomputeModules::CORE_ATTN,
             schedule: Schedule::OneFOneB,
         }
     }
@@ -140,6 +145,7 @@ impl Default for Parallel<Pinned> {
             zero: None,
             sp: None,
             recompute: None,
+            recompute_modules: None,
             schedule: None,
         }
     }

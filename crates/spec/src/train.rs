@@ -47,6 +47,109 @@ keyword_enum!(
     Recompute { None => "none", Selective => "selective", Full => "full" }
 );
 keyword_enum!(
+    /// A sub-module Megatron-Core recomputes under selective recomputation
+    /// (`recompute_modules`, Megatron-LM d98e8a6 `transformer_config.py:560`): the attention
+    /// core; the experts' activation function; the separate norms (`input_layernorm`,
+    /// `pre_mlp_layernorm` where they are modules of their own); MLA's up projections and
+    /// RoPE; the dense MLP; the whole MoE layer; its shared experts.
+    RecomputeModule {
+        CoreAttn => "core_attn",
+        MoeAct => "moe_act",
+        Layernorm => "layernorm",
+        MlaUpProj => "mla_up_proj",
+        Mlp => "mlp",
+        Moe => "moe",
+        SharedExperts => "shared_experts",
+    }
+);
+
+/// The set of [`RecomputeModule`]s selective recomputation reruns; Megatron-Core's default is
+/// the attention core alone (`recompute_modules = ["core_attn"]`, `transformer_config.py:1941`).
+/// Written `core_attn+mla_up_proj+moe` (module keywords joined by `+`, in [`RecomputeModule::ALL`]
+/// order); serialised as that string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RecomputeModules(u8);
+
+impl RecomputeModules {
+    /// The attention core alone: what `recompute = selective` means without a module list.
+    pub const CORE_ATTN: RecomputeModules = RecomputeModules(1);
+
+    fn bit(m: RecomputeModule) -> u8 {
+        1 << RecomputeModule::ALL
+            .iter()
+            .position(|&x| x == m)
+            .unwrap_or(0)
+    }
+
+    /// The set of `modules`.
+    pub fn of(modules: &[RecomputeModule]) -> RecomputeModules {
+        RecomputeModules(modules.iter().fold(0, |b, &m| b | Self::bit(m)))
+    }
+
+    pub fn contains(self, m: RecomputeModule) -> bool {
+        self.0 & Self::bit(m) != 0
+    }
+
+    /// The modules, in [`RecomputeModule::ALL`] order.
+    pub fn modules(self) -> impl Iterator<Item = RecomputeModule> {
+        RecomputeModule::ALL
+            .iter()
+            .copied()
+            .filter(move |&m| self.contains(m))
+    }
+
+    pub fn is_default(self) -> bool {
+        self == RecomputeModules::CORE_ATTN
+    }
+}
+
+impl Default for RecomputeModules {
+    fn default() -> Self {
+        RecomputeModules::CORE_ATTN
+    }
+}
+
+impl fmt::Display for RecomputeModules {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.modules().map(|m| m.keyword()).collect();
+        f.write_str(&names.join("+"))
+    }
+}
+
+impl FromStr for RecomputeModules {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let mut modules = Vec::new();
+        for part in s.split('+') {
+            let m: RecomputeModule = part.trim().parse().map_err(|_| {
+                format!(
+                    "`{part}` is not a recompute module (allowed: {}, joined by +)",
+                    RecomputeModule::allowed()
+                )
+            })?;
+            if modules.contains(&m) {
+                return Err(format!("recompute module `{m}` is given twice"));
+            }
+            modules.push(m);
+        }
+        Ok(RecomputeModules::of(&modules))
+    }
+}
+
+impl Serialize for RecomputeModules {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for RecomputeModules {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+keyword_enum!(
     /// How context parallelism moves the sequence for attention (Megatron-Core's
     /// `--cp-comm-type`, Megatron-LM d98e8a6 `arguments.py`; Transformer Engine d0067d0
     /// `attention/dot_product_attention/context_parallel.py`):
@@ -100,6 +203,12 @@ impl Engine {
     /// and plait's runtime is not PyTorch.
     pub fn compiles(self) -> bool {
         self == Engine::Torchtitan
+    }
+
+    /// Whether the engine runs Megatron-Core's choice of selective recompute modules
+    /// (`recompute_modules`).
+    pub fn recomputes_modules(self) -> bool {
+        self == Engine::Megatron
     }
 
     /// The engines that accept `compile`, as `a|b` for messages.

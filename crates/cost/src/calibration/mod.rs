@@ -517,7 +517,11 @@ fn llmfoundry_table(
 /// distributed optimizer (ZeRO-1 style), sequence parallelism with tp > 1. LoRA rows and
 /// systems without a preset are listed as skipped.
 pub fn nemo(text: &str) -> Result<Table, SpecError> {
-    nemo_table(text, "nemo_performance.csv", "NeMo (Megatron-Core + TE, FP8)")
+    nemo_table(
+        text,
+        "nemo_performance.csv",
+        "NeMo (Megatron-Core + TE, FP8)",
+    )
 }
 
 /// NeMo's dense FP8 pre-training runs on Blackwell (`nemo_blackwell_dense.csv`): the same
@@ -696,6 +700,7 @@ fn nemo_table(text: &str, source: &'static str, name: &'static str) -> Result<Ta
             },
             config: ParallelConfig {
                 dp_shard: None,
+                recompute_modules: plait_spec::RecomputeModules::CORE_ATTN,
                 dp: gpus / (tp * pp * cp),
                 tp,
                 pp,

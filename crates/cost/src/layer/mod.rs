@@ -14,6 +14,7 @@ use crate::engine::{contention_per_overlap_s, nccl_channels, EngineProfile};
 
 mod ends;
 mod mamba;
+mod selective;
 mod transformer;
 pub use ends::{embedding_cost, head_cost, mtp_projection_cost};
 pub use mamba::{ssd_scan_flops_per_token, SsdScan};
@@ -143,6 +144,8 @@ pub struct Workload {
     pub etp: u64,
     pub sp: bool,
     pub recompute: Recompute,
+    /// What selective recomputation reruns under Megatron-Core (`recompute_modules`).
+    pub recompute_modules: plait_spec::RecomputeModules,
     pub attention: AttentionImpl,
     pub dropout: bool,
     /// Bytes per activation element.
@@ -179,6 +182,7 @@ impl Workload {
             etp: c.expert_tp(),
             sp: c.sp && c.tp > 1,
             recompute: c.recompute,
+            recompute_modules: c.recompute_modules,
             attention: t.attention,
             dropout: t.dropout,
             e: t.dtype.activation_bytes(),
@@ -272,7 +276,7 @@ pub fn padded_vocab(vocab: u64, tp: u64) -> u64 {
 }
 
 /// Accumulates kernels of one pass: GPU time and kernel count (for the host-issue floor).
-#[derive(Default)]
+#[derive(Default, Clone, Copy)]
 struct Kernels {
     gpu_s: f64,
     count: f64,
@@ -327,6 +331,19 @@ impl Kernels {
             0.0,
         );
         accumulate_s
+    }
+    /// The kernels added since `before` (a copy taken earlier of the same stream).
+    fn since(self, before: Kernels) -> Kernels {
+        Kernels {
+            gpu_s: self.gpu_s - before.gpu_s,
+            count: self.count - before.count,
+        }
+    }
+    fn add(self, other: Kernels) -> Kernels {
+        Kernels {
+            gpu_s: self.gpu_s + other.gpu_s,
+            count: self.count + other.count,
+        }
     }
     /// A stream of kernels takes the longer of its device time and its host issue time.
     fn time_s(&self) -> f64 {

@@ -5,6 +5,7 @@
 
 use plait_spec::{Activation, AttentionImpl, CpComm, Gemm, ModelSpec, Positions, Recompute, Shard};
 
+use super::selective::{megatron_modules, ModuleKernels, Selected};
 use super::{
     backward_gemms, column_parallel_backward_comm, elementwise, expert_gemm_s, userbuffer_overlap,
     userbuffers, weight_grad_gemm_s, Kernels, LayerCost, Phase, Workload, FP32,
@@ -196,19 +197,27 @@ pub(super) fn transformer_block_cost(
     };
     // MLA: the replicated down projection, the RMSNorms of its latents, the kv up projection.
     let mut latent_bytes = 0.0;
+    // Kernels of the parts Megatron-Core's selective modules rerun (`recompute_modules`).
+    let mut parts = ModuleKernels::default();
     if has_attn {
+        let before = fwd;
         elementwise(&mut fwd, &mut bwd, d, w.engine.norm, rep); // norm 1
+        parts.norm1 = fwd.since(before);
         if let Some([down, kv_up]) = gemms.attn_pre {
             fwd.gemm(d, &down);
             latent_bytes = (down.m * down.n) as f64 * e;
             fwd.stream(d, 2.0 * latent_bytes);
             bwd.stream(d, 3.0 * latent_bytes);
+            let before = fwd;
             fwd.gemm(d, &kv_up);
+            parts.mla_up = fwd.since(before);
         }
+        let before = fwd;
         fwd.gemm(d, &qkv);
         if m.positions == Positions::Rotary {
             elementwise(&mut fwd, &mut bwd, d, w.engine.rope, rope_width * tokens);
         }
+        parts.mla_up = parts.mla_up.add(fwd.since(before));
         if repeated_kv {
             // k and v copied out to every query head (read the shared heads, write the
             // full width); the backward sums the copies' gradients back.
@@ -234,8 +243,11 @@ pub(super) fn transformer_block_cost(
     };
     let grouped = w.engine.grouped_expert_gemm;
     let mut shared_f = 0.0;
+    let before_mlp = fwd;
     if has_mlp {
+        let before = fwd;
         elementwise(&mut fwd, &mut bwd, d, w.engine.norm, rep); // norm 2
+        parts.norm2 = fwd.since(before);
         if let Some(router) = gemms.router {
             fwd.gemm(d, &router);
             // Permute tokens to experts and back: read + write of routed hidden states, twice.
@@ -259,20 +271,26 @@ pub(super) fn transformer_block_cost(
             // and a write); backward: pow's (read gradient and input, write) and relu's.
             (Activation::Relu2, _) => (4.0, 6.0),
         };
+        let before = fwd;
         fwd.stream(d, act_fwd * routed_tokens * f_local * e);
+        parts.act = fwd.since(before);
         bwd.stream(d, act_bwd * routed_tokens * f_local * e);
         fwd.expert_gemm(d, &down, grouped);
         // Shared experts: a dense MLP over every token, its output added to the routed ones'.
         if let Some([s_up, s_down]) = gemms.shared {
+            let before = fwd;
             shared_f = s_down.k as f64;
             fwd.gemm(d, &s_up);
             fwd.stream(d, act_fwd * tokens * shared_f * e);
             bwd.stream(d, act_bwd * tokens * shared_f * e);
             fwd.gemm(d, &s_down);
             fwd.stream(d, 3.0 * rep * e);
+            parts.shared = fwd.since(before);
         }
         fwd.stream(d, 3.0 * rep * e + dropout_mask);
         bwd.stream(d, 3.0 * rep * e + dropout_mask);
+        // The MLP (or MoE) module after its norm: router to residual add.
+        parts.mlp = fwd.since(before_mlp).since(parts.norm2);
     }
     // The linears beyond the four of a standard block (MLA's down and kv-up projections,
     // the shared experts), for casts and gradients below.
@@ -718,14 +736,47 @@ pub(super) fn transformer_block_cost(
                 (all_saved - kept).max(0.0),
             )
         }
-        Recompute::Selective => (
-            all_saved - core.internal_bytes,
-            Phase {
-                compute_s: core.forward.time_s() * w.kernel_scale(),
-                ..Phase::default()
-            },
-            core.internal_bytes,
-        ),
+        Recompute::Selective => {
+            let r = megatron_modules(&Selected {
+                set: w.recompute_modules,
+                parts: &parts,
+                core_forward: core.forward,
+                core_saved: core.internal_bytes,
+                has_attn,
+                has_mlp,
+                mla: m.mla.is_some(),
+                moe: m.moe.is_some(),
+                shared: gemms.shared.is_some(),
+                tp_half: if tp_pairs > 0.0 {
+                    fwd_phase.tp_comm_s / tp_pairs
+                } else {
+                    0.0
+                },
+                ep_fwd: fwd_phase.ep_comm_s,
+                norm_out: rep * e,
+                dense_mlp_saved: rep * linear_in + mlp_saved,
+                moe_saved: mlp_saved + moe_saved,
+                act_out: routed_tokens * f_local * linear_in,
+                shared_saved: tokens
+                    * shared_f
+                    * match m.activation {
+                        Activation::SwiGlu => 2.0 * e + linear_in,
+                        _ => e + linear_in,
+                    },
+                attention_inputs: (q_local + 2.0 * kv_local) * tokens * e,
+            });
+            let dropped = r.dropped.min(all_saved - rep * e).max(0.0);
+            (
+                all_saved - dropped,
+                Phase {
+                    compute_s: r.rerun.time_s() * w.kernel_scale(),
+                    tp_comm_s: r.tp_comm_s,
+                    ep_comm_s: r.ep_comm_s,
+                    ..Phase::default()
+                },
+                dropped,
+            )
+        }
         // Only the block input is kept; the whole forward (with its communication) reruns.
         Recompute::Full => (rep * e, fwd_phase, all_saved - rep * e),
     };

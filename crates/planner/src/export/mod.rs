@@ -22,7 +22,9 @@ use std::str::FromStr;
 use serde::Serialize;
 use thiserror::Error;
 
-use plait_spec::{ModelSpec, ParallelConfig, Recompute, Schedule, StageMap, TrainSpec};
+use plait_spec::{
+    ModelSpec, ParallelConfig, Recompute, RecomputeModules, Schedule, StageMap, TrainSpec,
+};
 
 use crate::Plan;
 use plait_spec::GIB;
@@ -276,6 +278,27 @@ fn join(reasons: Vec<String>) -> Result<(), String> {
 fn plan_reasons(engine: Engine, plan: &Layout) -> Vec<String> {
     if let Some(reason) = shape_problem(plan) {
         return vec![reason];
+    }
+    let c = plan.config;
+    if engine != Engine::Megatron
+        && c.recompute == Recompute::Selective
+        && !c.recompute_modules.is_default()
+    {
+        // Megatron-Core's module choice; the others recompute their own fixed set.
+        let mut reasons = vec![format!(
+            "it recomputes the modules {} selectively, a choice only Megatron-Core offers \
+             (its `recompute_modules`)",
+            c.recompute_modules
+        )];
+        let default = Layout {
+            config: &ParallelConfig {
+                recompute_modules: RecomputeModules::CORE_ATTN,
+                ..*c
+            },
+            ..*plan
+        };
+        reasons.extend(plan_reasons(engine, &default));
+        return reasons;
     }
     match engine {
         Engine::Megatron => megatron::plan_reasons(plan),

@@ -242,7 +242,22 @@ fn recompute_flags(plan: &Layout) -> Result<Vec<(&'static str, String)>, String>
     let (c, map) = (&plan.config, &plan.stage_map);
     Ok(match recompute(plan) {
         Rc::None => vec![],
-        Rc::Selective => vec![("--recompute-granularity", "selective".into())],
+        Rc::Selective if c.recompute_modules.is_default() => {
+            vec![("--recompute-granularity", "selective".into())]
+        }
+        // Megatron-Core's module list (`--recompute-modules`, nargs '*': the words of the
+        // value are its items in the MEGATRON_ARGS array).
+        Rc::Selective => vec![
+            ("--recompute-granularity", "selective".into()),
+            (
+                "--recompute-modules",
+                c.recompute_modules
+                    .modules()
+                    .map(|m| m.keyword())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+        ],
         // Each block checkpointed on its own: only its input is kept.
         Rc::Full => vec![
             ("--recompute-granularity", "full".into()),
