@@ -13,7 +13,7 @@ pub use crate::model::arch::{gpt, llama};
 /// Presets that are a released model's `config.json` (the keys that shape it, in
 /// `crates/spec/presets/`, whose README names each file's repository), read by the parser
 /// users' files go through.
-const HF_PRESETS: [(&str, &str); 13] = [
+const HF_PRESETS: [(&str, &str); 14] = [
     (
         "mixtral-8x22b",
         include_str!("../presets/mixtral-8x22b.json"),
@@ -36,6 +36,10 @@ const HF_PRESETS: [(&str, &str); 13] = [
     ("mpt-30b", include_str!("../presets/mpt-30b.json")),
     ("dbrx", include_str!("../presets/dbrx.json")),
     ("bloom-176b", include_str!("../presets/bloom-176b.json")),
+    (
+        "nemotron-3-nano-30b-a3b",
+        include_str!("../presets/nemotron-3-nano-30b-a3b.json"),
+    ),
 ];
 
 /// Llama 3.1's names for the Llama 3 presets, which are the 3.1 releases (RoPE scaling to
@@ -219,6 +223,7 @@ pub fn model_preset(name: &str) -> Result<ModelSpec> {
                 conv_bias: true,
                 proj_bias: false,
             },
+            None,
         )
         .expect("the Nemotron-H-8B pattern names only M, * and -"),
         // Devlin et al. 2019: BERT-large, 24 layers, h 1024, 16 heads, WordPiece 30,522.
@@ -361,7 +366,7 @@ mod tests {
     fn hf_presets_match_their_published_totals() {
         // (preset, total, active per token) from each model card (README of the repository
         // `crates/spec/presets/README.md` names); active `None` for dense models.
-        let published: [(&str, f64, Option<f64>); 15] = [
+        let published: [(&str, f64, Option<f64>); 16] = [
             // "141B parameters, 39B active" (Mistral AI, Mixtral 8x22B announcement).
             ("mixtral-8x22b", 141e9, Some(39e9)),
             // 671 B in the main model; the card's 685 B add the 14 B MTP module. 37 B active.
@@ -384,6 +389,8 @@ mod tests {
             ("dbrx", 132e9, Some(36e9)),
             // BigScience's model card: 176,247,271,424 parameters.
             ("bloom-176b", 176.247e9, None),
+            // NVIDIA's model card: 31.6 B total, about 3.6 B active with the embeddings.
+            ("nemotron-3-nano-30b-a3b", 31.6e9, Some(3.6e9)),
             // The Llama 3.1 names of the Llama 3 presets.
             ("llama3.1-8b", 8.03e9, None),
             ("llama3.1-70b", 70.6e9, None),

@@ -358,11 +358,15 @@ fn nemotron_h_spellings_defaults_and_errors() {
     );
     assert_eq!(m.mamba.unwrap().chunk, 128);
     let base = nemotron_h_8b().to_string();
+    // `E` (a MoE layer) needs the config's experts.
     let e = error(
         &with(&base, "hybrid_override_pattern", json!("MEM*-")),
         "hybrid_override_pattern",
     );
-    assert!(e.problem.contains("mixture-of-experts"), "{e}");
+    assert!(
+        e.problem.contains("mixture-of-experts") && e.problem.contains("n_routed_experts"),
+        "{e}"
+    );
     let e = error(
         &with(&base, "hybrid_override_pattern", json!("M-M*")),
         "hybrid_override_pattern",
@@ -380,6 +384,49 @@ fn nemotron_h_spellings_defaults_and_errors() {
     error(
         &with(&base, "ssm_state_size", Value::Null),
         "ssm_state_size",
+    );
+}
+
+#[test]
+fn nemotron_3_nano_moe_layers() {
+    // nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 (preset `nemotron-3-nano-30b-a3b`, the
+    // released config.json): 23 Mamba-2, 23 MoE (`E`) and 6 attention layers; 128 routed
+    // squared-ReLU experts of 1,856, 6 per token, one shared expert of 3,712 (two expert
+    // widths). Model card: 31.6 B total, about 3.6 B active with the embeddings.
+    let m = plait_spec::model_preset("nemotron-3-nano-30b-a3b").unwrap();
+    assert_eq!(
+        m.hybrid_pattern().unwrap(),
+        "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
+    );
+    let moe = m.moe.unwrap();
+    assert_eq!((moe.experts, moe.top_k, moe.shared_experts), (128, 6, 2));
+    assert_eq!(m.ffn_hidden, 1856);
+    within_1_percent("nemotron-3-nano", m.parameter_count(), 31.6e9);
+    let active = m.active_parameter_count() as f64;
+    assert!((active / 3.6e9 - 1.0).abs() < 0.02, "{active}");
+    let released = include_str!("../presets/nemotron-3-nano-30b-a3b.json");
+    // A dense `-` layer beside the experts is an MLP of intermediate_size.
+    let mixed = parse(
+        &with(
+            released,
+            "hybrid_override_pattern",
+            json!("MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM-"),
+        ),
+        "n3.json",
+    );
+    let kinds = mixed.block_kinds();
+    assert!(kinds
+        .iter()
+        .any(|k| k.moe.is_none() && k.ffn_hidden == 1856 && k.block == BlockKind::Mlp));
+    // A latent MoE (Nemotron 3 Super's `moe_latent_size`) is refused by name; a shared
+    // width that is not whole expert widths too.
+    error(
+        &with(released, "moe_latent_size", json!(1024)),
+        "moe_latent_size",
+    );
+    error(
+        &with(released, "moe_shared_expert_intermediate_size", json!(1000)),
+        "moe_shared_expert_intermediate_size",
     );
 }
 

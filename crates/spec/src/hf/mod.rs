@@ -172,6 +172,8 @@ const READ_KEYS: &[&str] = &[
     "ffn_act_fn",
     "n_embed",
     "apply_residual_connection_post_layernorm",
+    "moe_shared_expert_intermediate_size",
+    "moe_latent_size",
 ];
 
 /// Parses a Hugging Face `config.json`; `source` (the file name) is used in errors.

@@ -10,7 +10,7 @@ use super::config::{show, Config};
 use super::{MAX_DIM, MAX_LAYERS};
 use crate::error::Result;
 use crate::model::arch;
-use crate::model::{runs_from_pattern, MambaSpec, ModelSpec, DEFAULT_MAMBA_CHUNK};
+use crate::model::{runs_from_pattern, MambaSpec, ModelSpec, MoeSpec, DEFAULT_MAMBA_CHUNK};
 
 impl Config<'_> {
     /// The first of `keys` present (transformers' `NemotronHConfig` and NVIDIA's remote
@@ -25,13 +25,63 @@ impl Config<'_> {
             .unwrap_or(keys[0])
     }
 
+    /// Nemotron 3's experts (transformers' `NemotronHConfig`): `n_routed_experts` of
+    /// `moe_intermediate_size`, `num_experts_per_tok` routed, and shared experts of
+    /// `moe_shared_expert_intermediate_size` (a whole number of routed widths; none when
+    /// `n_shared_experts` is 0); `None` when the config names no experts. A latent MoE
+    /// (`moe_latent_size`, experts in a projected space) is not expressible.
+    fn nemotron_h_experts(&self) -> Result<Option<(MoeSpec, u64)>> {
+        let Some(experts) = self.opt_int("n_routed_experts", MAX_DIM)? else {
+            return Ok(None);
+        };
+        if let Some(v) = self.get("moe_latent_size").filter(|v| !v.is_null()) {
+            return Err(self.err(
+                "moe_latent_size",
+                format!("a latent MoE ({}) is not expressible", show(v)),
+                "null (experts on the hidden state)",
+            ));
+        }
+        let width = self.int("moe_intermediate_size", MAX_DIM)?;
+        let top_k = self.int("num_experts_per_tok", MAX_DIM)?;
+        if top_k > experts {
+            return Err(self.err(
+                "num_experts_per_tok",
+                format!("{top_k} exceeds n_routed_experts = {experts}"),
+                format!("an integer from 1 to n_routed_experts ({experts})"),
+            ));
+        }
+        let shared = match self.opt_int("n_shared_experts", MAX_DIM)? {
+            Some(0) => 0,
+            _ => match self.opt_int("moe_shared_expert_intermediate_size", MAX_DIM)? {
+                None => self.opt_int("n_shared_experts", MAX_DIM)?.unwrap_or(0),
+                Some(w) if w.is_multiple_of(width) => w / width,
+                Some(w) => {
+                    return Err(self.err(
+                        "moe_shared_expert_intermediate_size",
+                        format!("{w} is not a whole number of expert widths ({width})"),
+                        format!("a multiple of moe_intermediate_size ({width})"),
+                    ))
+                }
+            },
+        };
+        Ok(Some((
+            MoeSpec {
+                experts,
+                top_k,
+                shared_experts: shared,
+            },
+            width,
+        )))
+    }
+
     /// `nemotron_h` (transformers' `NemotronHForCausalLM`): `hybrid_override_pattern` gives
     /// each layer its kind — `M` a Mamba-2 mixer, `*` grouped-query attention, `-` a
     /// squared-ReLU MLP of `intermediate_size` — each behind an RMSNorm; an untied head by
     /// default. The Mamba-2 mixer has `mamba_num_heads` heads of `mamba_head_dim` (or
     /// `expand × hidden_size / mamba_head_dim` heads without `mamba_num_heads`),
     /// `ssm_state_size`, `n_groups`, `conv_kernel` and `chunk_size` (default 128,
-    /// Megatron-LM's). MoE layers (`E`, Nemotron 3) are refused.
+    /// Megatron-LM's). `E` layers (Nemotron 3) are MoE layers of the experts named by
+    /// [`Config::nemotron_h_experts`].
     pub(super) fn nemotron_h(&self) -> Result<ModelSpec> {
         let hidden = self.int("hidden_size", MAX_DIM)?;
         let layers = self.int("num_hidden_layers", MAX_LAYERS)?;
@@ -53,16 +103,21 @@ impl Config<'_> {
                 ))
             }
         };
-        runs_from_pattern(pattern).map_err(|(i, c)| {
+        let experts = self.nemotron_h_experts()?;
+        let ffn = self.int("intermediate_size", MAX_DIM)?;
+        runs_from_pattern(pattern, experts.map(|_| ffn)).map_err(|(i, c)| {
             let problem = if c == 'E' {
-                format!("layer {i} is a mixture-of-experts layer (`E`), not expressible yet")
+                format!(
+                    "layer {i} is a mixture-of-experts layer (`E`), but the config names no \
+                     experts (n_routed_experts)"
+                )
             } else {
                 format!("layer {i} has the unknown symbol `{}`", c.escape_debug())
             };
             self.err(
                 key,
                 problem,
-                "the symbols M (Mamba-2), * (attention), - (MLP)",
+                "the symbols M (Mamba-2), * (attention), - (MLP), and E (MoE) with n_routed_experts",
             )
         })?;
         let pattern_layers = pattern.chars().count() as u64;
@@ -85,7 +140,6 @@ impl Config<'_> {
             explicit_head_dim,
             true,
         )?;
-        let ffn = self.int("intermediate_size", MAX_DIM)?;
         let vocab = self.int("vocab_size", MAX_DIM)?;
         if let Some(a) = self.get("mlp_hidden_act") {
             if a.as_str() != Some("relu2") {
@@ -147,6 +201,7 @@ impl Config<'_> {
             ffn,
             vocab,
             mamba,
+            experts,
         )
         .expect("the pattern was checked above");
         let spec = ModelSpec {
@@ -163,6 +218,7 @@ impl Config<'_> {
                 ("num_hidden_layers", layers),
                 ("num_attention_heads", heads),
                 ("intermediate_size", ffn),
+                ("moe_intermediate_size", experts.map_or(0, |(_, w)| w)),
                 ("vocab_size", vocab),
                 ("mamba_num_heads", mamba_heads),
                 ("mamba_head_dim", mamba_head_dim),

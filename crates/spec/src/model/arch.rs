@@ -128,8 +128,10 @@ pub(crate) fn bert(
 
 /// Nemotron-H hybrid (Megatron-LM's `MambaModel`; NVIDIA, "Nemotron-H", arXiv 2504.03624):
 /// the layers of `pattern` (`M` Mamba-2 mixer, `*` attention, `-` squared-ReLU MLP of
-/// `ffn`, each behind an RMSNorm), grouped-query attention without biases or positional
-/// parameters, an untied head. `None` if the pattern has a symbol other than `M`, `*`, `-`.
+/// `ffn`, each behind an RMSNorm; with `experts` — the routed experts and their width, as
+/// Nemotron 3 — `E` a MoE layer of squared-ReLU experts), grouped-query attention without
+/// biases or positional parameters, an untied head. `None` if the pattern has a symbol
+/// other than `M`, `*`, `-` (and `E` with experts).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn nemotron_h(
     name: &str,
@@ -139,8 +141,10 @@ pub(crate) fn nemotron_h(
     ffn: u64,
     vocab: u64,
     mamba: MambaSpec,
+    experts: Option<(MoeSpec, u64)>,
 ) -> Option<ModelSpec> {
-    let runs: Vec<BlockRun> = crate::model::runs_from_pattern(pattern).ok()?;
+    let runs: Vec<BlockRun> =
+        crate::model::runs_from_pattern(pattern, experts.map(|_| ffn)).ok()?;
     let layers = runs.iter().map(|r| r.count).sum();
     let (block, block_runs) = match runs.as_slice() {
         [only] => (only.kind, Vec::new()),
@@ -155,7 +159,21 @@ pub(crate) fn nemotron_h(
         block,
         block_runs,
         mamba: Some(mamba),
-        ..llama(name, hidden, layers, heads, kv_heads, ffn, vocab, None)
+        ..match experts {
+            // The MoE layers' experts are the model's MLP width; the dense `-` layers carry
+            // their own (`BlockRun::dense_ffn`).
+            Some((moe, expert_ffn)) => llama(
+                name,
+                hidden,
+                layers,
+                heads,
+                kv_heads,
+                expert_ffn,
+                vocab,
+                Some(moe),
+            ),
+            None => llama(name, hidden, layers, heads, kv_heads, ffn, vocab, None),
+        }
     })
 }
 

@@ -51,7 +51,8 @@ impl BlockKind {
 impl BlockKind {
     /// The kind a symbol of Megatron-LM's `hybrid_override_pattern` names
     /// (`megatron/core/ssm/mamba_hybrid_layer_allocation.py`: `M` Mamba, `*` attention,
-    /// `-` MLP); `None` for any other symbol (`E`, MoE layers, is not expressible here).
+    /// `-` MLP); `None` for any other symbol (`E`, a MoE layer, is an MLP of the model's
+    /// experts: [`runs_from_pattern`] reads it where the model has them).
     pub fn from_pattern_symbol(c: char) -> Option<BlockKind> {
         match c {
             'M' => Some(BlockKind::Mamba),
@@ -74,18 +75,28 @@ impl BlockKind {
 }
 
 /// The block runs of a `hybrid_override_pattern` (one symbol per layer), run-length
-/// encoded; `Err((position, symbol))` at the first symbol that names no kind.
-pub fn runs_from_pattern(pattern: &str) -> std::result::Result<Vec<BlockRun>, (usize, char)> {
+/// encoded; `Err((position, symbol))` at the first symbol that names no kind. In a model
+/// with experts (`dense_beside_experts`: the dense MLP's width), `E` is an MLP layer of
+/// the model's experts (Megatron-LM d98e8a6 `mamba_hybrid_layer_allocation.py`: `E` a MoE
+/// layer) and `-` a dense MLP of that width; without experts `E` names no kind.
+pub fn runs_from_pattern(
+    pattern: &str,
+    dense_beside_experts: Option<u64>,
+) -> std::result::Result<Vec<BlockRun>, (usize, char)> {
     let mut runs: Vec<BlockRun> = Vec::new();
     for (i, c) in pattern.chars().enumerate() {
-        let kind = BlockKind::from_pattern_symbol(c).ok_or((i, c))?;
+        let (kind, dense_ffn) = match (c, dense_beside_experts) {
+            ('E', Some(_)) => (BlockKind::Mlp, None),
+            ('-', width) => (BlockKind::Mlp, width),
+            _ => (BlockKind::from_pattern_symbol(c).ok_or((i, c))?, None),
+        };
         match runs.last_mut() {
-            Some(r) if r.kind == kind => r.count += 1,
+            Some(r) if r.kind == kind && r.dense_ffn == dense_ffn => r.count += 1,
             _ => runs.push(BlockRun {
                 count: 1,
                 kind,
                 window: None,
-                dense_ffn: None,
+                dense_ffn,
                 chunk: None,
             }),
         }
@@ -315,18 +326,25 @@ impl ModelSpec {
         if !self.is_hybrid() {
             return None;
         }
-        let kinds: Vec<BlockKind> = if self.block_runs.is_empty() {
-            vec![self.block; self.layers as usize]
+        // An MLP layer of the model's experts is `E`; a dense one (or any without experts) `-`.
+        let symbol = |kind: BlockKind, dense_ffn: Option<u64>| match kind {
+            BlockKind::Mlp if self.moe.is_some() && dense_ffn.is_none() => 'E',
+            other => other.pattern_symbol(),
+        };
+        let symbols: Vec<(BlockKind, char)> = if self.block_runs.is_empty() {
+            vec![(self.block, symbol(self.block, None)); self.layers as usize]
         } else {
             self.block_runs
                 .iter()
-                .flat_map(|r| std::iter::repeat_n(r.kind, r.count as usize))
+                .flat_map(|r| {
+                    std::iter::repeat_n((r.kind, symbol(r.kind, r.dense_ffn)), r.count as usize)
+                })
                 .collect()
         };
-        if kinds.iter().any(|k| k.is_transformer()) {
+        if symbols.iter().any(|(k, _)| k.is_transformer()) {
             return None;
         }
-        Some(kinds.iter().map(|k| k.pattern_symbol()).collect())
+        Some(symbols.iter().map(|&(_, c)| c).collect())
     }
 
     /// Whether some block is not a transformer block (a hybrid such as Nemotron-H).
