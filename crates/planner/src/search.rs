@@ -327,33 +327,27 @@ fn schedules(layers: u64, pp: u64, micro: u64, pins: &Pins) -> Vec<(Schedule, u6
         };
     }
     let mut out = Vec::new();
-    for s in [
-        Schedule::OneFOneB,
-        Schedule::Gpipe,
-        Schedule::ZbH1,
-        Schedule::Scp,
-    ] {
-        if pins.schedule.is_none_or(|p| p == s) && pins.vp.is_none_or(|v| v == 1) {
-            out.push((s, 1));
+    // Each kind the schedule crate lists for searching, with the chunk counts its rules
+    // accept: a fixed count, one, or (where more than one chunk is accepted) each count up
+    // to `MAX_VP` that splits the layers evenly; a pinned count is tried even above it.
+    for &s in Schedule::SEARCHED.iter() {
+        if pins.schedule.is_some_and(|p| p != s) || !s.accepts_microbatches(micro, pp) {
+            continue;
         }
-    }
-    // ZB-V: two chunks per rank, each a whole number of blocks.
-    let v_chunks = Schedule::ZbV.fixed_chunks().unwrap_or(2);
-    if pins.schedule.is_none_or(|p| p == Schedule::ZbV)
-        && pins.vp.is_none_or(|v| v == v_chunks)
-        && layers.is_multiple_of(pp * v_chunks)
-    {
-        out.push((Schedule::ZbV, v_chunks));
-    }
-    if pins.schedule.is_none_or(|p| p == Schedule::Interleaved) && micro.is_multiple_of(pp) {
-        // A pinned chunk count is tried even above the searched range.
-        let tried = match pins.vp {
-            Some(p) => p..=p,
-            None => 2..=MAX_VP,
+        let chunks: Vec<u64> = match s.fixed_chunks() {
+            Some(n) => vec![n],
+            None if s.accepts_chunks(2) => match pins.vp {
+                Some(p) => vec![p],
+                None => (2..=MAX_VP).collect(),
+            }
+            .into_iter()
+            .filter(|&v| v >= 2)
+            .collect(),
+            None => vec![1],
         };
-        for v in tried.filter(|&v| v >= 2) {
-            if layers.is_multiple_of(pp * v) {
-                out.push((Schedule::Interleaved, v));
+        for v in chunks {
+            if pins.vp.is_none_or(|p| p == v) && (v == 1 || layers.is_multiple_of(pp * v)) {
+                out.push((s, v));
             }
         }
     }

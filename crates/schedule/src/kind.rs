@@ -8,8 +8,11 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// Pipeline schedule.
+/// Pipeline schedule. Non-exhaustive: crates outside this one handle a kind they do not
+/// name (an exporter refuses it, the search tries what [`ScheduleKind::SEARCHED`] lists),
+/// so a new schedule is a change here alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum ScheduleKind {
     #[serde(rename = "gpipe")]
     Gpipe,
@@ -98,6 +101,32 @@ impl ScheduleKind {
             .map(|k| k.keyword())
             .collect::<Vec<_>>()
             .join("|")
+    }
+
+    /// The kinds a planner's search tries, in the order it tries them (the order breaks
+    /// ties between equally fast plans).
+    pub const SEARCHED: [ScheduleKind; 6] = [
+        ScheduleKind::OneFOneB,
+        ScheduleKind::Gpipe,
+        ScheduleKind::ZbH1,
+        ScheduleKind::Scp,
+        ScheduleKind::ZbV,
+        ScheduleKind::Interleaved,
+    ];
+
+    /// Whether the schedule runs `microbatches` micro-batches on `ranks` pipeline ranks:
+    /// Megatron-LM's interleaved schedule needs a multiple of the ranks (it runs them in
+    /// groups of `ranks`, `schedules.py` `forward_backward_pipelining_with_interleaving`);
+    /// the others any number.
+    pub fn accepts_microbatches(self, microbatches: u64, ranks: u64) -> bool {
+        self != ScheduleKind::Interleaved || microbatches.is_multiple_of(ranks.max(1))
+    }
+
+    /// Whether the stages finish their share of the pipeline in turn, the last first, as
+    /// every schedule that alternates forwards and backwards does (1F1B's drain); GPipe
+    /// runs every backward after every forward, so its stages finish together.
+    pub fn stages_finish_in_turn(self) -> bool {
+        self != ScheduleKind::Gpipe
     }
 
     /// Megatron-LM's schedule for `chunks` chunks per rank: interleaved with more than one,
@@ -233,6 +262,20 @@ mod tests {
         }
         assert!(ScheduleKind::ZbV.accepts_chunks(2));
         assert!(!ScheduleKind::ZbV.accepts_chunks(1));
+        // Megatron's interleaving runs micro-batches in groups of pp; the others any count.
+        assert!(!ScheduleKind::Interleaved.accepts_microbatches(6, 4));
+        assert!(ScheduleKind::Interleaved.accepts_microbatches(8, 4));
+        assert!(ScheduleKind::ZbV.accepts_microbatches(6, 4));
+        assert!(!ScheduleKind::Gpipe.stages_finish_in_turn());
+        assert!(ScheduleKind::OneFOneB.stages_finish_in_turn());
+        // The search tries every kind, each once.
+        for k in ScheduleKind::ALL {
+            assert_eq!(
+                ScheduleKind::SEARCHED.iter().filter(|&s| s == k).count(),
+                1,
+                "{k}"
+            );
+        }
         assert!("pipedream"
             .parse::<ScheduleKind>()
             .unwrap_err()

@@ -1,5 +1,6 @@
 //! Architecture invariant: schedule rules live in `plait-schedule` only. Other crates ask
-//! `ScheduleKind`'s rules (`spares_rank`, `accepts_chunks`, `splits_backward`, `virtual_stage`) and the closed
+//! `ScheduleKind`'s rules (`spares_rank`, `accepts_chunks`, `accepts_microbatches`,
+//! `splits_backward`, `stages_finish_in_turn`, `virtual_stage`, `SEARCHED`) and the closed
 //! forms in `closed_form`; this test fails when one restates them.
 
 use std::path::{Path, PathBuf};
@@ -26,6 +27,15 @@ const RESTATED: &[(&str, &str)] = &[
         "plait_schedule::closed_form::pipeline_time",
     ),
     ("fn one_f_one_b", "plait_schedule::generate"),
+    ("Schedule::Gpipe {", "ScheduleKind::stages_finish_in_turn"),
+    (
+        "Schedule::Interleaved && !m",
+        "ScheduleKind::accepts_microbatches",
+    ),
+    (
+        "Schedule::ZbH1,",
+        "ScheduleKind::SEARCHED (the kinds a search tries)",
+    ),
 ];
 
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {

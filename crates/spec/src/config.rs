@@ -446,12 +446,12 @@ impl ParallelConfig {
             );
         }
         let m = self.microbatches(train);
-        if self.schedule == Schedule::Interleaved && !m.is_multiple_of(self.pp) {
+        if !self.schedule.accepts_microbatches(m, self.pp) {
             return err(
                 "schedule",
                 format!(
-                    "interleaved needs the micro-batch count (gbs/(mbs·dp) = {m}) to be a multiple of pp = {}",
-                    self.pp
+                    "{} needs the micro-batch count (gbs/(mbs·dp) = {m}) to be a multiple of pp = {}",
+                    self.schedule, self.pp
                 ),
                 "a batch with a multiple of pp micro-batches, or schedule = 1f1b".into(),
             );

@@ -653,10 +653,10 @@ fn assemble(
         let mut dp_contention_s = (dp_total - exposed).max(0.0) * dp_contention;
         // Later stages finish their pipeline work earlier (1F1B drains from the last stage
         // back to the first), which hides their reduction behind the others' backward.
-        let slack = if c.schedule == plait_spec::Schedule::Gpipe {
-            0.0
-        } else {
+        let slack = if c.schedule.stages_finish_in_turn() {
             k as f64 * bwd
+        } else {
+            0.0
         };
         worst_dp_exposed = worst_dp_exposed.max(exposed - slack);
         let mut zero3_exposed = 0.0;

@@ -73,6 +73,7 @@ pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
         Pipe::Scp => out.push(format!(
             "Merak's shifted-critical-path (scp) schedule: {only_1f1b}"
         )),
+        Pipe::Other(kind) => out.push(super::unknown_schedule("DeepSpeed", kind)),
         Pipe::None | Pipe::OneFOneB => {}
     }
     if c.tp > 1 {

@@ -329,7 +329,9 @@ fn shape_problem(plan: &Layout) -> Option<String> {
 }
 
 /// The pipeline schedule that matters: none without pipelining, and interleaving with one
-/// chunk per rank is plain 1F1B.
+/// chunk per rank is plain 1F1B. A schedule this list does not name (one added to
+/// `plait-schedule` since) is `Other`, which every exporter refuses until it is taught the
+/// schedule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Pipe {
     None,
@@ -339,6 +341,12 @@ pub(crate) enum Pipe {
     ZbH1,
     Scp,
     ZbV,
+    Other(Schedule),
+}
+
+/// The refusal of a schedule an exporter was not taught.
+pub(crate) fn unknown_schedule(engine: &str, kind: Schedule) -> String {
+    format!("the {kind} schedule: plait does not write it for {engine}")
 }
 
 pub(crate) fn pipe(c: &ParallelConfig) -> Pipe {
@@ -353,6 +361,7 @@ pub(crate) fn pipe(c: &ParallelConfig) -> Pipe {
         Schedule::ZbH1 => Pipe::ZbH1,
         Schedule::Scp => Pipe::Scp,
         Schedule::ZbV => Pipe::ZbV,
+        other => Pipe::Other(other),
     }
 }
 

@@ -76,6 +76,7 @@ pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
                 ));
             }
         }
+        Pipe::Other(kind) => out.push(super::unknown_schedule("torchtitan", kind)),
         Pipe::None | Pipe::OneFOneB | Pipe::Interleaved | Pipe::Gpipe | Pipe::ZbV => {}
     }
     if c.zero == 0 && c.dp > 1 && (c.tp > 1 || c.pp > 1 || c.cp > 1) {

@@ -106,6 +106,7 @@ pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
              interleaved 1F1B"
                 .to_string(),
         ),
+        Pipe::Other(kind) => out.push(super::unknown_schedule("Megatron-LM", kind)),
         Pipe::None | Pipe::OneFOneB | Pipe::Interleaved => {}
     }
     if c.zero == 3 && c.pp > 1 {
