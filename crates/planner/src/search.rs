@@ -334,18 +334,13 @@ fn schedules(layers: u64, pp: u64, micro: u64, pins: &Pins) -> Vec<(Schedule, u6
         if pins.schedule.is_some_and(|p| p != s) || !s.accepts_microbatches(micro, pp) {
             continue;
         }
-        let chunks: Vec<u64> = match s.fixed_chunks() {
-            Some(n) => vec![n],
-            None if s.accepts_chunks(2) => match pins.vp {
-                Some(p) => vec![p],
-                None => (2..=MAX_VP).collect(),
-            }
-            .into_iter()
-            .filter(|&v| v >= 2)
-            .collect(),
-            None => vec![1],
+        let (lo, hi) = match (s.fixed_chunks(), pins.vp) {
+            (Some(n), _) => (n, n),
+            (None, Some(p)) if s.accepts_chunks(2) => (p.max(2), p),
+            (None, None) if s.accepts_chunks(2) => (2, MAX_VP),
+            (None, _) => (1, 1),
         };
-        for v in chunks {
+        for v in lo..=hi {
             if pins.vp.is_none_or(|p| p == v) && (v == 1 || layers.is_multiple_of(pp * v)) {
                 out.push((s, v));
             }
