@@ -8,7 +8,9 @@
 //! that order, and ties are broken by the enumeration index, so the plan does not depend
 //! on the thread count.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+
+use foldhash::fast::FixedState;
 
 use rayon::prelude::*;
 
@@ -417,7 +419,7 @@ fn cp_twins(req: &Request, c: &ParallelConfig) -> Vec<ParallelConfig> {
 /// Costs each distinct shape of `shapes` (configuration, recompute) once, in parallel, into
 /// `scenario`'s memo.
 fn cost_shapes(scenario: &Scenario, shapes: impl Iterator<Item = (ParallelConfig, Recompute)>) {
-    let mut seen = std::collections::HashSet::new();
+    let mut seen: HashSet<ShapeKey, FixedState> = HashSet::default();
     let shapes: Vec<(ParallelConfig, Recompute)> = shapes
         .filter(|(c, r)| seen.insert(ShapeKey::of(c, *r)))
         .collect();
@@ -465,7 +467,8 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
     // The other ways to move each ring shape's sequence (Ulysses, the all-gather) that its
     // engine runs, asked once per shape: an engine's rule on the communication does not
     // depend on the knobs a shape leaves out (dp, pp, vp, ZeRO, schedule).
-    let mut twins: HashMap<ShapeKey, (ParallelConfig, Vec<ParallelConfig>)> = HashMap::new();
+    let mut twins: HashMap<ShapeKey, (ParallelConfig, Vec<ParallelConfig>), FixedState> =
+        HashMap::default();
     for (_, c) in &hopeful {
         if c.cp > 1 && c.cp_comm == CpComm::P2p && req.pins.cp_comm.is_none() {
             twins
@@ -488,7 +491,7 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
     // The ring, Ulysses or the all-gather: the same weights, activations and collectives
     // outside attention, so the shape's fastest blocks make the fastest configuration (the
     // ring on a tie).
-    let fastest: HashMap<ShapeKey, ParallelConfig> = twins
+    let fastest: HashMap<ShapeKey, ParallelConfig, FixedState> = twins
         .into_iter()
         .map(|(key, (ring, twins))| {
             let best = twins.into_iter().fold(ring, |best, t| {
