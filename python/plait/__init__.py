@@ -367,6 +367,7 @@ _WORKLOAD: Dict[str, Any] = {
     "lora_targets": _check_str,
     "pack_len": _check_int,
     "compile": bool,
+    "compile_components": _check_str,
     "async_tp": bool,
 }
 
@@ -556,6 +557,7 @@ def estimate(
     lora_targets: Optional[str] = None,
     pack_len: Optional[int] = None,
     compile: bool = False,
+    compile_components: Optional[str] = None,
     async_tp: bool = False,
     simulate: bool = False,
 ) -> Estimate:
@@ -605,6 +607,7 @@ def simulate(
     lora_targets: Optional[str] = None,
     pack_len: Optional[int] = None,
     compile: bool = False,
+    compile_components: Optional[str] = None,
     async_tp: bool = False,
     svg: Any = None,
     trace: Any = None,
@@ -658,6 +661,7 @@ def plan(
     lora_targets: Optional[str] = None,
     pack_len: Optional[int] = None,
     compile: bool = False,
+    compile_components: Optional[str] = None,
     async_tp: bool = False,
     top: Optional[int] = None,
     simulate: Optional[int] = None,

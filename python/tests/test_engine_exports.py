@@ -136,6 +136,8 @@ TORCHTITAN_PLANS = [
     ),
     # Compiled blocks with async tensor parallelism (CompileConfig's own check needs both).
     pytest.param(dict(gpus=8, tp=2, zero=1, sp=True, compile=True, async_tp=True), id="tp2-async"),
+    # The blocks compiled, the loss eager (torchtitan's `components = ["model"]`).
+    pytest.param(dict(gpus=8, tp=1, zero=3, compile=True, compile_components="model"), id="blocks"),
 ]
 
 
@@ -191,6 +193,8 @@ def test_torchtitan_accepts_the_export(plait_bin, tmp_path, torchtitan_config, p
     assert t.seq_len % dims.seq_len_divisor == 0
     assert cfg.compile.enable == bool(pins.get("compile"))
     assert cfg.compile.enable_async_tensor_parallel == bool(pins.get("async_tp"))
+    components = pins.get("compile_components", "model,loss").split(",")
+    assert sorted(cfg.compile.components) == sorted(components)
     names = {"none": "NoneType", "full": "Config", "selective": "Config"}
     assert type(cfg.activation_checkpoint).__name__ == names[c["recompute"]]
     if c["recompute"] != "none":

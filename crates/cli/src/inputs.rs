@@ -89,6 +89,11 @@ pub struct WorkloadArgs {
     /// (torchtitan's [compile] enable; allowed with --engine torchtitan).
     #[arg(long)]
     pub compile: bool,
+    /// What --compile compiles, as torchtitan's [compile] components: model,loss (its
+    /// default since June 2025) or model (the blocks alone, the loss eager: torchtitan of
+    /// 2024, or components = ["model"]) [default: model,loss]
+    #[arg(long, value_name = "LIST")]
+    pub compile_components: Option<String>,
     /// torchtitan's async tensor parallelism: the compiled blocks' tp all-gathers and
     /// reduce-scatters pipelined with their matmuls over symmetric memory (needs --compile
     /// and tp > 1 with sequence parallelism inside a node).
@@ -394,6 +399,15 @@ impl WorkloadArgs {
                 }
             },
             compile: self.compile,
+            compile_loss: match &self.compile_components {
+                None => true,
+                Some(list) => {
+                    if !self.compile {
+                        bail!("--compile-components: says what --compile compiles (allowed with --compile)");
+                    }
+                    compile_loss(list)?
+                }
+            },
             async_tp: self.async_tp,
             ..TrainSpec::new(positive("gbs", self.gbs)?, sequence(self.seq)?)
         };
@@ -558,4 +572,24 @@ impl ConfigArgs {
         c.vp = c.schedule.chunks_per_rank(k.vp.map(|_| c.vp));
         Ok(c)
     }
+}
+
+/// Whether `--compile-components` `list` compiles the loss: the model must be among the
+/// components (plait has no eager-model, compiled-loss profile).
+fn compile_loss(list: &str) -> Result<bool> {
+    let mut model = false;
+    let mut loss = false;
+    for item in list.split(',').map(str::trim) {
+        match item {
+            "model" => model = true,
+            "loss" => loss = true,
+            other => bail!("--compile-components: unknown component `{other}` (allowed: model, loss; e.g. model,loss)"),
+        }
+    }
+    if !model {
+        bail!(
+            "--compile-components: `{list}` leaves the model eager (allowed: model or model,loss)"
+        );
+    }
+    Ok(loss)
 }

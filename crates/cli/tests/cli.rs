@@ -359,6 +359,37 @@ fn compile_fuses_torchtitan_and_is_refused_elsewhere() {
         &["plan", "--gpus", "8", "--engine", "fsdp", "--compile"],
         "allowed with --engine torchtitan",
     );
+    // The loss left eager (torchtitan of 2024, or `components = ["model"]`) costs time.
+    let blocks_only = time(&["--compile", "--compile-components", "model"]);
+    assert!(
+        blocks_only > compiled && blocks_only < eager,
+        "{blocks_only}"
+    );
+    common::check(
+        &[
+            "estimate",
+            "--engine",
+            "torchtitan",
+            "--compile-components",
+            "model",
+        ],
+        "--compile-components: says what --compile compiles (allowed with --compile)",
+    );
+    common::check(
+        &[
+            "estimate",
+            "--engine",
+            "torchtitan",
+            "--compile",
+            "--compile-components",
+            "loss",
+        ],
+        "--compile-components: `loss` leaves the model eager (allowed: model or model,loss)",
+    );
+    common::check(
+        &["estimate", "--engine", "torchtitan", "--compile", "--compile-components", "model,optimizer"],
+        "--compile-components: unknown component `optimizer` (allowed: model, loss; e.g. model,loss)",
+    );
     common::check(
         &["estimate", "--engine", "torchtitan", "--async-tp"],
         "--async-tp: torchtitan's async tensor parallelism runs in compiled blocks (allowed with --compile)",

@@ -48,6 +48,16 @@ pub struct ShardedParams {
     /// Every parameter tensor of a block (biases and norms included) is reduce-scattered by
     /// a collective of its own, rather than in buckets of `collectives_per_block`.
     pub reduce_per_tensor: bool,
+    /// Each gathered unit is copied out of the all-gather's flat output into the
+    /// parameters' own unsharded storage on the compute stream, before the unit runs: FSDP2
+    /// (`fully_shard`), whose `wait_for_unshard` calls `foreach_all_gather_copy_out`
+    /// (torch `distributed/fsdp/_fully_shard/_fsdp_collectives.py`, 2.5–2.9:
+    /// `split_with_sizes_copy` of the whole output, after the current stream waits on the
+    /// all-gather's event). FSDP1 gathers into its `FlatParameter`, whose views the modules
+    /// use, and Megatron's and DeepSpeed's flat buffers are likewise used in place. Its
+    /// reduce-scatter copy-in (`foreach_reduce_scatter_copy_in`) runs on the reduce-scatter
+    /// stream, beside the backward, and is not counted.
+    pub copies_out_gathers: bool,
 }
 
 impl ShardedParams {
@@ -75,6 +85,7 @@ impl ShardedParams {
         regather_for_recompute: true,
         host_ops_per_rank: 1.0,
         reduce_per_tensor: true,
+        copies_out_gathers: false,
     };
 }
 
@@ -347,7 +358,15 @@ impl EngineProfile {
     /// dev-discuss, "[Distributed w/ TorchTitan] Introducing Async Tensor Parallelism in
     /// PyTorch", 2024): costed as the chunked overlap of Transformer Engine's userbuffers
     /// in the forward and the recomputed forward, the backward's collectives in line.
-    pub fn for_run(engine: Engine, compile: bool, async_tp: bool) -> EngineProfile {
+    ///
+    /// `compile_loss` compiles the loss as well (`TrainSpec::compile_loss`); without it the
+    /// loss keeps the eager engine's kernels and memory.
+    pub fn for_run(
+        engine: Engine,
+        compile: bool,
+        compile_loss: bool,
+        async_tp: bool,
+    ) -> EngineProfile {
         let eager = EngineProfile::of(engine);
         if !compile || !engine.compiles() {
             return eager;
@@ -356,7 +375,11 @@ impl EngineProfile {
             fused_elementwise: true,
             norm: Elementwise::FUSED_NORM,
             rope: Elementwise::FUSED_ROPE,
-            cross_entropy: CrossEntropy::COMPILED,
+            cross_entropy: if compile_loss {
+                CrossEntropy::COMPILED
+            } else {
+                eager.cross_entropy
+            },
             tp_comm_overlap: async_tp,
             tp_comm_overlap_in_backward: false,
             ..eager
@@ -395,6 +418,7 @@ impl EngineProfile {
                 regather_for_recompute: false,
                 host_ops_per_rank: 0.0,
                 reduce_per_tensor: false,
+                copies_out_gathers: false,
             },
             overlaps_tp_backward: true,
             tp_comm_overlap: true,
@@ -434,6 +458,7 @@ impl EngineProfile {
                     // gradients in buckets of `reduce_bucket_size`.
                     host_ops_per_rank: 0.0,
                     reduce_per_tensor: false,
+                    copies_out_gathers: false,
                 },
                 tp_comm_overlap: false,
                 overlaps_interleaved_p2p: false,
@@ -476,6 +501,7 @@ impl EngineProfile {
                 fp8_tp_all_gather: true,
                 sharded: ShardedParams {
                     regather_with_pipeline: false,
+                    copies_out_gathers: true,
                     ..megatron.sharded
                 },
                 overlaps_tp_backward: false,

@@ -358,11 +358,22 @@ pub struct TrainSpec {
     /// its elementwise chains; only engines that [`Engine::compiles`] accept it.
     #[serde(default)]
     pub compile: bool,
+    /// With `compile`, the loss is compiled too (torchtitan's `[compile] components`
+    /// holding "loss", its default since the loss moved to `components/loss.py`: 820504e,
+    /// June 2025). `false`: the blocks alone, the loss eager, as torchtitan ran before
+    /// (9dec370, Dec 2024: "TODO: compiling loss function causes CUDA errors, turning off
+    /// for now" in `train.py`) and as `components = ["model"]` runs it now.
+    #[serde(default = "default_compile_loss")]
+    pub compile_loss: bool,
     /// torchtitan's async tensor parallelism (`enable_async_tensor_parallel`): the compiled
     /// blocks' tp all-gathers and reduce-scatters pipelined with their matmuls. Needs
     /// `compile`.
     #[serde(default)]
     pub async_tp: bool,
+}
+
+fn default_compile_loss() -> bool {
+    true
 }
 
 fn default_task() -> Task {
@@ -407,6 +418,7 @@ impl TrainSpec {
             lora: Lora::default(),
             pack_len: None,
             compile: false,
+            compile_loss: true,
             async_tp: false,
         }
     }

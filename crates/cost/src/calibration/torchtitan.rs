@@ -17,7 +17,20 @@ pub fn torchtitan_benchmarks(text: &str) -> Result<Table, SpecError> {
     let mut skipped = vec![];
     for row in rows(SOURCE, &header, &data) {
         let (gpus, gbs, seq) = (row.int("gpus")?, row.int("gbs")?, row.int("seq")?);
-        let (compile, async_tp) = (row.int("compile")? == 1, row.int("async_tp")? == 1);
+        let (compile, compile_loss) = match row.str("compile")? {
+            "none" => (false, true),
+            "model" => (true, false),
+            "model+loss" => (true, true),
+            other => {
+                return Err(SpecError::new(
+                    SOURCE,
+                    "compile",
+                    format!("row {}: unknown value `{other}`", row.line),
+                    "none|model|model+loss",
+                ))
+            }
+        };
+        let async_tp = row.int("async_tp")? == 1;
         let (config, dp) = parse_config_items(row.str("config")?).map_err(|problem| {
             SpecError::new(
                 SOURCE,
@@ -30,7 +43,11 @@ pub fn torchtitan_benchmarks(text: &str) -> Result<Table, SpecError> {
             "{} {} {config} on {gpus}{}{}{}",
             row.str("source")?,
             row.str("model")?,
-            if compile { " compiled" } else { "" },
+            match (compile, compile_loss) {
+                (false, _) => "",
+                (true, false) => " compiled (blocks)",
+                (true, true) => " compiled",
+            },
             if async_tp { " async-TP" } else { "" },
             match row.str("dtype")? {
                 "bf16" => "",
@@ -75,6 +92,7 @@ pub fn torchtitan_benchmarks(text: &str) -> Result<Table, SpecError> {
                 engine: Engine::Torchtitan,
                 dtype,
                 compile,
+                compile_loss,
                 async_tp,
                 ..TrainSpec::new(gbs, seq)
             },

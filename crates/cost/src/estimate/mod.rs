@@ -725,8 +725,8 @@ fn assemble(
             // Host work that scales with the group and that the engine does not hide
             // (`ShardedParams::host_ops_per_rank`): each gather and reduce-scatter issues
             // eager ops per rank while the device waits.
+            let gathers = units * (1.0 + bgather / gather_u.max(f64::MIN_POSITIVE));
             let host_s = if engine.sharded.host_ops_per_rank > 0.0 {
-                let gathers = units * (1.0 + bgather / gather_u.max(f64::MIN_POSITIVE));
                 let scatters = if engine.sharded.reduce_per_tensor {
                     n_blocks as f64 * m.block_param_tensors() as f64
                 } else {
@@ -738,7 +738,16 @@ fn assemble(
             } else {
                 0.0
             };
-            zero3_exposed = exposed + contention + host_s;
+            // FSDP2 copies each gathered unit out on the compute stream
+            // (`ShardedParams::copies_out_gathers`): it reads and writes the gathered bytes.
+            let copy_out_s = if engine.sharded.copies_out_gathers {
+                let unit =
+                    gather_bytes(unit_dense, unit_dense) + gather_bytes(unit_expert, unit_expert);
+                gathers * d.memory_s(2.0 * unit)
+            } else {
+                0.0
+            };
+            zero3_exposed = exposed + contention + host_s + copy_out_s;
             dp_contention_s += scatter_u;
             zero3_per_mb_worst = zero3_per_mb_worst.max(zero3_exposed);
         }

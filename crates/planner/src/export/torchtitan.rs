@@ -539,7 +539,11 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     if train.compile {
         out.push_str("\n[compile]\n");
         out.push_str("enable = true\n");
-        out.push_str("components = [\"model\", \"loss\"]\n");
+        out.push_str(if train.compile_loss {
+            "components = [\"model\", \"loss\"]\n"
+        } else {
+            "components = [\"model\"]\n"
+        });
     }
 
     if train.dtype == Dtype::Fp8 {

@@ -155,9 +155,14 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     out.push_str(&format!("    config = {base}()\n"));
     // Compile as plait costed the run (some recipes turn it on: `llama3_405b`).
     out.push_str(&format!(
-        "    config.compile = CompileConfig(\n        enable={},\n        enable_async_tensor_parallel={},\n        components=[\"model\", \"loss\"],\n    )\n",
+        "    config.compile = CompileConfig(\n        enable={},\n        enable_async_tensor_parallel={},\n        components={},\n    )\n",
         py_bool(train.compile),
-        py_bool(train.async_tp)
+        py_bool(train.async_tp),
+        if train.compile_loss {
+            "[\"model\", \"loss\"]"
+        } else {
+            "[\"model\"]"
+        }
     ));
     if fp8 {
         out.push_str(
