@@ -338,6 +338,52 @@ pub struct EngineProfile {
     pub repeats_kv_heads: bool,
     /// What selective recomputation reruns.
     pub selective: SelectiveRecompute,
+    /// How context parallelism combines the attention of a rank's queries over the key
+    /// chunks, in memory traffic on the compute stream.
+    pub cp_merge: CpMerge,
+}
+
+/// The memory traffic of context parallelism's per-chunk merges, bytes per element of the
+/// rank's attention output (queries × heads × head dim).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CpMerge {
+    /// Each forward step after the first (a partial output merged into the running one).
+    pub forward_per_step: f64,
+    /// Each backward step (the chunk's gradients added into the accumulated ones).
+    pub backward_per_step: f64,
+    /// Once per forward (the first step's cast and the final one).
+    pub forward_fixed: f64,
+    /// Once per backward (the zeroed accumulators and the casts back).
+    pub backward_fixed: f64,
+}
+
+impl CpMerge {
+    /// Transformer Engine: its ring corrects the output inside fused kernels
+    /// (`flash_attn_fwd_out_correction`) and its all-gather variant runs one kernel per
+    /// query half over the gathered keys; counted as no extra traffic.
+    pub const FUSED: CpMerge = CpMerge {
+        forward_per_step: 0.0,
+        backward_per_step: 0.0,
+        forward_fixed: 0.0,
+        backward_fixed: 0.0,
+    };
+    /// PyTorch's experimental context parallelism (`torch/distributed/tensor/experimental/
+    /// _attention.py`, `_cp_options.convert_to_f32 = True`), which torchtitan uses: each
+    /// step's output is cast to fp32 (read 2, write 4) and merged by `out - sigmoid(lse_b -
+    /// lse) * (out - out_b)` in three fp32 element-wise ops (read 8 write 4, read 4 write 4,
+    /// read 8 write 4): 38 bytes; the backward adds each step's 16-bit dq, dk and dv into
+    /// fp32 accumulators (read 4 + 2, write 4 each; k and v as wide as q after `repeat_kv`)
+    /// and concatenates dk and dv for the rotation (read 8, write 8 per element of each):
+    /// 30 + 16 = 46 bytes. Fixed: the first step's cast and the cast back of the output
+    /// (6 + 6), and the three zeroed fp32 accumulators and their casts back (3 × (4 + 6)).
+    /// Half-chunk steps of the round-robin load balance touch half the rows but copy the
+    /// whole tensor back (`_partial_update`'s `torch.cat`); they are counted as whole steps.
+    pub const PYTORCH_FP32: CpMerge = CpMerge {
+        forward_per_step: 38.0,
+        backward_per_step: 46.0,
+        forward_fixed: 12.0,
+        backward_fixed: 30.0,
+    };
 }
 
 impl EngineProfile {
@@ -433,6 +479,7 @@ impl EngineProfile {
             rope: Elementwise::FUSED_ROPE,
             repeats_kv_heads: false,
             selective: SelectiveRecompute::AttentionCore,
+            cp_merge: CpMerge::FUSED,
         };
         match engine {
             Engine::Megatron => megatron,
@@ -498,6 +545,7 @@ impl EngineProfile {
                 rope: Elementwise::EAGER_COMPLEX_ROPE,
                 repeats_kv_heads: true,
                 selective: SelectiveRecompute::EveryOtherMatmul,
+                cp_merge: CpMerge::PYTORCH_FP32,
                 fp8_tp_all_gather: true,
                 sharded: ShardedParams {
                     regather_with_pipeline: false,

@@ -133,3 +133,60 @@ fn the_kind_round_trips_through_the_configuration_text() {
         .unwrap_err()
         .contains("p2p|a2a|allgather"));
 }
+
+#[test]
+fn the_all_gather_holds_the_whole_sequence_of_keys_and_values() {
+    // Llama 2 7B at 256K tokens over cp 8: the all-gather holds the gathered keys and values
+    // (4 GiB) and, in the backward, their gradients before the reduce-scatter; the ring
+    // holds two local chunks and their gradients in flight (2 GiB).
+    let [p2p, _, gather] = kinds("llama2-7b", 8, 262_144, "tp1 cp8 mbs1 zero1");
+    let transient = |e: &Estimate| e.stages[0].memory.transient_bytes;
+    let chunk = 2.0 * 32768.0 * 4096.0 * 2.0;
+    assert!(
+        transient(&gather) - transient(&p2p) > 0.9 * (2.0 * 8.0 - 4.0) * chunk,
+        "all-gather {} GiB, ring {} GiB",
+        transient(&gather) / f64::from(1u32 << 30),
+        transient(&p2p) / f64::from(1u32 << 30)
+    );
+}
+
+#[test]
+fn pytorch_context_parallelism_merges_each_chunk_in_fp32() {
+    use plait_cost::engine::{CpMerge, EngineProfile};
+    use plait_cost::estimate::layer_costs;
+    use plait_cost::{comm::Groups, layer::Workload};
+    // torchtitan runs PyTorch's ring, which merges each chunk's output into an fp32 one and
+    // adds each chunk's gradients into fp32 accumulators; Transformer Engine's merges are
+    // fused into its kernels. Llama 3.1 8B at 256K tokens over cp 8: 32,768 × 4,096 output
+    // elements per rank.
+    let m = model_preset("llama3-8b").unwrap();
+    let cluster = cluster_preset("dgx-h100").unwrap();
+    let d = device_for(&cluster, Dtype::Bf16).unwrap();
+    let c: ParallelConfig = "dp1 tp1 cp8 cp-comm=allgather mbs1 zero3".parse().unwrap();
+    let t = TrainSpec {
+        engine: plait_spec::Engine::Torchtitan,
+        ..TrainSpec::new(1, 262_144)
+    };
+    let g = Groups::new(&cluster, &c);
+    let w = Workload::new(&c, &t);
+    assert_eq!(w.engine.cp_merge, CpMerge::PYTORCH_FP32);
+    let fused = Workload {
+        engine: EngineProfile {
+            cp_merge: CpMerge::FUSED,
+            ..w.engine
+        },
+        ..w
+    };
+    let (ring, te) = (
+        layer_costs(&m, &d, &g, &w).block,
+        layer_costs(&m, &d, &g, &fused).block,
+    );
+    let out = 32768.0 * 4096.0;
+    let merge = CpMerge::PYTORCH_FP32;
+    let forward = d.memory_s(out * (merge.forward_fixed + 7.0 * merge.forward_per_step));
+    let backward = d.memory_s(out * (merge.backward_fixed + 8.0 * merge.backward_per_step));
+    let extra_f = ring.forward.compute_s - te.forward.compute_s;
+    let extra_b = ring.backward.compute_s - te.backward.compute_s;
+    assert!((extra_f / forward - 1.0).abs() < 0.02, "{extra_f} vs {forward}");
+    assert!((extra_b / backward - 1.0).abs() < 0.02, "{extra_b} vs {backward}");
+}

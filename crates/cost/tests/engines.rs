@@ -65,11 +65,11 @@ fn published_tables_within_their_bounds() {
     // where Transformer Engine's attention rate was measured (`TE_FUSED_OVER_FA2`, against
     // the H200's FlashAttention-2), the other eight check it.
     check(&r, "NeMo long context", 0.02, 0.02);
-    // torchtitan's benchmarks: 10.7 %, signed −9.3 %, over 28 runs. On the H200 (compiled,
+    // torchtitan's benchmarks: 9.9 %, signed −8.5 %, over 28 runs. On the H200 (compiled,
     // float8, op-level selective recompute) −3.9 % and −5.4 %. On Grand Teton's 500 W H100s
     // (peak taken midway between the SXM's and the NVL's, as torchtitan's documents place
     // it): 70B and 405B without context parallelism −6.7 … +9.3 %, 8B −3.5 … −12.5 %, and
-    // context parallelism over 2–8 ranks −7.0 … −34.3 %, the shortfall growing with cp.
+    // context parallelism over 2–8 ranks −3.5 … −31.1 %, the shortfall growing with cp.
     // A regression guard, not yet the target of 5 %.
     check(&r, "torchtitan", 0.12, 0.11);
 }

@@ -418,7 +418,9 @@ fn context_parallelism_across_nodes_plans_ulysses_and_honours_a_pinned_kind() {
 fn zb_v_is_planned_where_the_engine_runs_it() {
     // Llama 3 8B on 64 H100 with pp 4 pinned: torchtitan runs ZB-V (its
     // ScheduleZBVZeroBubble), whose V puts the embedding and the head on rank 0 and all but
-    // removes the bubble, so it leads; Megatron-LM has no ZB-V and never gets one.
+    // removes the bubble, so it is among the plans (ZB-H1 over an uneven layout that
+    // balances the embedding and the head may edge it out); Megatron-LM has no ZB-V and
+    // never gets one.
     let m = model_preset("llama3-8b").unwrap();
     let cluster = cluster_preset("dgx-h100").unwrap();
     for (engine, zb_v) in [
@@ -434,23 +436,13 @@ fn zb_v_is_planned_where_the_engine_runs_it() {
         req.pins.pp = Some(4);
         let out = plan(&req, &|_, _| {}).unwrap();
         assert!(!out.plans.is_empty(), "{engine}");
-        let best = &out.plans[0];
-        assert_eq!(
-            best.config.schedule == Schedule::ZbV,
-            zb_v,
-            "{engine}: {}",
-            best.config
-        );
-        if zb_v {
-            assert_eq!(best.config.vp, 2);
-            assert_eq!(best.stage_map.placement, plait_spec::Placement::V);
+        let first_zb_v = out.plans.iter().find(|p| p.config.schedule == Schedule::ZbV);
+        assert_eq!(first_zb_v.is_some(), zb_v, "{engine}: {}", out.plans[0].config);
+        if let Some(p) = first_zb_v {
+            assert_eq!(p.config.vp, 2);
+            assert_eq!(p.stage_map.placement, plait_spec::Placement::V);
             // Rank 0 holds the first and the last virtual stage.
-            let e = &best.estimate;
-            assert!(e.stages[0].memory.activations_bytes > 0.0);
+            assert!(p.estimate.stages[0].memory.activations_bytes > 0.0);
         }
-        assert!(out
-            .plans
-            .iter()
-            .all(|p| zb_v || p.config.schedule != Schedule::ZbV));
     }
 }

@@ -528,18 +528,38 @@ pub(super) fn transformer_block_cost(
             bwd_phase.tp_comm_s += pair;
         }
     }
+    // Working memory of context parallelism's attention beside the block's.
+    let mut cp_transient = 0.0;
     if g.cp.size > 1 && has_attn {
         let cp = g.cp.size as f64;
-        let kv_bytes = 2.0 * w.mbs * w.seq_local * kv_local * e;
+        // The keys and values context parallelism moves: those the attention kernel reads,
+        // after `repeat_kv` where the engine repeats them (PyTorch's context parallelism
+        // shards the kernel's own inputs).
+        let kv_moved = if repeated_kv { q_local } else { kv_local };
+        let kv_bytes = 2.0 * w.mbs * w.seq_local * kv_moved * e;
+        // The per-chunk merges (`EngineProfile::cp_merge`), forward and backward.
+        let merge = w.engine.cp_merge;
+        let out_elements = w.mbs * w.seq_local * out_local;
+        let steps = cp - 1.0;
+        fwd.stream(
+            d,
+            out_elements * (merge.forward_fixed + steps * merge.forward_per_step),
+        );
+        bwd.stream(
+            d,
+            out_elements * (merge.backward_fixed + cp * merge.backward_per_step),
+        );
         match w.cp_comm {
             CpComm::P2p => {
                 // Ring attention: cp − 1 exchanges of the local K and V, overlapped with
                 // the attention of the chunk already present; backward also returns dK, dV.
-                let steps = cp - 1.0;
                 let per_step_f = core.forward.gpu_s / cp;
                 let per_step_b = core.backward.gpu_s / cp;
                 fwd_phase.cp_comm_s = steps * (g.cp.p2p_s(kv_bytes) - per_step_f).max(0.0);
                 bwd_phase.cp_comm_s = steps * (g.cp.p2p_s(2.0 * kv_bytes) - per_step_b).max(0.0);
+                // The chunk in use and the one arriving, and in the backward their
+                // gradients travelling the other way.
+                cp_transient = 4.0 * kv_bytes;
             }
             CpComm::A2a => {
                 // Ulysses: q, k, v to head-split before the kernel and the output back after
@@ -551,6 +571,8 @@ pub(super) fn transformer_block_cost(
                 let out = g.cp.all_to_all_s(w.mbs * w.seq_local * out_local * e);
                 fwd_phase.cp_comm_s = qkv + out;
                 bwd_phase.cp_comm_s = out + qkv;
+                // The head-split copies of q, k, v and the output.
+                cp_transient = q_bytes + kv_bytes + w.mbs * w.seq_local * out_local * e;
             }
             CpComm::Allgather => {
                 // K and V gathered over cp before the kernel, dK and dV reduce-scattered
@@ -563,6 +585,9 @@ pub(super) fn transformer_block_cost(
                     (g.cp.all_gather_s(gathered) - core.forward.gpu_s / cp).max(0.0);
                 bwd_phase.cp_comm_s =
                     (g.cp.reduce_scatter_s(gathered) - core.backward.gpu_s / cp).max(0.0);
+                // The gathered keys and values, and in the backward their gradients over
+                // the whole sequence before the reduce-scatter.
+                cp_transient = 2.0 * gathered;
             }
         }
     }
@@ -785,7 +810,7 @@ pub(super) fn transformer_block_cost(
         backward: bwd_phase,
         recompute: recompute_phase,
         activation_bytes,
-        transient_bytes: rematerialised + gradient_pair,
+        transient_bytes: rematerialised + gradient_pair + cp_transient,
         weight_grad_s,
         params,
         expert_params,
