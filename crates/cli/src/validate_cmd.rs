@@ -29,6 +29,10 @@ struct RowJson<'a> {
     predicted_high_s: f64,
     error: f64,
     fits: bool,
+    /// The run's reported peak memory per GPU (GiB), where published, and plait's.
+    measured_memory_gib: Option<f64>,
+    predicted_memory_gib: f64,
+    memory_error: Option<f64>,
     breakdown: &'a Breakdown,
 }
 
@@ -45,6 +49,9 @@ struct TableJson<'a> {
     /// apart, and how many the predictions order as measured.
     pairs: usize,
     pairs_ordered: usize,
+    /// Mean |error| of the peak memory over the runs that reported it, and how many did.
+    memory_mean_abs_error: Option<f64>,
+    memory_runs: usize,
     rows: Vec<RowJson<'a>>,
     skipped: Vec<(&'a str, &'a str)>,
 }
@@ -60,6 +67,8 @@ fn to_json(t: &TableResult) -> TableJson<'_> {
         band_coverage: t.band_coverage(),
         pairs: t.pairs_ordered().1,
         pairs_ordered: t.pairs_ordered().0,
+        memory_mean_abs_error: t.memory_mean_abs_error(),
+        memory_runs: memory_runs(t),
         rows: t
             .rows
             .iter()
@@ -71,6 +80,9 @@ fn to_json(t: &TableResult) -> TableJson<'_> {
                 predicted_high_s: r.predicted_high_s,
                 error: r.error(),
                 fits: r.fits,
+                measured_memory_gib: r.measured_memory_bytes.map(|b| b / GIB),
+                predicted_memory_gib: r.predicted_memory_bytes / GIB,
+                memory_error: r.memory_error(),
                 breakdown: &r.breakdown,
             })
             .collect(),
@@ -80,6 +92,16 @@ fn to_json(t: &TableResult) -> TableJson<'_> {
             .map(|s| (s.label.as_str(), s.reason.as_str()))
             .collect(),
     }
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// Runs of `t` that reported their peak memory.
+fn memory_runs(t: &TableResult) -> usize {
+    t.rows
+        .iter()
+        .filter(|r| r.measured_memory_bytes.is_some())
+        .count()
 }
 
 fn pct(x: f64) -> String {
@@ -104,6 +126,7 @@ pub fn run(args: &ValidateArgs) -> Result<String> {
                 "measured".into(),
                 "predicted (band)".into(),
                 "error".into(),
+                "memory: measured, predicted".into(),
             ]);
             for r in &t.rows {
                 rows.add_row([
@@ -119,6 +142,16 @@ pub fn run(args: &ValidateArgs) -> Result<String> {
                     ))
                     .set_alignment(CellAlignment::Right),
                     Cell::new(pct(r.error())).set_alignment(CellAlignment::Right),
+                    Cell::new(match (r.measured_memory_bytes, r.memory_error()) {
+                        (Some(m), Some(e)) => format!(
+                            "{:.1} GiB, {:.1} GiB ({})",
+                            m / GIB,
+                            r.predicted_memory_bytes / GIB,
+                            pct(e)
+                        ),
+                        _ => String::new(),
+                    })
+                    .set_alignment(CellAlignment::Right),
                 ]);
             }
             out += &format!("{rows}\n");
@@ -138,6 +171,7 @@ pub fn run(args: &ValidateArgs) -> Result<String> {
         "max |error|",
         "in band",
         "pairs ordered",
+        "memory |error|",
     ]);
     for t in &results {
         summary.add_row([
@@ -154,6 +188,11 @@ pub fn run(args: &ValidateArgs) -> Result<String> {
             Cell::new(match t.pairs_ordered() {
                 (_, 0) => "no pairs".to_string(),
                 (ordered, pairs) => format!("{ordered} of {pairs}"),
+            })
+            .set_alignment(CellAlignment::Right),
+            Cell::new(match t.memory_mean_abs_error() {
+                Some(e) => format!("{:.1} % ({} runs)", 100.0 * e, memory_runs(t)),
+                None => "not published".into(),
             })
             .set_alignment(CellAlignment::Right),
         ]);

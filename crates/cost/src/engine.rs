@@ -26,6 +26,14 @@ pub struct ShardedParams {
     /// weights gathered from forward to backward under pipelining (`reshard_after_forward
     /// = not pp_enabled`, torchtitan `distributed/fsdp.py:112-136`).
     pub regather_with_pipeline: bool,
+    /// Under pipelining the gradients of a stage are reduce-scattered once, after the last
+    /// micro-batch's backward, and accumulate unsharded until then, upcast to the reduce
+    /// dtype: torch's `PipelineStage.backward_maybe_with_nosync` turns an FSDP2 module's
+    /// `set_requires_gradient_sync` and `set_reshard_after_backward` off for every backward
+    /// but the last (torch `distributed/pipelining/stage.py`, 2.5 on), and
+    /// `FSDPParam.to_accumulated_grad_if_needed` keeps the unsharded gradient in
+    /// `reduce_dtype` (`_fully_shard/_fsdp_param.py`).
+    pub defers_reduce_with_pipeline: bool,
     /// Parameters an engine prefetches ahead of the unit in use; `None` = the whole next
     /// unit. DeepSpeed's `stage3_prefetch_bucket_size` = 5e7 (`zero/config.py:208`).
     pub prefetch_params: Option<f64>,
@@ -80,6 +88,7 @@ impl ShardedParams {
     pub const DEEPSPEED_2021: ShardedParams = ShardedParams {
         regather_in_backward: true,
         regather_with_pipeline: true,
+        defers_reduce_with_pipeline: false,
         prefetch_params: Some(5e7),
         collectives_per_block: 4.0,
         regather_for_recompute: true,
@@ -459,6 +468,7 @@ impl EngineProfile {
             sharded: ShardedParams {
                 regather_in_backward: true,
                 regather_with_pipeline: true,
+                defers_reduce_with_pipeline: false,
                 prefetch_params: None,
                 collectives_per_block: 1.0,
                 regather_for_recompute: false,
@@ -494,6 +504,7 @@ impl EngineProfile {
                 sharded: ShardedParams {
                     regather_in_backward: true,
                     regather_with_pipeline: true,
+                    defers_reduce_with_pipeline: false,
                     prefetch_params: Some(5e7),
                     collectives_per_block: 4.0,
                     // The recomputed forward runs the sub-modules' fetch/release hooks
@@ -549,6 +560,7 @@ impl EngineProfile {
                 fp8_tp_all_gather: true,
                 sharded: ShardedParams {
                     regather_with_pipeline: false,
+                    defers_reduce_with_pipeline: true,
                     copies_out_gathers: true,
                     ..megatron.sharded
                 },

@@ -187,6 +187,12 @@ fn pytorch_context_parallelism_merges_each_chunk_in_fp32() {
     let backward = d.memory_s(out * (merge.backward_fixed + 8.0 * merge.backward_per_step));
     let extra_f = ring.forward.compute_s - te.forward.compute_s;
     let extra_b = ring.backward.compute_s - te.backward.compute_s;
-    assert!((extra_f / forward - 1.0).abs() < 0.02, "{extra_f} vs {forward}");
-    assert!((extra_b / backward - 1.0).abs() < 0.02, "{extra_b} vs {backward}");
+    assert!(
+        (extra_f / forward - 1.0).abs() < 0.02,
+        "{extra_f} vs {forward}"
+    );
+    assert!(
+        (extra_b / backward - 1.0).abs() < 0.02,
+        "{extra_b} vs {backward}"
+    );
 }

@@ -436,8 +436,16 @@ fn zb_v_is_planned_where_the_engine_runs_it() {
         req.pins.pp = Some(4);
         let out = plan(&req, &|_, _| {}).unwrap();
         assert!(!out.plans.is_empty(), "{engine}");
-        let first_zb_v = out.plans.iter().find(|p| p.config.schedule == Schedule::ZbV);
-        assert_eq!(first_zb_v.is_some(), zb_v, "{engine}: {}", out.plans[0].config);
+        let first_zb_v = out
+            .plans
+            .iter()
+            .find(|p| p.config.schedule == Schedule::ZbV);
+        assert_eq!(
+            first_zb_v.is_some(),
+            zb_v,
+            "{engine}: {}",
+            out.plans[0].config
+        );
         if let Some(p) = first_zb_v {
             assert_eq!(p.config.vp, 2);
             assert_eq!(p.stage_map.placement, plait_spec::Placement::V);

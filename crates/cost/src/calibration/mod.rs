@@ -29,6 +29,8 @@ pub struct Run {
     pub train: TrainSpec,
     pub config: ParallelConfig,
     pub measured_step_s: f64,
+    /// The peak memory per GPU the run reported, where it did (bytes).
+    pub measured_memory_bytes: Option<f64>,
 }
 
 /// A row plait cannot express yet, with the reason.
@@ -56,6 +58,9 @@ pub struct RowResult {
     pub predicted_low_s: f64,
     pub predicted_high_s: f64,
     pub fits: bool,
+    /// The run's reported peak memory per GPU, where published, and plait's (bytes).
+    pub measured_memory_bytes: Option<f64>,
+    pub predicted_memory_bytes: f64,
     /// Where the predicted time goes (the estimate's breakdown), to explain an error.
     pub breakdown: Breakdown,
     /// What a user compares configurations within: the model, cluster, GPU count, batch,
@@ -67,6 +72,11 @@ impl RowResult {
     /// predicted / measured − 1.
     pub fn error(&self) -> f64 {
         self.predicted_step_s / self.measured_step_s - 1.0
+    }
+    /// predicted / measured − 1 of the peak memory, where the run reported it.
+    pub fn memory_error(&self) -> Option<f64> {
+        self.measured_memory_bytes
+            .map(|m| self.predicted_memory_bytes / m - 1.0)
     }
 }
 
@@ -118,6 +128,16 @@ impl TableResult {
         (ordered, pairs)
     }
 
+    /// Mean |error| of the peak memory over the rows that report it (`None`: none do).
+    pub fn memory_mean_abs_error(&self) -> Option<f64> {
+        let errors: Vec<f64> = self
+            .rows
+            .iter()
+            .filter_map(RowResult::memory_error)
+            .collect();
+        (!errors.is_empty()).then(|| mean(errors.iter().map(|e| e.abs())))
+    }
+
     /// Share of rows whose measured time lies inside the predicted band.
     pub fn band_coverage(&self) -> f64 {
         mean(self.rows.iter().map(|r| {
@@ -166,6 +186,8 @@ pub fn evaluate(table: &Table) -> Result<TableResult, SpecError> {
             predicted_low_s: e.iteration_time_low_s,
             predicted_high_s: e.iteration_time_high_s,
             fits: e.fits,
+            measured_memory_bytes: r.measured_memory_bytes,
+            predicted_memory_bytes: e.peak_memory_bytes,
             breakdown: e.breakdown,
             comparable: format!(
                 "{} on {} × {}, {} × {} tokens, {:?}",
@@ -314,6 +336,7 @@ pub fn sc21_table1(text: &str) -> Result<Table, SpecError> {
                 ..ParallelConfig::default()
             },
             measured_step_s: measured,
+            measured_memory_bytes: None,
         });
     }
     Ok(Table {
@@ -378,6 +401,7 @@ pub fn sc21_table2(text: &str) -> Result<Table, SpecError> {
                 ..ParallelConfig::default()
             },
             measured_step_s: flops / (row.num("tflops_per_gpu")? * 1e12 * gpus as f64),
+            measured_memory_bytes: None,
         });
     }
     Ok(Table {
@@ -503,6 +527,7 @@ fn llmfoundry_table(
                 ..ParallelConfig::default()
             },
             measured_step_s: row.num("step_s")?,
+            measured_memory_bytes: None,
         });
     }
     Ok(Table {
@@ -744,6 +769,7 @@ fn nemo_table(text: &str, source: &'static str, name: &'static str) -> Result<Ta
                 schedule: Schedule::megatron_for_chunks(vp),
             },
             measured_step_s: row.num("step_s")?,
+            measured_memory_bytes: None,
         });
     }
     Ok(Table {
@@ -780,6 +806,8 @@ mod tests {
             predicted_low_s: predicted,
             predicted_high_s: predicted,
             fits: true,
+            measured_memory_bytes: None,
+            predicted_memory_bytes: 0.0,
             breakdown: Breakdown::default(),
             comparable: comparable.into(),
         }

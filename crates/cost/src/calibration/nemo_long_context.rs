@@ -49,6 +49,7 @@ pub fn nemo_long_context_h100(text: &str) -> Result<Table, SpecError> {
                 ..ParallelConfig::default()
             },
             measured_step_s: row.num("step_s")?,
+            measured_memory_bytes: None,
         });
     }
     Ok(Table {

@@ -7,6 +7,8 @@ use plait_spec::{
 
 use super::{csv, rows, Run, Skipped, Table};
 
+const GIB: f64 = (1u64 << 30) as f64;
+
 /// torchtitan's own benchmarks (`torchtitan_benchmarks.csv`): FSDP2 alone or with DTensor
 /// TP (async or not), pipelining and context parallelism, compiled or eager, bf16 or
 /// torchao's float8; each row's configuration is its plan string.
@@ -98,6 +100,10 @@ pub fn torchtitan_benchmarks(text: &str) -> Result<Table, SpecError> {
             },
             config: plait_spec::ParallelConfig { dp, ..config }.normalised(),
             measured_step_s: row.num("step_s")?,
+            measured_memory_bytes: match row.str("memory_gib")? {
+                "" => None,
+                _ => Some(row.num("memory_gib")? * GIB),
+            },
         });
     }
     Ok(Table {

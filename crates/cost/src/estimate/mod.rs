@@ -2,18 +2,18 @@
 //! per-GPU memory of the worst pipeline stage. Pure and deterministic.
 
 use plait_spec::{
-    even_chunk_blocks, ClusterSpec, Dtype, Family, ModelSpec, ParallelConfig, Recompute, SpecError,
+    even_chunk_blocks, ClusterSpec, Dtype, ModelSpec, ParallelConfig, Recompute, SpecError,
     StageMap, TrainSpec, MAX_BLOCK_KINDS,
 };
 
 use crate::comm::{Group, Groups};
 use crate::device::{DeviceModel, KERNEL_DISPATCH_S};
-use crate::engine::{contention_per_overlap_s, nccl_channels, EngineProfile};
-use crate::layer::{
-    block_cost, embedding_cost, head_cost, mtp_projection_cost, padded_vocab, LayerCost, Workload,
-};
+use crate::engine::{contention_per_overlap_s, nccl_channels};
+use crate::layer::{padded_vocab, LayerCost, Workload};
 use crate::pipeline::{inflight_microbatches, pipeline_time, StageTime};
+mod layers;
 mod report;
+pub use layers::{layer_costs, LayerCosts};
 pub use report::{Breakdown, Estimate, LayerReport, MemoryBreakdown, StageEstimate};
 
 /// Bytes per parameter of mixed-precision Adam: 2 (16-bit weights) + 2 (16-bit gradients) +
@@ -39,130 +39,6 @@ pub fn grad_bucket_params(dp: f64) -> f64 {
 /// fragmentation reduced by 15 % on average, up to 33 %, over eight LLMs on A100-80GB).
 /// Applied to the dynamic memory for the high end of the memory band.
 pub const ALLOCATOR_FRAGMENTATION: f64 = 0.15;
-
-/// Costs of the layers under one configuration, computed once: the embedding, each kind of
-/// block ([`ModelSpec::block_kinds`]) and the head.
-#[derive(Debug, Clone, Copy)]
-pub struct LayerCosts {
-    pub embedding: LayerCost,
-    /// The mean block (the block itself for a model of identical blocks): what the layout
-    /// search balances by. Estimates cost each block by its kind (`kinds`).
-    pub block: LayerCost,
-    pub head: LayerCost,
-    /// Cost of each kind of block, in the order of [`ModelSpec::block_kinds`].
-    pub kinds: [LayerCost; MAX_BLOCK_KINDS],
-    pub n_kinds: usize,
-    /// One multi-token-prediction module (a block of the last block's kind, its
-    /// projection and a pass through the head), on the last stage; zero without MTP.
-    pub mtp: LayerCost,
-}
-
-impl LayerCosts {
-    /// Each kind's cost with its count among blocks `first..first + count`.
-    pub fn blocks(&self, m: &ModelSpec, first: u64, count: u64) -> Vec<(LayerCost, f64)> {
-        let counts = m.kind_counts(first, count);
-        (0..self.n_kinds)
-            .filter(|&k| counts[k] > 0)
-            .map(|k| (self.kinds[k], counts[k] as f64))
-            .collect()
-    }
-}
-
-/// Computes the layer costs, applying the profile's whole-layer measurements when one
-/// matches a block (same family, hidden, heads, sequence and tp).
-pub fn layer_costs(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> LayerCosts {
-    let mut kinds = [LayerCost::default(); MAX_BLOCK_KINDS];
-    let variants = m.block_kinds();
-    let n_kinds = variants.len().min(MAX_BLOCK_KINDS);
-    for (slot, v) in kinds.iter_mut().zip(&variants) {
-        let mut block = block_cost(v, d, g, w);
-        if let Some((ff, fb)) = layer_sample_factors(v, d, w) {
-            block.forward.compute_s *= ff;
-            block.recompute.compute_s *= ff;
-            block.backward.compute_s *= fb;
-            block.weight_grad_s *= fb;
-        }
-        *slot = block;
-    }
-    let counts = m.kind_counts(0, m.layers);
-    let parts: Vec<(LayerCost, f64)> = (0..n_kinds).map(|k| (kinds[k], counts[k] as f64)).collect();
-    let head = head_cost(m, d, g, w);
-    let mtp = if m.mtp_layers > 0 {
-        let last = m.last_block_kind();
-        // The head's parameters are the main model's (shared), counted once.
-        let pass = LayerCost {
-            params: 0.0,
-            trainable_params: 0.0,
-            ..head
-        };
-        kinds[last].plus(&mtp_projection_cost(m, d, w)).plus(&pass)
-    } else {
-        LayerCost::default()
-    };
-    LayerCosts {
-        embedding: embedding_cost(m, d, g, w),
-        block: LayerCost::weighted_mean(&parts),
-        head,
-        kinds,
-        n_kinds,
-        mtp,
-    }
-}
-
-/// Measured / modelled ratios of the nearest matching profile layer (by micro-batch size).
-fn layer_sample_factors(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> Option<(f64, f64)> {
-    let family = match m.family {
-        Family::Gpt => "gpt",
-        Family::Llama => "llama",
-        _ => return None,
-    };
-    let sample = d
-        .layer_samples
-        .iter()
-        .filter(|s| {
-            s.family == family
-                && s.hidden == m.hidden
-                && s.heads == m.heads
-                && s.tp == w.tp
-                && s.seq as f64 == w.seq_local
-        })
-        .min_by(|a, b| {
-            let da = (a.mbs as f64 / w.mbs).ln().abs();
-            let db = (b.mbs as f64 / w.mbs).ln().abs();
-            da.total_cmp(&db)
-        })?;
-    let measured_shape = Workload {
-        mbs: sample.mbs as f64,
-        seq: sample.seq as f64,
-        seq_local: sample.seq as f64,
-        sp: false,
-        recompute: plait_spec::Recompute::None,
-        attention: plait_spec::AttentionImpl::Flash,
-        dropout: false,
-        // Measured in 16-bit.
-        linear_format: plait_spec::Dtype::Bf16,
-        // The profile layers were measured in eager PyTorch with SDPA's flash kernel.
-        engine: EngineProfile::of(plait_spec::Engine::Plait),
-        level: 1,
-        moe_skew: 1.0,
-        ..*w
-    };
-    let none = Groups {
-        tp: Group::place_single(),
-        cp: Group::place_single(),
-        dp: Group::place_single(),
-        dp_shard: Group::place_single(),
-        dp_replicate: Group::place_single(),
-        ep: Group::place_single(),
-        etp: Group::place_single(),
-        pp: Group::place_single(),
-    };
-    let modelled = block_cost(m, d, &none, &measured_shape);
-    Some((
-        sample.forward_s / modelled.forward.compute_s,
-        sample.backward_s / modelled.backward.compute_s,
-    ))
-}
 
 /// Model FLOPs of one iteration (forward + backward = 3 × forward, no recompute), counting
 /// attention over the full sequence as the published MFU figures do.
@@ -556,6 +432,20 @@ fn assemble(
             p2p_s,
         };
 
+        // Bytes per parameter of the gathered weights, `blocks` of `params` being block
+        // weights: 16-bit, or an engine that gathers the block linears in the low-precision
+        // format they run in (`EngineProfile::fp8_param_gather`) moves those quantised.
+        let quantised_gather = engine.fp8_param_gather
+            && matches!(w.linear_format, Dtype::Fp8 | Dtype::Mxfp8)
+            && w.lora.is_none();
+        let gather_bytes = |params: f64, blocks: f64| {
+            if quantised_gather {
+                let blocks = blocks.min(params);
+                (params - blocks) * WEIGHT_BYTES + blocks * w.quantised_copy_bytes()
+            } else {
+                params * WEIGHT_BYTES
+            }
+        };
         // Weights, gradients and optimizer states under ZeRO.
         // Frozen weights (LoRA) keep only their 16-bit copy: no gradient, no optimizer state.
         let per_group = |params: f64, trainable: f64, d: f64| {
@@ -580,9 +470,24 @@ fn assemble(
         } else {
             0.0
         };
+        // Pipelined FSDP2 keeps the stage's weights gathered through the step
+        // (`ShardedParams::regather_with_pipeline`) and its gradients unsharded in the reduce
+        // dtype until the last backward (`ShardedParams::defers_reduce_with_pipeline`).
+        let pipelined_zero3 = c.zero >= 3 && c.pp > 1;
+        let resident_weights = if pipelined_zero3 && !engine.sharded.regather_with_pipeline {
+            gather_bytes(params, stage_block_dense)
+                + gather_bytes(expert_params, stage_block_expert)
+        } else {
+            0.0
+        };
+        let resident_grads = if pipelined_zero3 && engine.sharded.defers_reduce_with_pipeline {
+            (trainable + trainable_expert) * grad_reduce_bytes
+        } else {
+            0.0
+        };
         let memory = MemoryBreakdown {
-            weights_bytes: wd + we + fp8_copy,
-            gradients_bytes: gd + ge,
+            weights_bytes: wd + we + fp8_copy + resident_weights,
+            gradients_bytes: gd + ge + resident_grads,
             optimizer_bytes: od + oe,
             activations_bytes: act * inflight,
             inflight_microbatches: inflight,
@@ -592,20 +497,6 @@ fn assemble(
 
         // Data-parallel traffic of this stage's parameters.
         let dp_bytes_reduce = |params: f64| params * grad_reduce_bytes;
-        // Bytes per parameter of the gathered weights, `blocks` of `params` being block
-        // weights: 16-bit, or an engine that gathers the block linears in the low-precision
-        // format they run in (`EngineProfile::fp8_param_gather`) moves those quantised.
-        let quantised_gather = engine.fp8_param_gather
-            && matches!(w.linear_format, Dtype::Fp8 | Dtype::Mxfp8)
-            && w.lora.is_none();
-        let gather_bytes = |params: f64, blocks: f64| {
-            if quantised_gather {
-                let blocks = blocks.min(params);
-                (params - blocks) * WEIGHT_BYTES + blocks * w.quantised_copy_bytes()
-            } else {
-                params * WEIGHT_BYTES
-            }
-        };
         let dense_gather = gather_bytes(trainable, stage_block_dense);
         let expert_gather = gather_bytes(trainable_expert, stage_block_expert);
         // ZeRO-0 all-reduces over the whole group; ZeRO-1/2 reduce-scatter over the shard
@@ -702,6 +593,15 @@ fn assemble(
                 let exposed = comm - hideable + (hideable - compute).max(0.0);
                 (exposed, comm - exposed)
             };
+            // Pipelined FSDP2 gathers in the first micro-batch's forward only and
+            // reduce-scatters after the last backward, all units at once.
+            let once = if pipelined_zero3 && !engine.sharded.regather_with_pipeline {
+                mb as f64
+            } else {
+                1.0
+            };
+            let deferred = pipelined_zero3 && engine.sharded.defers_reduce_with_pipeline;
+            let scatter_mb = if deferred { 0.0 } else { scatter_u };
             let (fe, fh) = pass(gather_u, gather_u * hidden_share, fwd_u);
             // Blocks recomputed in full gather once more inside the backward, where the
             // engine releases weights after the recomputed forward.
@@ -712,20 +612,26 @@ fn assemble(
             };
             let bgather = if regather { gather_u } else { 0.0 } + recompute_share * gather_u;
             let (be, bh) = pass(
-                bgather + scatter_u,
-                bgather * hidden_share + scatter_u,
+                bgather + scatter_mb,
+                bgather * hidden_share + scatter_mb,
                 bwd_u,
             );
             let first = gather_u + bgather;
             let n = units.max(1.0);
-            let exposed = first + (n - 1.0) * (fe + be);
-            let hidden = (n - 1.0) * (fh + bh);
+            // Per micro-batch, as the breakdown counts it.
+            let deferred_scatter = if deferred {
+                n * scatter_u / mb as f64
+            } else {
+                0.0
+            };
+            let exposed = (first + (n - 1.0) * (fe + be)) / once + deferred_scatter;
+            let hidden = (n - 1.0) * (fh + bh) / once;
             let contention =
                 hidden * contention_per_overlap_s(w.level, nccl_channels(g.dp.spans_nodes), sms);
             // Host work that scales with the group and that the engine does not hide
             // (`ShardedParams::host_ops_per_rank`): each gather and reduce-scatter issues
             // eager ops per rank while the device waits.
-            let gathers = units * (1.0 + bgather / gather_u.max(f64::MIN_POSITIVE));
+            let gathers = units * (1.0 + bgather / gather_u.max(f64::MIN_POSITIVE)) / once;
             let host_s = if engine.sharded.host_ops_per_rank > 0.0 {
                 let scatters = if engine.sharded.reduce_per_tensor {
                     n_blocks as f64 * m.block_param_tensors() as f64
