@@ -458,7 +458,39 @@ fn validate_prints_every_table_with_its_error() {
             .sum::<f64>()
             / rows.len() as f64;
         assert!((mean - t["mean_abs_error"].as_f64().unwrap()).abs() < 1e-12);
+        // The peak memory error over the rows that publish it, where any do.
+        let memory: Vec<f64> = rows
+            .iter()
+            .filter_map(|r| r["memory_error"].as_f64())
+            .collect();
+        assert_eq!(memory.len() as u64, t["memory_runs"].as_u64().unwrap());
+        match t["memory_mean_abs_error"].as_f64() {
+            Some(m) => {
+                let mean = memory.iter().map(|e| e.abs()).sum::<f64>() / memory.len() as f64;
+                assert!((mean - m).abs() < 1e-12);
+            }
+            None => assert!(memory.is_empty()),
+        }
     }
+    // torchtitan's benchmarks publish their peak memory (20 of 28 runs).
+    let titan = tables
+        .iter()
+        .find(|t| t["table"].as_str().unwrap().contains("torchtitan"))
+        .unwrap();
+    assert_eq!(titan["memory_runs"], 20);
+}
+
+#[test]
+fn plan_refuses_recompute_modules_the_engine_or_model_lacks() {
+    // Said at once, not found as "no plan fits" after the search.
+    check_error(
+        &["plan", "--gpus", "8", "--engine", "torchtitan", "--recompute", "core_attn+mlp"],
+        "recompute modules (core_attn+mlp) are Megatron-Core's, not torchtitan's",
+    );
+    check_error(
+        &["plan", "--gpus", "8", "--model", "llama3-8b", "--recompute", "moe_act"],
+        "moe_act needs experts, which llama3-8b has not",
+    );
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! Pins that no configuration can satisfy, whatever the search picks for the rest: the
 //! error names the flag, as `plait estimate` does for a whole configuration.
 
-use plait_spec::{check_pipeline_chunks, check_tp_split, Degree, Schedule, SpecError};
+use plait_spec::{
+    check_pipeline_chunks, check_tp_split, Degree, ParallelConfig, Schedule, SpecError,
+};
 
 use crate::request::Request;
 
@@ -40,6 +42,16 @@ pub fn check_pins(req: &Request) -> Result<(), SpecError> {
                 format!("degrees whose product divides {n}"),
             );
         }
+    }
+    // Pinned recompute modules the engine or the model cannot run: said before the search,
+    // which would otherwise only find nothing that fits.
+    if let (Some(recompute), Some(recompute_modules)) = (p.recompute, p.recompute_modules) {
+        ParallelConfig {
+            recompute,
+            recompute_modules,
+            ..ParallelConfig::default()
+        }
+        .check_recompute_modules(m, t)?;
     }
     if let Some(tp) = p.tp {
         check_tp_split(m, tp)?;

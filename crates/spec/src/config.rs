@@ -163,7 +163,7 @@ impl ParallelConfig {
     /// Megatron-Core's selective modules apply under its engine only, and `mla_up_proj` and
     /// `moe_act` to models with latent attention or experts (Megatron-LM d98e8a6
     /// `transformer_config.py` refuses them otherwise).
-    fn check_recompute_modules(&self, model: &ModelSpec, train: &TrainSpec) -> Result<()> {
+    pub fn check_recompute_modules(&self, model: &ModelSpec, train: &TrainSpec) -> Result<()> {
         let modules = self.recompute_modules;
         if self.recompute != Recompute::Selective || modules.is_default() {
             return Ok(());

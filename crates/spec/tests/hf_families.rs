@@ -418,6 +418,16 @@ fn nemotron_3_nano_moe_layers() {
     assert!(kinds
         .iter()
         .any(|k| k.moe.is_none() && k.ffn_hidden == 1856 && k.block == BlockKind::Mlp));
+    // With no `E` layer at all the `-` layers stay dense MLPs (not MoE layers of the
+    // config's experts) and write back as `-`.
+    for pattern in ["M*--".repeat(13), "-".repeat(52)] {
+        let dense = parse(
+            &with(released, "hybrid_override_pattern", json!(pattern)),
+            "n3-dense.json",
+        );
+        assert!(dense.block_kinds().iter().all(|k| k.moe.is_none()), "{pattern}");
+        assert_eq!(dense.hybrid_pattern().unwrap(), pattern);
+    }
     // A latent MoE (Nemotron 3 Super's `moe_latent_size`) is refused by name; a shared
     // width that is not whole expert widths too.
     error(

@@ -537,18 +537,21 @@ pub(super) fn transformer_block_cost(
         // shards the kernel's own inputs).
         let kv_moved = if repeated_kv { q_local } else { kv_local };
         let kv_bytes = 2.0 * w.mbs * w.seq_local * kv_moved * e;
-        // The per-chunk merges (`EngineProfile::cp_merge`), forward and backward.
+        // The per-chunk merges of the ring and the all-gather (`EngineProfile::cp_merge`),
+        // forward and backward; Ulysses attends over whole sequences and merges nothing.
         let merge = w.engine.cp_merge;
         let out_elements = w.mbs * w.seq_local * out_local;
         let steps = cp - 1.0;
-        fwd.stream(
-            d,
-            out_elements * (merge.forward_fixed + steps * merge.forward_per_step),
-        );
-        bwd.stream(
-            d,
-            out_elements * (merge.backward_fixed + cp * merge.backward_per_step),
-        );
+        if w.cp_comm != CpComm::A2a {
+            fwd.stream(
+                d,
+                out_elements * (merge.forward_fixed + steps * merge.forward_per_step),
+            );
+            bwd.stream(
+                d,
+                out_elements * (merge.backward_fixed + cp * merge.backward_per_step),
+            );
+        }
         match w.cp_comm {
             CpComm::P2p => {
                 // Ring attention: cp − 1 exchanges of the local K and V, overlapped with

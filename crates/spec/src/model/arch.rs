@@ -146,8 +146,10 @@ pub(crate) fn nemotron_h(
     let runs: Vec<BlockRun> =
         crate::model::runs_from_pattern(pattern, experts.map(|_| ffn)).ok()?;
     let layers = runs.iter().map(|r| r.count).sum();
+    // One run of one kind is a uniform model, unless it is a run of dense MLPs beside
+    // experts no layer uses (`dense_ffn` set): that run keeps its own width.
     let (block, block_runs) = match runs.as_slice() {
-        [only] => (only.kind, Vec::new()),
+        [only] if only.dense_ffn.is_none() => (only.kind, Vec::new()),
         _ => (BlockKind::Transformer, runs),
     };
     Some(ModelSpec {
