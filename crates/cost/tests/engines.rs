@@ -141,9 +141,10 @@ fn torchtitan_8b(
 
 /// torchtitan's eager and compiled Llama 3.1 8B runs of its H100 benchmark
 /// (`benchmarks/llama3_h100_202412_torchtitan.md`, Tables 1 and 3: FSDP, local batch 2,
-/// seq 8192, op-level selective recompute), costed on DGX H100s: their hosts (96 GB HBM2e,
-/// 500 W) have no preset, so only the ratios between rows are compared. torchtitan 9dec370
-/// compiled the blocks alone; its loss stayed eager.
+/// seq 8192, op-level selective recompute), costed on DGX H100s: only the ratios between
+/// rows are compared here (`plait validate` costs the absolute times on their hosts, the
+/// `grand-teton-h100` preset). torchtitan 9dec370 compiled the blocks alone; its loss
+/// stayed eager.
 fn torchtitan_h100_8b(gpus: u64, dtype: Dtype, compile: bool) -> f64 {
     torchtitan_8b("dgx-h100", gpus, 2, dtype, compile, false)
 }

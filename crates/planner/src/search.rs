@@ -343,7 +343,10 @@ fn schedules(layers: u64, pp: u64, micro: u64, pins: &Pins) -> Vec<(Schedule, u6
             (None, _) => (1, 1),
         };
         for v in lo..=hi {
-            if pins.vp.is_none_or(|p| p == v) && (v == 1 || layers.is_multiple_of(pp * v)) {
+            if pins.vp.is_none_or(|p| p == v)
+                && s.accepts_chunks(v)
+                && (v == 1 || layers.is_multiple_of(pp * v))
+            {
                 out.push((s, v));
             }
         }

@@ -42,8 +42,9 @@ keyword_enum!(
     Dtype { Bf16 => "bf16", Fp16 => "fp16", Fp8 => "fp8", Mxfp8 => "mxfp8", Nvfp4 => "nvfp4" }
 );
 keyword_enum!(
-    /// Activation recomputation: none, selective (attention core only, Korthikanti et al.),
-    /// or full (only each layer's input is kept).
+    /// Activation recomputation: none, selective (the attention core, Korthikanti et al., or
+    /// under Megatron-Core the modules of `ParallelConfig::recompute_modules`), or full
+    /// (only each layer's input is kept).
     Recompute { None => "none", Selective => "selective", Full => "full" }
 );
 keyword_enum!(

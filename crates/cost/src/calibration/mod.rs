@@ -539,7 +539,8 @@ fn llmfoundry_table(
 }
 
 /// NVIDIA NeMo performance summaries: Megatron-Core + Transformer Engine in FP8 with the
-/// distributed optimizer (ZeRO-1 style), sequence parallelism with tp > 1. LoRA rows and
+/// distributed optimizer (ZeRO-1 style; Megatron-Core's FSDP, ZeRO-3, where a row says
+/// `fsdp 1`), sequence parallelism with tp > 1. LoRA rows and
 /// systems without a preset are listed as skipped.
 pub fn nemo(text: &str) -> Result<Table, SpecError> {
     nemo_table(

@@ -31,7 +31,8 @@
 //!   `--add-qkv-bias`, `--hidden-dropout`, `--attention-dropout`,
 //!   `--attention-backend {flash,fused,unfused,local,auto}` (enum `AttnBackend`),
 //!   `--recompute-granularity {full,selective}`, `--recompute-method {uniform,block}`,
-//!   `--recompute-num-layers`, `--fp8-format {e4m3,hybrid}` (field `fp8`, its
+//!   `--recompute-num-layers`, `--recompute-modules` (selective modules, space-separated),
+//!   `--fp8-format {e4m3,hybrid}` (field `fp8`, its
 //!   `argparse_meta`), `--moe-router-topk`.
 //! * Hybrids (`HybridModel`, `pretrain_hybrid.py`): `--hybrid-layer-pattern` and `--spec`
 //!   (arguments.py `_add_experimental_args`; `|` separates pipeline segments, segment

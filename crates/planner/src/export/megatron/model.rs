@@ -281,7 +281,7 @@ pub(super) fn hybrid_reasons(model: &ModelSpec) -> Vec<String> {
     if model.hybrid_pattern().is_none() {
         out.push(format!(
             "{} mixes transformer blocks into a hybrid pattern; Megatron's \
-             --hybrid-layer-pattern names attention (*), MLP (-) and Mamba (M) layers only",
+             --hybrid-layer-pattern names attention (*), MLP (-), MoE (E) and Mamba (M) layers only",
             model.name
         ));
     }
