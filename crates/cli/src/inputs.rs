@@ -405,7 +405,8 @@ impl WorkloadArgs {
                     if !self.compile {
                         bail!("--compile-components: says what --compile compiles (allowed with --compile)");
                     }
-                    compile_loss(list)?
+                    plait_spec::parse_compile_components(list)
+                        .map_err(|e| anyhow::anyhow!("--compile-components: {e}"))?
                 }
             },
             async_tp: self.async_tp,
@@ -574,22 +575,3 @@ impl ConfigArgs {
     }
 }
 
-/// Whether `--compile-components` `list` compiles the loss: the model must be among the
-/// components (plait has no eager-model, compiled-loss profile).
-fn compile_loss(list: &str) -> Result<bool> {
-    let mut model = false;
-    let mut loss = false;
-    for item in list.split(',').map(str::trim) {
-        match item {
-            "model" => model = true,
-            "loss" => loss = true,
-            other => bail!("--compile-components: unknown component `{other}` (allowed: model, loss; e.g. model,loss)"),
-        }
-    }
-    if !model {
-        bail!(
-            "--compile-components: `{list}` leaves the model eager (allowed: model or model,loss)"
-        );
-    }
-    Ok(loss)
-}

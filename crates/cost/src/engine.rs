@@ -64,7 +64,8 @@ pub struct ShardedParams {
     /// all-gather's event). FSDP1 gathers into its `FlatParameter`, whose views the modules
     /// use, and Megatron's and DeepSpeed's flat buffers are likewise used in place. Its
     /// reduce-scatter copy-in (`foreach_reduce_scatter_copy_in`) runs on the reduce-scatter
-    /// stream, beside the backward, and is not counted.
+    /// stream, beside the backward, and is not counted. The breakdown reports the copy with
+    /// the unit's exposed gathers (`dp comm (exposed)`): it is the gather's last step.
     pub copies_out_gathers: bool,
 }
 

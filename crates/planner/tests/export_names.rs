@@ -609,3 +609,15 @@ fn megatron_exports_build_the_model_the_config_describes_or_refuse() {
     };
     assert!(refusal(v2_groups).contains("group"));
 }
+
+#[test]
+fn megatron_exports_nemotron_3_with_its_router() {
+    // Nemotron 3 Nano routes with sigmoid scores and an expert bias, its top 6 scaled by 2.5
+    // (Megatron Bridge `Nemotron3NanoProvider`); without the flags Megatron would build
+    // its default softmax router.
+    let f = megatron_export(model_preset("nemotron-3-nano-30b-a3b").unwrap()).unwrap();
+    assert_eq!(f["--moe-router-score-function"], "sigmoid");
+    assert!(f.contains_key("--moe-router-enable-expert-bias"), "{f:?}");
+    assert_eq!(f["--moe-router-topk-scaling-factor"], "2.5");
+    assert_eq!(f["--moe-router-topk"], "6");
+}

@@ -377,6 +377,31 @@ fn default_compile_loss() -> bool {
     true
 }
 
+/// What `torch.compile` compiles, as torchtitan's `[compile] components` list names it:
+/// `model` and `loss`, joined by `,` (torchtitan's list, the CLI's flag) or `+` (inside a
+/// CSV cell). Returns whether the loss is compiled; the model must be among the components
+/// (plait has no profile of an eager model with a compiled loss).
+pub fn parse_compile_components(text: &str) -> std::result::Result<bool, String> {
+    let (mut model, mut loss) = (false, false);
+    for item in text.split([',', '+']).map(str::trim) {
+        match item {
+            "model" => model = true,
+            "loss" => loss = true,
+            other => {
+                return Err(format!(
+                    "unknown component `{other}` (allowed: model, loss; e.g. model,loss)"
+                ))
+            }
+        }
+    }
+    if !model {
+        return Err(format!(
+            "`{text}` leaves the model eager (allowed: model or model,loss)"
+        ));
+    }
+    Ok(loss)
+}
+
 fn default_task() -> Task {
     Task::Pretrain
 }

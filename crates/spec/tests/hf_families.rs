@@ -400,6 +400,10 @@ fn nemotron_3_nano_moe_layers() {
     );
     let moe = m.moe.unwrap();
     assert_eq!((moe.experts, moe.top_k, moe.shared_experts), (128, 6, 2));
+    // Sigmoid scores with an expert bias, renormalised over the top 6, scaled by 2.5.
+    let router = m.router.unwrap();
+    assert!(router.sigmoid && router.expert_bias && router.normalize_topk);
+    assert_eq!((router.groups, router.scaling), (None, 2.5));
     assert_eq!(m.ffn_hidden, 1856);
     within_1_percent("nemotron-3-nano", m.parameter_count(), 31.6e9);
     let active = m.active_parameter_count() as f64;
@@ -434,6 +438,7 @@ fn nemotron_3_nano_moe_layers() {
         &with(released, "moe_latent_size", json!(1024)),
         "moe_latent_size",
     );
+    error(&with(released, "n_group", json!(8)), "n_group");
     error(
         &with(released, "moe_shared_expert_intermediate_size", json!(1000)),
         "moe_shared_expert_intermediate_size",

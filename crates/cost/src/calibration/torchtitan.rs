@@ -19,20 +19,33 @@ pub fn torchtitan_benchmarks(text: &str) -> Result<Table, SpecError> {
     let mut skipped = vec![];
     for row in rows(SOURCE, &header, &data) {
         let (gpus, gbs, seq) = (row.int("gpus")?, row.int("gbs")?, row.int("seq")?);
+        // `none`, or the components compiled (`model`, `model+loss`).
         let (compile, compile_loss) = match row.str("compile")? {
             "none" => (false, true),
-            "model" => (true, false),
-            "model+loss" => (true, true),
+            list => (
+                true,
+                plait_spec::parse_compile_components(list).map_err(|problem| {
+                    SpecError::new(
+                        SOURCE,
+                        "compile",
+                        format!("row {}: {problem}", row.line),
+                        "none|model|model+loss",
+                    )
+                })?,
+            ),
+        };
+        let async_tp = match row.str("async_tp")? {
+            "0" => false,
+            "1" => true,
             other => {
                 return Err(SpecError::new(
                     SOURCE,
-                    "compile",
-                    format!("row {}: unknown value `{other}`", row.line),
-                    "none|model|model+loss",
+                    "async_tp",
+                    format!("row {}: `{other}`", row.line),
+                    "0|1",
                 ))
             }
         };
-        let async_tp = row.int("async_tp")? == 1;
         let (config, dp) = parse_config_items(row.str("config")?).map_err(|problem| {
             SpecError::new(
                 SOURCE,

@@ -280,7 +280,7 @@ fn plan_reasons(engine: Engine, plan: &Layout) -> Vec<String> {
         return vec![reason];
     }
     let c = plan.config;
-    if engine != Engine::Megatron
+    if !runs_under(engine).recomputes_modules()
         && c.recompute == Recompute::Selective
         && !c.recompute_modules.is_default()
     {

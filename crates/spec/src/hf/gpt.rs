@@ -151,9 +151,22 @@ impl Config<'_> {
             Some(_) => self.int(released, max),
             None => self.int(attribute, max),
         };
+        // The key the file used, for the errors below.
+        let named = |released: &'static str, attribute: &'static str| {
+            if self.get(released).is_some() {
+                released
+            } else {
+                attribute
+            }
+        };
         let hidden = either("n_embed", "hidden_size", MAX_DIM)?;
         let layers = either("n_layer", "num_hidden_layers", MAX_LAYERS)?;
         let heads = either("n_head", "num_attention_heads", MAX_DIM)?;
+        let (hidden_key, layers_key, heads_key) = (
+            named("n_embed", "hidden_size"),
+            named("n_layer", "num_hidden_layers"),
+            named("n_head", "num_attention_heads"),
+        );
         let vocab = self.opt_int("vocab_size", MAX_DIM)?.unwrap_or(BLOOM_VOCAB);
         if self.flag("apply_residual_connection_post_layernorm", false)? {
             return Err(self.err(
@@ -162,7 +175,7 @@ impl Config<'_> {
                 "false (pre-LayerNorm residuals, as BLOOM trained)",
             ));
         }
-        let head_dim = self.head_dim(("n_head", heads), ("n_embed", hidden), None, false)?;
+        let head_dim = self.head_dim((heads_key, heads), (hidden_key, hidden), None, false)?;
         let spec = ModelSpec {
             head_dim,
             ffn_hidden: 4 * hidden,
@@ -179,8 +192,8 @@ impl Config<'_> {
         self.check_size(
             &spec,
             &[
-                ("n_embed", hidden),
-                ("n_layer", layers),
+                (hidden_key, hidden),
+                (layers_key, layers),
                 ("vocab_size", vocab),
             ],
         )?;

@@ -30,6 +30,32 @@ impl Config<'_> {
     /// `moe_shared_expert_intermediate_size` (a whole number of routed widths; none when
     /// `n_shared_experts` is 0); `None` when the config names no experts. A latent MoE
     /// (`moe_latent_size`, experts in a projected space) is not expressible.
+    /// Nemotron 3's router: sigmoid scores with a routing-only expert bias (Megatron Bridge
+    /// `models/nemotronh/nemotron_h_provider.py` `NemotronHModelProvider`:
+    /// `moe_router_score_function = "sigmoid"`, `moe_router_enable_expert_bias = True`),
+    /// renormalised over the top k (`norm_topk_prob`, default true), scaled by
+    /// `routed_scaling_factor` (`Nemotron3NanoProvider`: 2.5); `n_group` groups of which
+    /// `topk_group` are kept (one group there). Group-limited routing over several groups is
+    /// not expressible: how Nemotron scores a group is not published.
+    fn nemotron_h_router(&self, experts: u64) -> Result<crate::model::RouterSpec> {
+        let groups = self.opt_int("n_group", experts)?.unwrap_or(1);
+        if groups > 1 {
+            return Err(self.err(
+                "n_group",
+                format!("group-limited routing over {groups} groups is not expressible"),
+                "1 (no groups)",
+            ));
+        }
+        Ok(crate::model::RouterSpec {
+            sigmoid: true,
+            expert_bias: true,
+            groups: None,
+            group_score_top2: false,
+            normalize_topk: self.flag("norm_topk_prob", true)?,
+            scaling: self.float("routed_scaling_factor", 1.0)?,
+        })
+    }
+
     fn nemotron_h_experts(&self) -> Result<Option<(MoeSpec, u64)>> {
         let Some(experts) = self.opt_int("n_routed_experts", MAX_DIM)? else {
             return Ok(None);
@@ -204,7 +230,12 @@ impl Config<'_> {
             experts,
         )
         .expect("the pattern was checked above");
+        let router = match experts {
+            Some((moe, _)) => Some(self.nemotron_h_router(moe.experts)?),
+            None => None,
+        };
         let spec = ModelSpec {
+            router,
             qkv_bias: self.flag("attention_bias", false)?,
             linear_bias: self.flag("mlp_bias", false)?,
             tied_embeddings: self.flag("tie_word_embeddings", false)?,
