@@ -8,7 +8,7 @@
 
 use serde_json::{Map, Value};
 
-use super::READ_KEYS;
+use super::{MAX_DIM, READ_KEYS};
 use crate::error::{Result, SpecError};
 use crate::model::RopeScaling;
 /// The parsed document and its source, with typed accessors that fail naming the key.
@@ -52,6 +52,20 @@ impl Config<'_> {
             Some(v) => self.check_int(key, v, max),
             None => Err(self.err(key, self.missing_problem(key), int_allowed(max))),
         }
+    }
+
+    /// `num_experts_per_tok`: the experts routed per token, at most the `experts` that
+    /// `experts_key` gave.
+    pub(super) fn routed_top_k(&self, experts_key: &str, experts: u64) -> Result<u64> {
+        let top_k = self.int("num_experts_per_tok", MAX_DIM)?;
+        if top_k > experts {
+            return Err(self.err(
+                "num_experts_per_tok",
+                format!("{top_k} exceeds {experts_key} = {experts}"),
+                format!("an integer from 1 to {experts_key} ({experts})"),
+            ));
+        }
+        Ok(top_k)
     }
 
     /// An optional integer in `1..=max` (absent or `null` → `None`).

@@ -34,14 +34,7 @@ impl Config<'_> {
         let dense_ffn = self.int("intermediate_size", MAX_DIM)?;
         let expert_ffn = self.int("moe_intermediate_size", MAX_DIM)?;
         let experts = self.int("n_routed_experts", MAX_DIM)?;
-        let top_k = self.int("num_experts_per_tok", MAX_DIM)?;
-        if top_k > experts {
-            return Err(self.err(
-                "num_experts_per_tok",
-                format!("{top_k} exceeds n_routed_experts = {experts}"),
-                format!("an integer from 1 to n_routed_experts ({experts})"),
-            ));
-        }
+        let top_k = self.routed_top_k("n_routed_experts", experts)?;
         let shared = match self.get("n_shared_experts") {
             None => 0,
             Some(v) => self.check_int("n_shared_experts", v, MAX_DIM)?,

@@ -72,11 +72,6 @@ impl Config<'_> {
             tied_embeddings: tied,
             rope_theta: self.rope_theta("rope_theta", DEFAULT_ROPE_THETA)?,
             norm_eps: self.float("layer_norm_epsilon", 1e-5)?,
-            attention_window: None,
-            attention_chunk: None,
-            block_runs: Vec::new(),
-            mla: None,
-            mtp_layers: 0,
             ..arch::gpt("", hidden, layers, heads, vocab, 0)
         };
         self.check_size(
@@ -182,11 +177,6 @@ impl Config<'_> {
             positions: Positions::Alibi,
             tied_embeddings: self.flag("tie_word_embeddings", true)?,
             norm_eps: self.float("layer_norm_epsilon", 1e-5)?,
-            attention_window: None,
-            attention_chunk: None,
-            block_runs: Vec::new(),
-            mla: None,
-            mtp_layers: 0,
             ..arch::gpt("", hidden, layers, heads, vocab, 0)
         };
         self.check_size(
@@ -225,11 +215,6 @@ impl Config<'_> {
             tied_embeddings: tied,
             rope_theta: self.float("rotary_emb_base", DEFAULT_ROPE_THETA)?,
             norm_eps: self.float("layer_norm_eps", 1e-5)?,
-            attention_window: None,
-            attention_chunk: None,
-            block_runs: Vec::new(),
-            mla: None,
-            mtp_layers: 0,
             ..arch::gpt("", hidden, layers, heads, vocab, 0)
         };
         self.check_size(

@@ -97,14 +97,7 @@ impl Config<'_> {
                 "num_local_experts"
             };
             let experts = self.int(experts_key, MAX_DIM)?;
-            let top_k = self.int("num_experts_per_tok", MAX_DIM)?;
-            if top_k > experts {
-                return Err(self.err(
-                    "num_experts_per_tok",
-                    format!("{top_k} exceeds {experts_key} = {experts}"),
-                    format!("an integer from 1 to {experts_key} ({experts})"),
-                ));
-            }
+            let top_k = self.routed_top_k(experts_key, experts)?;
             Some(MoeSpec {
                 experts,
                 top_k,

@@ -68,14 +68,7 @@ impl Config<'_> {
             ));
         }
         let width = self.int("moe_intermediate_size", MAX_DIM)?;
-        let top_k = self.int("num_experts_per_tok", MAX_DIM)?;
-        if top_k > experts {
-            return Err(self.err(
-                "num_experts_per_tok",
-                format!("{top_k} exceeds n_routed_experts = {experts}"),
-                format!("an integer from 1 to n_routed_experts ({experts})"),
-            ));
-        }
+        let top_k = self.routed_top_k("n_routed_experts", experts)?;
         let shared = match self.opt_int("n_shared_experts", MAX_DIM)? {
             Some(0) => 0,
             _ => match self.opt_int("moe_shared_expert_intermediate_size", MAX_DIM)? {
