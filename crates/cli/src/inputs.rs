@@ -574,4 +574,3 @@ impl ConfigArgs {
         Ok(c)
     }
 }
-

@@ -484,11 +484,27 @@ fn validate_prints_every_table_with_its_error() {
 fn plan_refuses_recompute_modules_the_engine_or_model_lacks() {
     // Said at once, not found as "no plan fits" after the search.
     check_error(
-        &["plan", "--gpus", "8", "--engine", "torchtitan", "--recompute", "core_attn+mlp"],
+        &[
+            "plan",
+            "--gpus",
+            "8",
+            "--engine",
+            "torchtitan",
+            "--recompute",
+            "core_attn+mlp",
+        ],
         "recompute modules (core_attn+mlp) are Megatron-Core's, not torchtitan's",
     );
     check_error(
-        &["plan", "--gpus", "8", "--model", "llama3-8b", "--recompute", "moe_act"],
+        &[
+            "plan",
+            "--gpus",
+            "8",
+            "--model",
+            "llama3-8b",
+            "--recompute",
+            "moe_act",
+        ],
         "moe_act needs experts, which llama3-8b has not",
     );
 }

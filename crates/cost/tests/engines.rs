@@ -101,8 +101,16 @@ fn pipelined_fsdp2_keeps_the_stage_gathered_and_its_gradients_unsharded() {
     let stage = &titan.stages[0];
     // The stage's parameters on this GPU (its tp share): 16-bit weights, fp32 gradients.
     let params = stage.params;
-    assert!(stage.memory.weights_bytes > 2.0 * params, "{}", stage.memory.weights_bytes);
-    assert!(stage.memory.gradients_bytes > 4.0 * params, "{}", stage.memory.gradients_bytes);
+    assert!(
+        stage.memory.weights_bytes > 2.0 * params,
+        "{}",
+        stage.memory.weights_bytes
+    );
+    assert!(
+        stage.memory.gradients_bytes > 4.0 * params,
+        "{}",
+        stage.memory.gradients_bytes
+    );
     let sharded = &megatron.stages[0].memory;
     assert!(sharded.weights_bytes < 2.0 * params / 4.0);
     assert!(sharded.gradients_bytes < 4.0 * params / 4.0);

@@ -429,7 +429,10 @@ fn nemotron_3_nano_moe_layers() {
             &with(released, "hybrid_override_pattern", json!(pattern)),
             "n3-dense.json",
         );
-        assert!(dense.block_kinds().iter().all(|k| k.moe.is_none()), "{pattern}");
+        assert!(
+            dense.block_kinds().iter().all(|k| k.moe.is_none()),
+            "{pattern}"
+        );
         assert_eq!(dense.hybrid_pattern().unwrap(), pattern);
     }
     // A latent MoE (Nemotron 3 Super's `moe_latent_size`) is refused by name; a shared
