@@ -197,6 +197,7 @@ def estimate(
     lora_targets: Optional[str] = ...,
     pack_len: Optional[int] = ...,
     compile: bool = ...,
+    compile_components: Optional[str] = ...,
     async_tp: bool = ...,
     simulate: bool = ...,
 ) -> Estimate: ...
@@ -237,6 +238,7 @@ def simulate(
     lora_targets: Optional[str] = ...,
     pack_len: Optional[int] = ...,
     compile: bool = ...,
+    compile_components: Optional[str] = ...,
     async_tp: bool = ...,
     svg: Optional[_Path] = ...,
     trace: Optional[_Path] = ...,
@@ -277,6 +279,7 @@ def plan(
     lora_targets: Optional[str] = ...,
     pack_len: Optional[int] = ...,
     compile: bool = ...,
+    compile_components: Optional[str] = ...,
     async_tp: bool = ...,
     top: Optional[int] = ...,
     simulate: Optional[int] = ...,
