@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use plait_cost::calibration::{builtin_tables, evaluate, TableResult};
 use plait_cost::Breakdown;
+use plait_spec::GIB;
 
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
@@ -68,7 +69,7 @@ fn to_json(t: &TableResult) -> TableJson<'_> {
         pairs: t.pairs_ordered().1,
         pairs_ordered: t.pairs_ordered().0,
         memory_mean_abs_error: t.memory_mean_abs_error(),
-        memory_runs: memory_runs(t),
+        memory_runs: t.memory_runs(),
         rows: t
             .rows
             .iter()
@@ -92,16 +93,6 @@ fn to_json(t: &TableResult) -> TableJson<'_> {
             .map(|s| (s.label.as_str(), s.reason.as_str()))
             .collect(),
     }
-}
-
-const GIB: f64 = (1u64 << 30) as f64;
-
-/// Runs of `t` that reported their peak memory.
-fn memory_runs(t: &TableResult) -> usize {
-    t.rows
-        .iter()
-        .filter(|r| r.measured_memory_bytes.is_some())
-        .count()
 }
 
 fn pct(x: f64) -> String {
@@ -191,7 +182,7 @@ pub fn run(args: &ValidateArgs) -> Result<String> {
             })
             .set_alignment(CellAlignment::Right),
             Cell::new(match t.memory_mean_abs_error() {
-                Some(e) => format!("{:.1} % ({} runs)", 100.0 * e, memory_runs(t)),
+                Some(e) => format!("{:.1} % ({} runs)", 100.0 * e, t.memory_runs()),
                 None => "not published".into(),
             })
             .set_alignment(CellAlignment::Right),

@@ -11,7 +11,7 @@
 //! * torchtitan v0.2.0 (29624e3);
 //! * NCCL 5067397 (`src/graph/tuning.cc`, `src/graph/connect.cc`).
 
-use plait_spec::Engine;
+use plait_spec::{Engine, TrainSpec};
 
 use crate::device::AttentionKernel;
 
@@ -417,12 +417,9 @@ impl EngineProfile {
     ///
     /// `compile_loss` compiles the loss as well (`TrainSpec::compile_loss`); without it the
     /// loss keeps the eager engine's kernels and memory.
-    pub fn for_run(
-        engine: Engine,
-        compile: bool,
-        compile_loss: bool,
-        async_tp: bool,
-    ) -> EngineProfile {
+    pub fn for_run(t: &TrainSpec) -> EngineProfile {
+        let (engine, compile, compile_loss, async_tp) =
+            (t.engine, t.compile, t.compile_loss, t.async_tp);
         let eager = EngineProfile::of(engine);
         if !compile || !engine.compiles() {
             return eager;

@@ -407,6 +407,15 @@ fn default_task() -> Task {
 }
 
 impl TrainSpec {
+    /// torchtitan's `[compile] components` for this run (with `compile`).
+    pub fn compile_components(&self) -> &'static [&'static str] {
+        if self.compile_loss {
+            &["model", "loss"]
+        } else {
+            &["model"]
+        }
+    }
+
     /// Tokens each query attends over: the packed sample, or the whole sequence.
     pub fn attention_span(&self) -> u64 {
         self.pack_len

@@ -128,6 +128,14 @@ impl TableResult {
         (ordered, pairs)
     }
 
+    /// Rows whose run reported its peak memory.
+    pub fn memory_runs(&self) -> usize {
+        self.rows
+            .iter()
+            .filter(|r| r.measured_memory_bytes.is_some())
+            .count()
+    }
+
     /// Mean |error| of the peak memory over the rows that report it (`None`: none do).
     pub fn memory_mean_abs_error(&self) -> Option<f64> {
         let errors: Vec<f64> = self

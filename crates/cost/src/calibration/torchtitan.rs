@@ -2,12 +2,10 @@
 //! table: the runs on hardware a cluster preset describes.
 
 use plait_spec::{
-    cluster_preset, model_preset, parse_config_items, Dtype, Engine, SpecError, TrainSpec,
+    cluster_preset, model_preset, parse_config_items, Dtype, Engine, SpecError, TrainSpec, GIB,
 };
 
 use super::{csv, rows, Run, Skipped, Table};
-
-const GIB: f64 = (1u64 << 30) as f64;
 
 /// torchtitan's own benchmarks (`torchtitan_benchmarks.csv`): FSDP2 alone or with DTensor
 /// TP (async or not), pipelining and context parallelism, compiled or eager, bf16 or

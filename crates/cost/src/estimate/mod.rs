@@ -474,13 +474,15 @@ fn assemble(
         // (`ShardedParams::regather_with_pipeline`) and its gradients unsharded in the reduce
         // dtype until the last backward (`ShardedParams::defers_reduce_with_pipeline`).
         let pipelined_zero3 = c.zero >= 3 && c.pp > 1;
-        let resident_weights = if pipelined_zero3 && !engine.sharded.regather_with_pipeline {
+        let keeps_stage_gathered = pipelined_zero3 && !engine.sharded.regather_with_pipeline;
+        let defers_reduce = pipelined_zero3 && engine.sharded.defers_reduce_with_pipeline;
+        let resident_weights = if keeps_stage_gathered {
             gather_bytes(params, stage_block_dense)
                 + gather_bytes(expert_params, stage_block_expert)
         } else {
             0.0
         };
-        let resident_grads = if pipelined_zero3 && engine.sharded.defers_reduce_with_pipeline {
+        let resident_grads = if defers_reduce {
             (trainable + trainable_expert) * grad_reduce_bytes
         } else {
             0.0
@@ -595,13 +597,8 @@ fn assemble(
             };
             // Pipelined FSDP2 gathers in the first micro-batch's forward only and
             // reduce-scatters after the last backward, all units at once.
-            let once = if pipelined_zero3 && !engine.sharded.regather_with_pipeline {
-                mb as f64
-            } else {
-                1.0
-            };
-            let deferred = pipelined_zero3 && engine.sharded.defers_reduce_with_pipeline;
-            let scatter_mb = if deferred { 0.0 } else { scatter_u };
+            let once = if keeps_stage_gathered { mb as f64 } else { 1.0 };
+            let scatter_mb = if defers_reduce { 0.0 } else { scatter_u };
             let (fe, fh) = pass(gather_u, gather_u * hidden_share, fwd_u);
             // Blocks recomputed in full gather once more inside the backward, where the
             // engine releases weights after the recomputed forward.
@@ -619,7 +616,7 @@ fn assemble(
             let first = gather_u + bgather;
             let n = units.max(1.0);
             // Per micro-batch, as the breakdown counts it.
-            let deferred_scatter = if deferred {
+            let deferred_scatter = if defers_reduce {
                 n * scatter_u / mb as f64
             } else {
                 0.0

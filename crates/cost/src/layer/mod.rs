@@ -187,7 +187,7 @@ impl Workload {
             dropout: t.dropout,
             e: t.dtype.activation_bytes(),
             linear_format: t.dtype,
-            engine: EngineProfile::for_run(t.engine, t.compile, t.compile_loss, t.async_tp),
+            engine: EngineProfile::for_run(t),
             level: 1,
             moe_skew: t.moe_skew.max(1.0),
             moe_capacity: t.moe_capacity,

@@ -193,6 +193,12 @@ pub(super) fn model_reasons(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -
     out
 }
 
+/// `["a", "b"]`: a list of strings as TOML and Python both write it.
+pub(super) fn quoted_list<S: AsRef<str>>(items: &[S]) -> String {
+    let quoted: Vec<String> = items.iter().map(|s| quote(s.as_ref())).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
 pub(super) fn quote(s: &str) -> String {
     let mut out = String::from("\"");
     for ch in s.chars() {
@@ -519,8 +525,7 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
         out.push_str(&format!("pipeline_parallel_microbatch_size = {}\n", c.mbs));
         out.push_str("module_fqns_per_model_part = [\n");
         for names in model_parts(plan, "output") {
-            let quoted: Vec<String> = names.iter().map(|n| quote(n)).collect();
-            out.push_str(&format!("    [{}],\n", quoted.join(", ")));
+            out.push_str(&format!("    {},\n", quoted_list(&names)));
         }
         out.push_str("]\n");
     }
@@ -539,11 +544,10 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     if train.compile {
         out.push_str("\n[compile]\n");
         out.push_str("enable = true\n");
-        out.push_str(if train.compile_loss {
-            "components = [\"model\", \"loss\"]\n"
-        } else {
-            "components = [\"model\"]\n"
-        });
+        out.push_str(&format!(
+            "components = {}\n",
+            quoted_list(train.compile_components())
+        ));
     }
 
     if train.dtype == Dtype::Fp8 {

@@ -158,11 +158,7 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
         "    config.compile = CompileConfig(\n        enable={},\n        enable_async_tensor_parallel={},\n        components={},\n    )\n",
         py_bool(train.compile),
         py_bool(train.async_tp),
-        if train.compile_loss {
-            "[\"model\", \"loss\"]"
-        } else {
-            "[\"model\"]"
-        }
+        super::torchtitan::quoted_list(train.compile_components())
     ));
     if fp8 {
         out.push_str(
@@ -223,8 +219,10 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     if pipelined {
         out.push_str("        module_fqns_per_model_part=[\n");
         for names in model_parts(plan, "lm_head") {
-            let quoted: Vec<String> = names.iter().map(|n| quote(n)).collect();
-            out.push_str(&format!("            [{}],\n", quoted.join(", ")));
+            out.push_str(&format!(
+                "            {},\n",
+                super::torchtitan::quoted_list(&names)
+            ));
         }
         out.push_str("        ],\n");
     }
