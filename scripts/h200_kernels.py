@@ -15,6 +15,14 @@ What each section measures, and which of the model's mechanisms it checks:
               NCCL's channels do) streams HBM on another stream.
   grouped     MoE expert GEMMs: torch._grouped_mm against a loop of per-expert GEMMs and one
               dense GEMM of the same FLOPs (Mixtral, DeepSeek-V3, Qwen3-MoE, GPT-OSS shapes).
+  ring        one rank's share of PyTorch's context-parallel ring attention (torch's own
+              `context_parallel`, causal with its head-tail load balance, allgather and
+              alltoall rotation) at cp 1, 2, 4 and 8 with 32K local tokens, on a fake process
+              group: every kernel and merge a rank runs, no communication. Beside it, the
+              bare flash kernels of the same shapes, to separate the implementation's own cost.
+  rowwise     fp8 GEMMs with row-wise scales (torch._scaled_mm with one fp32 scale per row of
+              A and per column of B, as torchao's float8 "rowwise" recipe runs them) against
+              per-tensor scales, fast and split accumulation, on the gemm section's shapes.
 
 Output: JSON lines on stdout and in $OUT/h200_kernels.jsonl. `--dry` runs every section's
 logic on the CPU with tiny sizes (Triton in interpreter mode) to check the script itself.
@@ -40,7 +48,7 @@ DEV = "cpu" if DRY else "cuda"
 BF16 = torch.bfloat16
 FP8 = torch.float8_e4m3fn
 SECTIONS = [a for a in sys.argv[1:] if not a.startswith("--")] or [
-    "env", "attention", "gemm", "grouped", "contention", "sustained"]
+    "env", "attention", "gemm", "grouped", "contention", "sustained", "ring", "rowwise"]
 T0 = time.time()
 _out = open(os.path.join(OUT, "h200_kernels.jsonl"), "w")
 
@@ -386,7 +394,160 @@ def sustained():
             i = j
 
 
+def flash_fwd_bwd(q, k, v, go, causal):
+    """Median forward and backward milliseconds of SDPA's flash kernel on these tensors."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION] if not DRY else [SDPBackend.MATH]):
+        with torch.no_grad():
+            fwd = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                        warm=1, reps=3)
+        times = []
+        for i in range(4):
+            q.grad = k.grad = v.grad = None
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            sync()
+            a, b = Clock(), Clock()
+            a.record()
+            o.backward(go)
+            b.record()
+            sync()
+            if i >= 1:
+                times.append(a.ms_to(b))
+    return fwd, st.median(times)
+
+
+@section("ring")
+def ring():
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.experimental import context_parallel
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    try:
+        from torch.distributed.tensor.experimental._attention import set_rotate_method
+    except ImportError:
+        from torch.distributed.tensor.experimental._context_parallel._attention import (
+            set_rotate_method)
+    local = 256 if DRY else 32768
+    hd = 16 if DRY else 128
+    backend = [SDPBackend.FLASH_ATTENTION] if not DRY else [SDPBackend.MATH]
+    # Llama 3 8B (32 heads after repeat_kv, as torchtitan of 2024 ran it) and 405B at tp 8.
+    for heads in (32, 16):
+        # The bare kernels one rank runs: the causal diagonal block over both local chunks,
+        # then per further ring step one non-causal block of half the work, either all
+        # queries against the first half of the keys or the second half of the queries
+        # against all keys.
+        blocks = {"diagonal": (local, local, True), "half_kv": (local, local // 2, False),
+                  "half_q": (local // 2, local, False)}
+        for name, (sq, skv, causal) in blocks.items():
+            q = randn(1, heads, sq, hd).requires_grad_()
+            k, v = (randn(1, heads, skv, hd).requires_grad_() for _ in range(2))
+            go = randn(1, heads, sq, hd)
+            try:
+                fwd, bwd = flash_fwd_bwd(q, k, v, go, causal)
+                flops = 4.0 * heads * sq * skv * hd * (0.5 if causal else 1.0)
+                emit(kind="ring_block", block=name, heads=heads, head_dim=hd, q=sq, kv=skv,
+                     causal=causal, fwd_ms=fwd, bwd_ms=bwd, fwd_tflops=flops / fwd / 1e9,
+                     bwd_tflops=2.5 * flops / bwd / 1e9)
+            except Exception as e:
+                emit(kind="ring_block", block=name, heads=heads,
+                     error=f"{type(e).__name__}: {e}"[:300])
+            del q, k, v, go
+        for cp in (1, 2, 4, 8):
+            for method in (("allgather", "alltoall") if cp > 1 else ("allgather",)):
+                for rank in sorted({0, cp - 1}):
+                    row = dict(kind="ring", heads=heads, head_dim=hd, local_seq=local, cp=cp,
+                               rotate=method, rank=rank, torch=torch.__version__)
+                    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=cp)
+                    try:
+                        mesh = init_device_mesh(DEV, (cp,), mesh_dim_names=("cp",))
+                        set_rotate_method(method)
+                        q, k, v = (randn(1, heads, local * cp, hd) for _ in range(3))
+                        go = randn(1, heads, local, hd)
+                        with sdpa_kernel(backend), context_parallel(
+                                mesh, buffers=[q, k, v], buffer_seq_dims=[2, 2, 2],
+                                no_restore_buffers={q, k, v}):
+                            def fwd():
+                                with torch.no_grad():
+                                    F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+                            def fwd_bwd():
+                                ql, kl, vl = (t.detach().requires_grad_() for t in (q, k, v))
+                                F.scaled_dot_product_attention(ql, kl, vl,
+                                                               is_causal=True).backward(go)
+
+                            row.update(fwd_ms=bench(fwd, warm=1, reps=3),
+                                       fwd_bwd_ms=bench(fwd_bwd, warm=1, reps=3))
+                        # Causal attention over the whole sequence, this rank's share.
+                        flops = 4.0 * heads * (local * cp) ** 2 * hd * 0.5 / cp
+                        row.update(fwd_flops=flops, fwd_tflops=flops / row["fwd_ms"] / 1e9,
+                                   fwd_bwd_tflops=3.5 * flops / row["fwd_bwd_ms"] / 1e9)
+                    except Exception as e:
+                        row.update(error=f"{type(e).__name__}: {e}"[:500])
+                    finally:
+                        dist.destroy_process_group()
+                    emit(**row)
+                    q = k = v = go = None
+                    if not DRY:
+                        torch.cuda.empty_cache()
+
+
+def scaled_fns(m, n, k, rowwise, fast):
+    """[m×k]·[k×n] in fp8 through torch._scaled_mm, per-tensor or row-wise scales."""
+    a, w = randn(m, k, dtype=FP8), randn(n, k, dtype=FP8)
+    if rowwise:
+        sa = torch.rand(m, 1, device=DEV, dtype=torch.float32) + 0.5
+        sb = torch.rand(1, n, device=DEV, dtype=torch.float32) + 0.5
+    else:
+        sa = sb = torch.ones((), device=DEV, dtype=torch.float32)
+    return lambda: torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb, out_dtype=BF16,
+                                    use_fast_accum=fast)
+
+
+@section("rowwise")
+def rowwise():
+    models = {"llama3-8b": (4096, 14336, 6144), "llama3-70b": (8192, 28672, 10240)}
+    scale = 64 if DRY else 1
+    shapes = set()
+    for model, (h, ffn, qkv) in models.items():
+        for tp in ((1, 8) if model == "llama3-8b" else (8,)):
+            layer = {"qkv": (qkv // tp, h), "proj": (h, h // tp), "fc1": (2 * ffn // tp, h),
+                     "fc2": (h, ffn // tp)}
+            for op, (n, k) in layer.items():
+                m = 8192
+                for shape in ((m, n, k), (m, k, n), (n, k, m)):
+                    shapes.add(tuple(max(16, x // scale) for x in shape))
+    for (m, n, k) in sorted(shapes):
+        row = dict(kind="rowwise", m=m, n=n, k=k)
+        for label, rw, fast in (("tensor_fast", False, True), ("tensor", False, False),
+                                ("row_fast", True, True), ("row", True, False)):
+            try:
+                ms = bench(scaled_fns(m, n, k, rw, fast), warm=2, reps=5)
+                row[f"{label}_tflops"] = 2.0 * m * n * k / ms / 1e9
+            except Exception as e:
+                row[f"{label}_error"] = f"{type(e).__name__}: {e}"[:300]
+        emit(**row)
+    # Row-wise scaling of an activation: amax along each row and the scaled cast, eager
+    # (two kernels) and fused by torch.compile, as torchao's compiled recipe runs it.
+    rows, cols = (256, 256) if DRY else (16384, 8192)
+    x = randn(rows, cols)
+
+    def rowwise_cast(t):
+        amax = t.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12)
+        s = 448.0 / amax
+        return (t.float() * s).clamp(-448.0, 448.0).to(FP8), s
+
+    for label, fn in (("rowwise_cast_eager", rowwise_cast),
+                      ("rowwise_cast_compiled", torch.compile(rowwise_cast))):
+        try:
+            ms = bench(lambda: fn(x), warm=3, reps=10)
+            emit(kind="memory_kernel", op=label, elements=x.numel(), bytes=3 * x.numel(),
+                 ms=ms, gbps=3 * x.numel() / ms / 1e6)
+        except Exception as e:
+            emit(kind="memory_kernel", op=label, error=f"{type(e).__name__}: {e}"[:300])
+
+
 if __name__ == "__main__":
-    for run in (env, attention, gemm, grouped, contention, sustained):
+    for run in (env, attention, gemm, grouped, contention, sustained, ring, rowwise):
         run()
     emit(kind="done", seconds=round(time.time() - T0, 1))
