@@ -346,6 +346,15 @@ pub struct EngineProfile {
     /// e7c0cae `models/llama3/model.py:250`) feeds SDPA full-width k and v; the fused
     /// kernels of the other engines read the shared heads in place.
     pub repeats_kv_heads: bool,
+    /// The query, key and value projections, and the gate and up projections of a gated
+    /// MLP, run as separate linears over the same input rather than one fused GEMM each:
+    /// torchtitan's Llama has `wq`, `wk`, `wv` and `w1`, `w3` as `nn.Linear`s of their own
+    /// (9dec370 `models/llama/model.py:158-162, 248-250`), so each is a GEMM of its own
+    /// width (the key and value ones narrow under grouped-query attention and tp), their
+    /// input gradients are summed by autograd, and each is a matmul of its own in
+    /// torchtitan's op-level selective recomputation. Megatron-Core (`linear_qkv`,
+    /// `linear_fc1`) and llm-foundry's MPT (`Wqkv`) fuse them.
+    pub separate_projections: bool,
     /// What selective recomputation reruns.
     pub selective: SelectiveRecompute,
     /// How context parallelism combines the attention of a rank's queries over the key
@@ -486,6 +495,7 @@ impl EngineProfile {
             norm: Elementwise::FUSED_NORM,
             rope: Elementwise::FUSED_ROPE,
             repeats_kv_heads: false,
+            separate_projections: false,
             selective: SelectiveRecompute::AttentionCore,
             cp_merge: CpMerge::FUSED,
         };
@@ -553,6 +563,7 @@ impl EngineProfile {
                 norm: Elementwise::EAGER_RMS_NORM,
                 rope: Elementwise::EAGER_COMPLEX_ROPE,
                 repeats_kv_heads: true,
+                separate_projections: true,
                 selective: SelectiveRecompute::EveryOtherMatmul,
                 cp_merge: CpMerge::PYTORCH_FP32,
                 fp8_tp_all_gather: true,

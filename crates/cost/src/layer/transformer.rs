@@ -7,8 +7,8 @@ use plait_spec::{Activation, AttentionImpl, CpComm, Gemm, ModelSpec, Positions, 
 
 use super::selective::{megatron_modules, ModuleKernels, Selected};
 use super::{
-    backward_gemms, column_parallel_backward_comm, elementwise, expert_gemm_s, userbuffer_overlap,
-    userbuffers, weight_grad_gemm_s, Kernels, LayerCost, Phase, Workload, FP32,
+    backward_gemms, column_parallel_backward_comm, column_parts, elementwise, expert_gemm_s,
+    userbuffer_overlap, userbuffers, weight_grad_gemm_s, Kernels, LayerCost, Phase, Workload, FP32,
     USERBUFFER_PIPELINE_SMS, USERBUFFER_PIPELINE_SPLITS, USERBUFFER_RING_EXCHANGE_SMS,
 };
 use crate::comm::Groups;
@@ -120,15 +120,21 @@ pub(super) fn transformer_block_cost(
     let tokens = w.tokens();
     let rep = w.replicated(h);
     let full_hidden_bytes = tokens * h * e;
-    // torchtitan's float8 tensorwise linears gather their inputs over tp already cast (v0.2.2
-    // `models/llama3/infra/parallelize.py`: "float8 all-gather with TP", torchao's
-    // `Float8ColwiseParallel` / `PrepareFloat8ModuleInput`).
-    let forward_gather_bytes =
-        if w.engine.fp8_tp_all_gather && w.linear_format == plait_spec::Dtype::Fp8 {
-            tokens * h * w.quantised_copy_bytes()
-        } else {
-            full_hidden_bytes
-        };
+    // torchtitan's float8 tensorwise linears cast where the tensors are sequence-sharded
+    // and gather the fp8 copies over tp (v0.2.2 `models/llama3/infra/parallelize.py`:
+    // "float8 all-gather with TP"): the inputs of the column-parallel linears
+    // (torchao eab345c `float8_tensor_parallel.py`, `Float8ColwiseParallel` and
+    // `PrepareFloat8ModuleInput._prepare_input_arg`: cast, then `redistribute`) and, in
+    // the backward, the output gradients of the row-parallel ones
+    // (`Float8RowwiseParallel._prepare_output_fn`: `NoopFwToFloat8BwDynamic` after the
+    // reduce-scatter, so its backward all-gather moves fp8).
+    let fp8_tp =
+        w.engine.fp8_tp_all_gather && w.linear_format == plait_spec::Dtype::Fp8 && w.tp > 1 && w.sp;
+    let forward_gather_bytes = if fp8_tp {
+        tokens * h * w.quantised_copy_bytes()
+    } else {
+        full_hidden_bytes
+    };
     let mut gemms = m.block_gemms(
         tokens as u64,
         Shard {
@@ -186,6 +192,19 @@ pub(super) fn transformer_block_cost(
 
     // --- attention half ---
     let [qkv, attn_out] = gemms.attn;
+    // Relative output widths of the separate linears that the qkv and fc1 GEMMs are, where
+    // the engine runs them apart (`EngineProfile::separate_projections`): q, k, v; gate, up.
+    let separate = w.engine.separate_projections;
+    let qkv_widths = if separate && m.mla.is_none() {
+        vec![q_local, kv_local, kv_local]
+    } else {
+        vec![1.0]
+    };
+    let up_widths = if separate && m.moe.is_none() && m.activation == Activation::SwiGlu {
+        vec![1.0, 1.0]
+    } else {
+        vec![1.0]
+    };
     let core = if has_attn {
         attention_core(m, d, w)
     } else {
@@ -213,7 +232,9 @@ pub(super) fn transformer_block_cost(
             parts.mla_up = fwd.since(before);
         }
         let before = fwd;
-        fwd.gemm(d, &qkv);
+        for part in column_parts(&qkv, &qkv_widths) {
+            fwd.gemm(d, &part);
+        }
         if m.positions == Positions::Rotary {
             elementwise(&mut fwd, &mut bwd, d, w.engine.rope, rope_width * tokens);
         }
@@ -258,7 +279,9 @@ pub(super) fn transformer_block_cost(
             bwd.gemm(d, &rd);
             bwd.gemm(d, &rw);
         }
-        fwd.expert_gemm(d, &up, grouped);
+        for part in column_parts(&up, &up_widths) {
+            fwd.expert_gemm(d, &part, grouped);
+        }
         let (act_fwd, act_bwd) = match (m.activation, w.engine.fused_elementwise) {
             (Activation::Gelu, _) => (2.0, 3.0),
             // Fused: read gate and up, write the product; backward reads the gradient and both
@@ -316,19 +339,27 @@ pub(super) fn transformer_block_cost(
         // the output gradients in the backward; weights are cast once per step (optimizer).
         let cast = w.cast_bytes_per_element();
         let fused = w.engine.fp8_cast_fused_into_norm;
+        // Under float8 tp the column-parallel inputs and the row-parallel output gradients
+        // are cast on this rank's sequence shard, before their gather (`fp8_tp`).
+        let sharded = |i: usize, column_input: bool| {
+            let dense = i < 2 || m.moe.is_none();
+            if fp8_tp && dense && (i % 2 == 0) == column_input {
+                1.0 / t
+            } else {
+                1.0
+            }
+        };
         let inputs = linears
             .iter()
             // Under Transformer Engine the casts of qkv's and fc1's inputs are in the norms.
             .filter(|(i, _)| !fused || i % 2 == 1)
-            .map(|(_, g)| g)
-            .chain(&extra_linears)
-            .map(|g| (g.m * g.k * g.count) as f64)
+            .map(|&(i, g)| (g.m * g.k * g.count) as f64 * sharded(i, true))
+            .chain(extra_linears.iter().map(|g| (g.m * g.k * g.count) as f64))
             .sum::<f64>();
         let output_grads = linears
             .iter()
-            .map(|(_, g)| g)
-            .chain(&extra_linears)
-            .map(|g| (g.m * g.n * g.count) as f64)
+            .map(|&(i, g)| (g.m * g.n * g.count) as f64 * sharded(i, false))
+            .chain(extra_linears.iter().map(|g| (g.m * g.n * g.count) as f64))
             .sum::<f64>();
         fwd.stream(d, cast * inputs);
         fwd.count += if w.engine.fp8_cast_fused_into_norm {
@@ -359,17 +390,35 @@ pub(super) fn transformer_block_cost(
     let tp_pairs =
         f64::from(u8::from(has_attn)) + f64::from(u8::from(has_mlp && !moe_dispatch_over_tp));
     for &(i, ref gm) in &linears {
-        let (dg, wg) = backward_gemms(gm);
-        let dg_s = expert_gemm_s(d, &dg, grouped);
-        let wg_s = if w.lora.is_some() {
-            0.0
-        } else {
-            let (s, fused) = weight_grad_gemm_s(d, w, &wg, grouped);
-            fused_accumulated += fused;
-            s
+        let widths = match i {
+            0 => &qkv_widths[..],
+            2 => &up_widths[..],
+            _ => &[1.0][..],
         };
+        let (mut dg_s, mut wg_s) = (0.0, 0.0);
+        for part in column_parts(gm, widths) {
+            let (dg, wg) = backward_gemms(&part);
+            dg_s += expert_gemm_s(d, &dg, grouped);
+            if w.lora.is_none() {
+                let (s, fused) = weight_grad_gemm_s(d, w, &wg, grouped);
+                fused_accumulated += fused;
+                wg_s += s;
+            }
+            bwd.count += if w.lora.is_some() { 1.0 } else { 2.0 } * dg.count as f64;
+        }
+        // Separate linears over one input: autograd sums their input gradients, eagerly one
+        // add (read two, write one) per further linear, compiled (inductor fuses the adds
+        // of one graph) one kernel reading every gradient and writing the sum.
+        let parts = widths.len() as f64;
+        if parts > 1.0 {
+            let passes = if w.engine.fused_elementwise {
+                parts + 1.0
+            } else {
+                3.0 * (parts - 1.0)
+            };
+            bwd.stream(d, passes * (gm.m * gm.k * gm.count) as f64 * e);
+        }
         bwd.gpu_s += dg_s + wg_s;
-        bwd.count += if w.lora.is_some() { 1.0 } else { 2.0 } * dg.count as f64;
         weight_grad_s += wg_s;
         if let Some(lora) = w.lora.filter(|l| l.adapts(i)) {
             let r = lora.rank;
@@ -451,8 +500,9 @@ pub(super) fn transformer_block_cost(
     // --- communication ---
     if w.tp > 1 {
         let ag = g.tp.all_gather_s(full_hidden_bytes);
-        // The forward's gathers of the linears' inputs, in fp8 where the engine casts before
-        // it gathers (`EngineProfile::fp8_tp_all_gather`).
+        // The forward's gathers of the linears' inputs and the backward's of the
+        // row-parallel outputs' gradients, in fp8 where the engine casts before it gathers
+        // (`fp8_tp`).
         let ag_fwd = g.tp.all_gather_s(forward_gather_bytes);
         let rs = g.tp.reduce_scatter_s(full_hidden_bytes);
         let gemm = |gm: &Gemm| d.gemm_s(gm.m, gm.n, gm.k, gm.count);
@@ -497,7 +547,7 @@ pub(super) fn transformer_block_cost(
             }
             if !w.engine.tp_comm_overlap_in_backward {
                 // Only the forward is pipelined: the backward's all-gathers run in line.
-                row_parallel = tp_pairs * ag;
+                row_parallel = tp_pairs * ag_fwd;
             }
             bwd_phase.tp_comm_s = row_parallel + column_parallel_exposed;
             fwd.fixed(contention, 0.0);
@@ -511,7 +561,7 @@ pub(super) fn transformer_block_cost(
                 halves * g.tp.all_reduce_s(full_hidden_bytes)
             };
             // Backward of the row-parallel outputs: identity without sp, all-gather with sp.
-            let row_parallel = if w.sp { tp_pairs * ag } else { 0.0 };
+            let row_parallel = if w.sp { tp_pairs * ag_fwd } else { 0.0 };
             bwd_phase.tp_comm_s = row_parallel + column_parallel_exposed;
         }
         if gemms.shared.is_some() && has_mlp {
@@ -682,14 +732,22 @@ pub(super) fn transformer_block_cost(
             // elements): the fused qkv and gate/up GEMMs split into the separate linears
             // torchtitan runs (wq, wk, wv; w1, w3), in proportion to their widths.
             let mut mms: Vec<(f64, f64)> = Vec::new();
+            // Separate linears (`EngineProfile::separate_projections`) take each its own
+            // GEMM's time; the parts of a fused one its time in proportion.
             let mut push = |g: &Gemm, parts: &[f64]| {
                 let total: f64 = parts.iter().sum();
                 let (s, out) = (
                     d.gemm_s(g.m, g.n, g.k, g.count),
                     (g.m * g.n * g.count) as f64,
                 );
-                for p in parts {
-                    mms.push((s * p / total, out * p / total));
+                let own = column_parts(g, parts);
+                for (p, part) in parts.iter().zip(&own) {
+                    let part_s = if separate && own.len() > 1 {
+                        d.gemm_s(part.m, part.n, part.k, part.count)
+                    } else {
+                        s * p / total
+                    };
+                    mms.push((part_s, out * p / total));
                 }
             };
             let swiglu_halves: &[f64] = if m.activation == Activation::SwiGlu {
