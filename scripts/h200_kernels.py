@@ -159,23 +159,7 @@ def attention():
                     row = dict(kind="attention", backend=name, head_dim=hd, causal=causal, seq=s,
                                batch=batch, heads=heads, fwd_flops=flops)
                     try:
-                        with sdpa_kernel([backend]):
-                            with torch.no_grad():
-                                fwd = bench(lambda: F.scaled_dot_product_attention(
-                                    q, k, v, is_causal=causal))
-                            bwd_times = []
-                            for i in range(7):
-                                q.grad = k.grad = v.grad = None
-                                o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                                sync()
-                                a, b = Clock(), Clock()
-                                a.record()
-                                o.backward(go)
-                                b.record()
-                                sync()
-                                if i >= 2:
-                                    bwd_times.append(a.ms_to(b))
-                            bwd = st.median(bwd_times)
+                        fwd, bwd = sdpa_fwd_bwd(q, k, v, go, causal, backend, reps=5)
                         row.update(fwd_ms=fwd, bwd_ms=bwd, fwd_tflops=flops / fwd / 1e9,
                                    bwd_tflops=2.5 * flops / bwd / 1e9)
                     except Exception as e:
@@ -394,15 +378,16 @@ def sustained():
             i = j
 
 
-def flash_fwd_bwd(q, k, v, go, causal):
-    """Median forward and backward milliseconds of SDPA's flash kernel on these tensors."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    with sdpa_kernel([SDPBackend.FLASH_ATTENTION] if not DRY else [SDPBackend.MATH]):
+def sdpa_fwd_bwd(q, k, v, go, causal, backend, reps):
+    """Median forward and backward milliseconds of SDPA's `backend` kernel on these tensors
+    (`reps` timed runs after two warm-ups)."""
+    from torch.nn.attention import sdpa_kernel
+    with sdpa_kernel([backend]):
         with torch.no_grad():
             fwd = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
-                        warm=1, reps=3)
+                        warm=2, reps=reps)
         times = []
-        for i in range(4):
+        for i in range(reps + 2):
             q.grad = k.grad = v.grad = None
             o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
             sync()
@@ -411,7 +396,7 @@ def flash_fwd_bwd(q, k, v, go, causal):
             o.backward(go)
             b.record()
             sync()
-            if i >= 1:
+            if i >= 2:
                 times.append(a.ms_to(b))
     return fwd, st.median(times)
 
@@ -444,7 +429,7 @@ def ring():
             k, v = (randn(1, heads, skv, hd).requires_grad_() for _ in range(2))
             go = randn(1, heads, sq, hd)
             try:
-                fwd, bwd = flash_fwd_bwd(q, k, v, go, causal)
+                fwd, bwd = sdpa_fwd_bwd(q, k, v, go, causal, backend[0], reps=3)
                 flops = 4.0 * heads * sq * skv * hd * (0.5 if causal else 1.0)
                 emit(kind="ring_block", block=name, heads=heads, head_dim=hd, q=sq, kv=skv,
                      causal=causal, fwd_ms=fwd, bwd_ms=bwd, fwd_tflops=flops / fwd / 1e9,

@@ -4,6 +4,7 @@
 
 use plait_cost::calibration::{builtin_tables, evaluate, TableResult};
 use plait_cost::comm::Group;
+use plait_cost::layer::{block_cost, Workload};
 use plait_cost::{device_for, estimate};
 use plait_spec::{cluster_preset, model_preset, Dtype, Engine, ParallelConfig, TrainSpec};
 
@@ -475,6 +476,35 @@ fn torchtitan_blocks_only_compile_keeps_the_eager_loss() {
     );
 }
 
+/// One block of Llama 3.1 70B under torchtitan at FSDP 32 × TP 8 with sequence parallelism,
+/// float8, compiled, full recompute, local batch 16 × 8192 tokens on Grand Teton's H100s:
+/// the async-TP benchmark's 2D shape, for the block-level checks below.
+struct TitanBlock {
+    m: plait_spec::ModelSpec,
+    c: ParallelConfig,
+    t: TrainSpec,
+    d: plait_cost::DeviceModel,
+    g: plait_cost::comm::Groups,
+}
+
+fn titan_70b_tp8() -> TitanBlock {
+    let cluster = cluster_preset("grand-teton-h100").unwrap();
+    let c: ParallelConfig = "dp32 tp8 mbs16 zero3 sp recompute=full".parse().unwrap();
+    let t = TrainSpec {
+        engine: Engine::Torchtitan,
+        dtype: Dtype::Fp8,
+        compile: true,
+        ..TrainSpec::new(512, 8192)
+    };
+    TitanBlock {
+        m: model_preset("llama3-70b").unwrap(),
+        d: device_for(&cluster, t.dtype).unwrap(),
+        g: plait_cost::comm::Groups::new(&cluster, &c),
+        c,
+        t,
+    }
+}
+
 #[test]
 fn torchtitan_runs_its_projections_as_separate_linears() {
     // torchtitan's Llama has `wq`, `wk`, `wv` and `w1`, `w3` as linears of their own
@@ -484,19 +514,7 @@ fn torchtitan_runs_its_projections_as_separate_linears() {
     // columns wide per rank, so their GEMMs, and the input-gradient GEMMs whose reduction
     // is those 128 columns, run far below the fused GEMM's rate; autograd then sums the
     // three input gradients.
-    use plait_cost::comm::Groups;
-    use plait_cost::layer::{block_cost, Workload};
-    let m = model_preset("llama3-70b").unwrap();
-    let cluster = cluster_preset("grand-teton-h100").unwrap();
-    let c: ParallelConfig = "dp32 tp8 mbs16 zero3 sp recompute=full".parse().unwrap();
-    let t = TrainSpec {
-        engine: Engine::Torchtitan,
-        dtype: Dtype::Fp8,
-        compile: true,
-        ..TrainSpec::new(512, 8192)
-    };
-    let d = device_for(&cluster, t.dtype).unwrap();
-    let g = Groups::new(&cluster, &c);
+    let TitanBlock { m, c, t, d, g } = titan_70b_tp8();
     let separate = Workload::new(&c, &t);
     assert!(separate.engine.separate_projections);
     let mut fused = separate;
@@ -546,19 +564,7 @@ fn torchtitan_float8_tp_casts_on_the_sequence_shard() {
     // (`Float8RowwiseParallel`, `NoopFwToFloat8BwDynamic`). Llama 3.1 70B at tp 8 with
     // sequence parallelism: against the same linears casting after a 16-bit gather, the
     // forward saves 7/8 of two full-sequence casts, and both passes gather half the bytes.
-    use plait_cost::comm::Groups;
-    use plait_cost::layer::{block_cost, Workload};
-    let m = model_preset("llama3-70b").unwrap();
-    let cluster = cluster_preset("grand-teton-h100").unwrap();
-    let c: ParallelConfig = "dp32 tp8 mbs16 zero3 sp recompute=full".parse().unwrap();
-    let t = TrainSpec {
-        engine: Engine::Torchtitan,
-        dtype: Dtype::Fp8,
-        compile: true,
-        ..TrainSpec::new(512, 8192)
-    };
-    let d = device_for(&cluster, t.dtype).unwrap();
-    let g = Groups::new(&cluster, &c);
+    let TitanBlock { m, c, t, d, g } = titan_70b_tp8();
     let float8_tp = Workload::new(&c, &t);
     let mut plain_tp = float8_tp;
     plain_tp.engine.fp8_tp_all_gather = false;

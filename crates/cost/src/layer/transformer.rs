@@ -343,7 +343,7 @@ pub(super) fn transformer_block_cost(
         // are cast on this rank's sequence shard, before their gather (`fp8_tp`).
         let sharded = |i: usize, column_input: bool| {
             let dense = i < 2 || m.moe.is_none();
-            if fp8_tp && dense && (i % 2 == 0) == column_input {
+            if fp8_tp && dense && i.is_multiple_of(2) == column_input {
                 1.0 / t
             } else {
                 1.0
