@@ -147,6 +147,23 @@ impl CrossEntropy {
         // (forward: the 16-bit logits and their fp32 copy, 6).
         transient_bytes: 8.0,
     };
+    /// `F.cross_entropy(pred.float(), labels)` on logits that tp shards over the vocabulary,
+    /// torchtitan's default with tp > 1 (9dec370 `parallel_dims.py:119`,
+    /// `loss_parallel_enabled`; `utils.py:200` enters `loss_parallel()`): DTensor runs the
+    /// loss as torch's decomposition with all-reduces inserted, op by op in fp32 (torch
+    /// 02eef6b `distributed/tensor/parallel/loss.py`, `_log_softmax`: the cast (read 2,
+    /// write 4), max (read 4), `x - max` (read 4, write 4), `exp` (read 4, write 4), its sum
+    /// (read 4), `shifted - logsumexp` (read 4, write 4); `_nll_loss_and_log_softmax_backward`:
+    /// `zeros_like` (write 4), `exp(x)` (read 4, write 4), the sum with the one-hot (read 8,
+    /// write 4), the product with the gradient (read 4, write 4), then the cast back (read
+    /// 4, write 2)). It keeps the fp32 log-softmax; at its backward peak the zero-filled
+    /// gradient, the exponentials and their sum (or the product) are alive beside it.
+    pub const TORCH_LOSS_PARALLEL: CrossEntropy = CrossEntropy {
+        forward_bytes: 6.0 + 4.0 + 8.0 + 8.0 + 4.0 + 8.0,
+        backward_bytes: 4.0 + 8.0 + 12.0 + 8.0 + 6.0,
+        saved_bytes: 4.0,
+        transient_bytes: 12.0,
+    };
     /// The same loss under `torch.compile` (torchtitan compiles it with the model, e7c0cae
     /// `components/loss.py`; v0.2.2 `[compile] components = ["model", "loss"]`): inductor
     /// fuses the cast, the log-softmax and the NLL into row reductions that read the 16-bit
@@ -337,6 +354,10 @@ pub struct EngineProfile {
     pub fused_grad_accumulation: bool,
     /// The loss kernel(s) after the LM head.
     pub cross_entropy: CrossEntropy,
+    /// The loss where tp shards the LM head's output over the vocabulary (Megatron's
+    /// `vocab_parallel_cross_entropy` is the same code either way; torchtitan's
+    /// `loss_parallel` is not).
+    pub cross_entropy_over_tp: CrossEntropy,
     /// The pre-attention and pre-MLP norms (and the final one).
     pub norm: Elementwise,
     /// Rotary embedding of q and k.
@@ -442,6 +463,11 @@ impl EngineProfile {
             } else {
                 eager.cross_entropy
             },
+            cross_entropy_over_tp: if compile_loss {
+                CrossEntropy::COMPILED
+            } else {
+                eager.cross_entropy_over_tp
+            },
             tp_comm_overlap: async_tp,
             tp_comm_overlap_in_backward: false,
             ..eager
@@ -492,6 +518,7 @@ impl EngineProfile {
             fp8_param_gather: true,
             fused_grad_accumulation: true,
             cross_entropy: CrossEntropy::MEGATRON_UNFUSED,
+            cross_entropy_over_tp: CrossEntropy::MEGATRON_UNFUSED,
             norm: Elementwise::FUSED_NORM,
             rope: Elementwise::FUSED_ROPE,
             repeats_kv_heads: false,
@@ -538,6 +565,7 @@ impl EngineProfile {
                 grad_reduce_bf16_bytes: 4.0,
                 attention: AttentionKernel::Triton,
                 cross_entropy: CrossEntropy::FLASH_FUSED,
+                cross_entropy_over_tp: CrossEntropy::FLASH_FUSED,
                 // TE linears keep the 16-bit weight and cache its fp8 copies.
                 fp8_weight_copy_bytes: 2.0,
                 fused_elementwise: false,
@@ -560,6 +588,7 @@ impl EngineProfile {
                 fp8_weight_copy_bytes: 0.0,
                 saves_quantized_linear_inputs: false,
                 cross_entropy: CrossEntropy::TORCH,
+                cross_entropy_over_tp: CrossEntropy::TORCH_LOSS_PARALLEL,
                 norm: Elementwise::EAGER_RMS_NORM,
                 rope: Elementwise::EAGER_COMPLEX_ROPE,
                 repeats_kv_heads: true,
@@ -614,6 +643,7 @@ impl EngineProfile {
                 grad_reduce_bf16_bytes: 4.0,
                 attention: AttentionKernel::Flash2,
                 cross_entropy: CrossEntropy::TORCH,
+                cross_entropy_over_tp: CrossEntropy::TORCH,
                 fused_elementwise: false,
                 fp8_cast_fused_into_norm: false,
                 overlaps_tp_backward: false,

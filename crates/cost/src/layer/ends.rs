@@ -129,9 +129,14 @@ pub fn head_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> La
         d.gemm16_s(wg.m, wg.n, wg.k, 1)
     };
     bwd.fixed(dg_s + wg_s, if w.lora.is_some() { 1.0 } else { 2.0 });
-    // Cross-entropy, as the engine computes it (`engine::CrossEntropy`).
+    // Cross-entropy, as the engine computes it (`engine::CrossEntropy`) on this GPU's
+    // share of the vocabulary.
     let logits = tokens * v_local;
-    let ce = w.engine.cross_entropy;
+    let ce = if w.tp > 1 {
+        w.engine.cross_entropy_over_tp
+    } else {
+        w.engine.cross_entropy
+    };
     fwd.stream(d, logits * ce.forward_bytes);
     bwd.stream(d, logits * ce.backward_bytes);
     // Final norm (or BERT's pooler) plus, when untied, this GPU's slice of the output matrix;
