@@ -101,15 +101,11 @@ pub fn inflight_microbatches(
         // ZB-V: every rank runs 2p − r − 1 chunk-0 and r + 1 chunk-1 forwards before its
         // first input pass frees one, 2p chunks of half a stage each: p micro-batches.
         Schedule::ZbV => ((2 * p - k - 1).min(m) + (k + 1).min(m)) as f64 / 2.0,
-        // Megatron-LM's interleaved warm-up: 2(p − k − 1) + (v − 1)p chunk forwards, then one
-        // more before the first backward — or every forward first when m = p; each chunk
-        // holds 1/v of the stage's activations.
+        // The interleaved warm-up (Megatron-Core's and torch's, `generate::interleaved`):
+        // 2(p − k − 1) + (v − 1)p chunk forwards, then one more before the first backward,
+        // at most every forward; each chunk holds 1/v of the stage's activations.
         Schedule::Interleaved => {
-            let chunks = if m == p {
-                m * vp
-            } else {
-                (2 * (p - k - 1) + (vp - 1) * p + 1).min(m * vp)
-            };
+            let chunks = (2 * (p - k - 1) + (vp - 1) * p + 1).min(m * vp);
             chunks as f64 / vp as f64
         }
     }

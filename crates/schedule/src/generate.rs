@@ -280,7 +280,7 @@ fn one_f_one_b(prog: &mut Program, m: u32, recompute: impl Fn(u32) -> RecomputeA
 
 /// Interleaved 1F1B (Narayanan et al. 2021) in Megatron-LM's order: forward step k runs
 /// chunk (k mod pv)/p of micro-batch ⌊k/pv⌋·p + k mod p; backward steps visit the chunks in
-/// reverse. Warm-up is 2(p − r − 1) + (v − 1)p steps, or everything when m = p.
+/// reverse. Warm-up is 2(p − r − 1) + (v − 1)p steps, at most every forward.
 fn interleaved(prog: &mut Program, m: u32, v: u32, recompute: RecomputeAt) {
     let p = prog.stages;
     let total = m * v;
@@ -290,11 +290,13 @@ fn interleaved(prog: &mut Program, m: u32, v: u32, recompute: RecomputeAt) {
         let chunk = if forward { chunk } else { v - 1 - chunk };
         ((k / group) * p + k % p, chunk)
     };
-    let warmup = if m == p {
-        total
-    } else {
-        (2 * (p - prog.rank - 1) + (v - 1) * p).min(total)
-    };
+    // Warm-up forwards: 2(p − r − 1) + (v − 1)p, at most every forward (Megatron-Core
+    // d98e8a6 `pipeline_parallel/schedules.py` `get_pp_rank_microbatches`; torch's
+    // `ScheduleInterleaved1F1B`, `_get_warmup_ops`). Older Megatron-LM, as SC'21 ran it,
+    // ran every forward first when m = p ("Run all forward passes and then all backward
+    // passes if number of microbatches is just the number of pipeline stages"); neither
+    // does now, and no run plait validates has m = p under that version.
+    let warmup = (2 * (p - prog.rank - 1) + (v - 1) * p).min(total);
     for k in 0..warmup {
         let (mb, c) = step(k, true);
         prog.forward(mb, c);

@@ -72,17 +72,17 @@ proptest! {
     }
 
     /// Interleaved with v chunks: m(F + B) + (p − 1)(F + B)/v (Narayanan et al. 2021), for
-    /// Megatron-LM's order with m a multiple of p.
+    /// Megatron-Core's order with m a multiple of p.
     #[test]
     fn interleaved(p in 1u32..=32, k in 1u32..=8, v in 1u32..=4, f in 1u32..=8, b in 1u32..=16) {
         let m = p * k;
         prop_assume!(m <= 128);
         let (f, b) = (f64::from(f * v), f64::from(b * v));
         let t = f64::from(m) * (f + b) + f64::from(p - 1) * (f + b) / f64::from(v);
-        // Megatron's warm-up: 2(p − k − 1) + (v − 1)p chunk forwards, one more before the
-        // first backward; everything when m = p.
+        // Megatron-Core's (and torch's) warm-up: 2(p − k − 1) + (v − 1)p chunk forwards, one
+        // more before the first backward, at most every forward.
         let inflight = |s: u32| {
-            let chunks = if m == p { m * v } else { (2 * (p - s - 1) + (v - 1) * p + 1).min(m * v) };
+            let chunks = (2 * (p - s - 1) + (v - 1) * p + 1).min(m * v);
             f64::from(chunks) / f64::from(v)
         };
         check(Kind::Interleaved, p, m, v, (f, b, 0.0), t, inflight);
