@@ -20,6 +20,10 @@ What each section measures, and which of the model's mechanisms it checks:
               alltoall rotation) at cp 1, 2, 4 and 8 with 32K local tokens, on a fake process
               group: every kernel and merge a rank runs, no communication. Beside it, the
               bare flash kernels of the same shapes, to separate the implementation's own cost.
+  loss        peak memory and time of torchtitan's loss, bytes per logit: `F.cross_entropy(
+              pred.float(), labels)` eager and compiled, and under `loss_parallel()` on a
+              fake 8-rank process group (DTensor's fp32 decomposition), to check
+              plait's `CrossEntropy::TORCH` (12 bytes at the peak) and `TORCH_LOSS_PARALLEL` (16).
   rowwise     fp8 GEMMs with row-wise scales (torch._scaled_mm with one fp32 scale per row of
               A and per column of B, as torchao's float8 "rowwise" recipe runs them) against
               per-tensor scales, fast and split accumulation, on the gemm section's shapes.
@@ -48,7 +52,7 @@ DEV = "cpu" if DRY else "cuda"
 BF16 = torch.bfloat16
 FP8 = torch.float8_e4m3fn
 SECTIONS = [a for a in sys.argv[1:] if not a.startswith("--")] or [
-    "env", "attention", "gemm", "grouped", "contention", "sustained", "ring", "rowwise"]
+    "env", "attention", "gemm", "grouped", "contention", "sustained", "ring", "rowwise", "loss"]
 T0 = time.time()
 _out = open(os.path.join(OUT, "h200_kernels.jsonl"), "w")
 
@@ -532,7 +536,67 @@ def rowwise():
             emit(kind="memory_kernel", op=label, error=f"{type(e).__name__}: {e}"[:300])
 
 
+@section("loss")
+def loss():
+    import contextlib
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import loss_parallel
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    tokens, vocab = (64, 512) if DRY else (16384, 128256)
+
+    def loss_fn(pred, labels):
+        return F.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))
+
+    def measure(label, make_pred, labels, fn, logits, context=None):
+        """Peak bytes over forward and backward above the 16-bit logits themselves (their
+        gradient included), per logit this rank holds."""
+        if not DRY:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        pred = make_pred()
+        base = torch.cuda.memory_allocated() if not DRY else 0
+        start = time.perf_counter()
+        with (context() if context else contextlib.nullcontext()):
+            out = fn(pred, labels)
+            grad_holder = pred
+            del pred
+            out.backward()
+        sync()
+        ms = (time.perf_counter() - start) * 1e3
+        peak = torch.cuda.max_memory_allocated() - base if not DRY else 0
+        emit(kind="loss", variant=label, tokens=tokens, vocab_local=logits // tokens,
+             peak_above_logits_bytes_per_logit=peak / logits, ms=ms)
+        del grad_holder, out
+
+    labels = torch.randint(0, vocab, (1, tokens), device=DEV)
+    make = lambda: randn(1, tokens, vocab).requires_grad_()
+    for label, fn in (("eager", loss_fn), ("compiled", torch.compile(loss_fn))):
+        try:
+            measure(label, make, labels, fn, tokens * vocab)
+            measure(label, make, labels, fn, tokens * vocab)  # after compilation/warm-up
+        except Exception as e:
+            emit(kind="loss", variant=label, error=f"{type(e).__name__}: {e}"[:300])
+    # loss_parallel over a fake 8-rank group: this rank holds vocab / 8 of the logits.
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
+    try:
+        mesh = init_device_mesh(DEV, (8,), mesh_dim_names=("tp",))
+        local = vocab // 8
+
+        def make_dt():
+            full = randn(1, tokens, local * 8)
+            return distribute_tensor(full, mesh, [Shard(2)]).detach().requires_grad_()
+
+        for _ in range(2):
+            measure("loss_parallel", make_dt, labels, loss_fn, tokens * local, loss_parallel)
+    except Exception as e:
+        emit(kind="loss", variant="loss_parallel", error=f"{type(e).__name__}: {e}"[:300])
+    finally:
+        dist.destroy_process_group()
+
+
 if __name__ == "__main__":
-    for run in (env, attention, gemm, grouped, contention, sustained, ring, rowwise):
+    for run in (env, attention, gemm, grouped, contention, sustained, ring, rowwise, loss):
         run()
     emit(kind="done", seconds=round(time.time() - T0, 1))
