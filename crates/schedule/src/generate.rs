@@ -291,7 +291,7 @@ fn interleaved(prog: &mut Program, m: u32, v: u32, recompute: RecomputeAt) {
         ((k / group) * p + k % p, chunk)
     };
     // Warm-up forwards: 2(p − r − 1) + (v − 1)p, at most every forward (Megatron-Core
-    // d98e8a6 `pipeline_parallel/schedules.py` `get_pp_rank_microbatches`; torch's
+    // 00611e6 `pipeline_parallel/schedules.py` `get_pp_rank_microbatches`; torch's
     // `ScheduleInterleaved1F1B`, `_get_warmup_ops`). Older Megatron-LM, as SC'21 ran it,
     // ran every forward first when m = p ("Run all forward passes and then all backward
     // passes if number of microbatches is just the number of pipeline stages"); neither
