@@ -354,10 +354,10 @@ pub struct EngineProfile {
     pub fused_grad_accumulation: bool,
     /// The loss kernel(s) after the LM head.
     pub cross_entropy: CrossEntropy,
-    /// The loss where tp shards the LM head's output over the vocabulary (Megatron's
-    /// `vocab_parallel_cross_entropy` is the same code either way; torchtitan's
-    /// `loss_parallel` is not).
-    pub cross_entropy_over_tp: CrossEntropy,
+    /// The loss the engine runs instead of `cross_entropy` where tp shards the LM head's
+    /// output over the vocabulary (torchtitan's `loss_parallel`); `None`: the same code
+    /// either way (Megatron's `vocab_parallel_cross_entropy`) or no such engine path.
+    pub cross_entropy_loss_parallel: Option<CrossEntropy>,
     /// The pre-attention and pre-MLP norms (and the final one).
     pub norm: Elementwise,
     /// Rotary embedding of q and k.
@@ -463,10 +463,11 @@ impl EngineProfile {
             } else {
                 eager.cross_entropy
             },
-            cross_entropy_over_tp: if compile_loss {
-                CrossEntropy::COMPILED
+            // The compiled loss replaces the eager one, sharded or not.
+            cross_entropy_loss_parallel: if compile_loss {
+                None
             } else {
-                eager.cross_entropy_over_tp
+                eager.cross_entropy_loss_parallel
             },
             tp_comm_overlap: async_tp,
             tp_comm_overlap_in_backward: false,
@@ -518,7 +519,7 @@ impl EngineProfile {
             fp8_param_gather: true,
             fused_grad_accumulation: true,
             cross_entropy: CrossEntropy::MEGATRON_UNFUSED,
-            cross_entropy_over_tp: CrossEntropy::MEGATRON_UNFUSED,
+            cross_entropy_loss_parallel: None,
             norm: Elementwise::FUSED_NORM,
             rope: Elementwise::FUSED_ROPE,
             repeats_kv_heads: false,
@@ -565,7 +566,6 @@ impl EngineProfile {
                 grad_reduce_bf16_bytes: 4.0,
                 attention: AttentionKernel::Triton,
                 cross_entropy: CrossEntropy::FLASH_FUSED,
-                cross_entropy_over_tp: CrossEntropy::FLASH_FUSED,
                 // TE linears keep the 16-bit weight and cache its fp8 copies.
                 fp8_weight_copy_bytes: 2.0,
                 fused_elementwise: false,
@@ -588,7 +588,7 @@ impl EngineProfile {
                 fp8_weight_copy_bytes: 0.0,
                 saves_quantized_linear_inputs: false,
                 cross_entropy: CrossEntropy::TORCH,
-                cross_entropy_over_tp: CrossEntropy::TORCH_LOSS_PARALLEL,
+                cross_entropy_loss_parallel: Some(CrossEntropy::TORCH_LOSS_PARALLEL),
                 norm: Elementwise::EAGER_RMS_NORM,
                 rope: Elementwise::EAGER_COMPLEX_ROPE,
                 repeats_kv_heads: true,
@@ -643,7 +643,6 @@ impl EngineProfile {
                 grad_reduce_bf16_bytes: 4.0,
                 attention: AttentionKernel::Flash2,
                 cross_entropy: CrossEntropy::TORCH,
-                cross_entropy_over_tp: CrossEntropy::TORCH,
                 fused_elementwise: false,
                 fp8_cast_fused_into_norm: false,
                 overlaps_tp_backward: false,

@@ -612,11 +612,11 @@ fn torchtitan_loss_parallel_holds_its_fp32_decomposition() {
     };
     let w = Workload::new(&c, &eager_loss);
     assert_eq!(
-        w.engine.cross_entropy_over_tp,
-        CrossEntropy::TORCH_LOSS_PARALLEL
+        w.engine.cross_entropy_loss_parallel,
+        Some(CrossEntropy::TORCH_LOSS_PARALLEL)
     );
     let mut fused = w;
-    fused.engine.cross_entropy_over_tp = CrossEntropy::TORCH;
+    fused.engine.cross_entropy_loss_parallel = None;
     let (parallel, plain) = (head_cost(&m, &d, &g, &w), head_cost(&m, &d, &g, &fused));
     let logits = 16.0 * 8192.0 * (129024.0 / 8.0);
     let peak = |h: &plait_cost::layer::LayerCost| h.activation_bytes + h.transient_bytes;

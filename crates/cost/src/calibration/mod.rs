@@ -270,6 +270,19 @@ impl Row<'_> {
                 )
             })
     }
+    /// A 0|1 column.
+    fn flag(&self, col: &str) -> Result<bool, SpecError> {
+        match self.str(col)? {
+            "0" => Ok(false),
+            "1" => Ok(true),
+            other => Err(SpecError::new(
+                self.source,
+                col,
+                format!("row {}: `{other}`", self.line),
+                "0|1",
+            )),
+        }
+    }
     fn int(&self, col: &str) -> Result<u64, SpecError> {
         let v = self.num(col)?;
         if v >= 0.0 && v.fract() == 0.0 && v < 1e15 {
@@ -466,7 +479,7 @@ fn llmfoundry_table(
             ffn_hidden: row.int("ffn")?,
             qkv_bias: false,
             linear_bias: false,
-            tied_embeddings: row.int("tied")? == 1,
+            tied_embeddings: row.flag("tied")?,
             ..plait_spec::presets::gpt(
                 &format!("mpt-{}", row.str("model")?),
                 row.int("hidden")?,
@@ -664,7 +677,7 @@ fn nemo_table(text: &str, source: &'static str, name: &'static str) -> Result<Ta
                     row.int("kv_heads")?,
                     row.int("head_dim")?,
                     row.int("ffn")?,
-                    row.int("tied")? == 1,
+                    row.flag("tied")?,
                 );
                 if row.str("arch_family")? == "gpt2" {
                     // GPT-3 has learned positions and biases; Nemotron rotary positions and

@@ -32,18 +32,7 @@ pub fn torchtitan_benchmarks(text: &str) -> Result<Table, SpecError> {
                 })?,
             ),
         };
-        let async_tp = match row.str("async_tp")? {
-            "0" => false,
-            "1" => true,
-            other => {
-                return Err(SpecError::new(
-                    SOURCE,
-                    "async_tp",
-                    format!("row {}: `{other}`", row.line),
-                    "0|1",
-                ))
-            }
-        };
+        let async_tp = row.flag("async_tp")?;
         let (config, dp) = parse_config_items(row.str("config")?).map_err(|problem| {
             SpecError::new(
                 SOURCE,

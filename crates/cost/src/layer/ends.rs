@@ -132,10 +132,9 @@ pub fn head_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> La
     // Cross-entropy, as the engine computes it (`engine::CrossEntropy`) on this GPU's
     // share of the vocabulary.
     let logits = tokens * v_local;
-    let ce = if w.tp > 1 {
-        w.engine.cross_entropy_over_tp
-    } else {
-        w.engine.cross_entropy
+    let ce = match w.engine.cross_entropy_loss_parallel {
+        Some(sharded) if w.tp > 1 => sharded,
+        _ => w.engine.cross_entropy,
     };
     fwd.stream(d, logits * ce.forward_bytes);
     bwd.stream(d, logits * ce.backward_bytes);

@@ -409,18 +409,15 @@ fn weight_grad_gemm_s(d: &DeviceModel, w: &Workload, wg: &Gemm, grouped: bool) -
 
 /// The GEMMs of linear `g` run as separate linears of the given relative output widths
 /// (`EngineProfile::separate_projections`); one width is `g` itself.
-fn column_parts(g: &Gemm, widths: &[f64]) -> Vec<Gemm> {
-    if widths.len() <= 1 {
-        return vec![*g];
-    }
+fn column_parts<'a>(g: &'a Gemm, widths: &'a [f64]) -> impl Iterator<Item = Gemm> + 'a {
     let total: f64 = widths.iter().sum();
-    widths
-        .iter()
-        .map(|w| Gemm {
+    widths.iter().map(move |w| match widths.len() {
+        1 => *g,
+        _ => Gemm {
             n: ((g.n as f64 * w / total).round() as u64).max(1),
             ..*g
-        })
-        .collect()
+        },
+    })
 }
 
 /// Backward GEMMs of a forward GEMM `[m×k]·[k×n]`: input gradient and weight gradient.

@@ -195,15 +195,16 @@ pub(super) fn transformer_block_cost(
     // Relative output widths of the separate linears that the qkv and fc1 GEMMs are, where
     // the engine runs them apart (`EngineProfile::separate_projections`): q, k, v; gate, up.
     let separate = w.engine.separate_projections;
-    let qkv_widths = if separate && m.mla.is_none() {
-        vec![q_local, kv_local, kv_local]
+    let (q_k_v, gate_up) = ([q_local, kv_local, kv_local], [1.0, 1.0]);
+    let qkv_widths: &[f64] = if separate && m.mla.is_none() {
+        &q_k_v
     } else {
-        vec![1.0]
+        &[1.0]
     };
-    let up_widths = if separate && m.moe.is_none() && m.activation == Activation::SwiGlu {
-        vec![1.0, 1.0]
+    let up_widths: &[f64] = if separate && m.moe.is_none() && m.activation == Activation::SwiGlu {
+        &gate_up
     } else {
-        vec![1.0]
+        &[1.0]
     };
     let core = if has_attn {
         attention_core(m, d, w)
@@ -232,7 +233,7 @@ pub(super) fn transformer_block_cost(
             parts.mla_up = fwd.since(before);
         }
         let before = fwd;
-        for part in column_parts(&qkv, &qkv_widths) {
+        for part in column_parts(&qkv, qkv_widths) {
             fwd.gemm(d, &part);
         }
         if m.positions == Positions::Rotary {
@@ -279,7 +280,7 @@ pub(super) fn transformer_block_cost(
             bwd.gemm(d, &rd);
             bwd.gemm(d, &rw);
         }
-        for part in column_parts(&up, &up_widths) {
+        for part in column_parts(&up, up_widths) {
             fwd.expert_gemm(d, &part, grouped);
         }
         let (act_fwd, act_bwd) = match (m.activation, w.engine.fused_elementwise) {
@@ -391,9 +392,9 @@ pub(super) fn transformer_block_cost(
         f64::from(u8::from(has_attn)) + f64::from(u8::from(has_mlp && !moe_dispatch_over_tp));
     for &(i, ref gm) in &linears {
         let widths = match i {
-            0 => &qkv_widths[..],
-            2 => &up_widths[..],
-            _ => &[1.0][..],
+            0 => qkv_widths,
+            2 => up_widths,
+            _ => &[1.0],
         };
         let (mut dg_s, mut wg_s) = (0.0, 0.0);
         for part in column_parts(gm, widths) {
@@ -729,25 +730,14 @@ pub(super) fn transformer_block_cost(
         Recompute::None => (all_saved, Phase::default(), 0.0),
         Recompute::Selective if w.engine.selective == SelectiveRecompute::EveryOtherMatmul => {
             // The block's `aten.mm` calls in forward order, each as (seconds, output
-            // elements): the fused qkv and gate/up GEMMs split into the separate linears
-            // torchtitan runs (wq, wk, wv; w1, w3), in proportion to their widths.
+            // elements): one per linear, the separate ones each (`column_parts`).
             let mut mms: Vec<(f64, f64)> = Vec::new();
-            // Separate linears (`EngineProfile::separate_projections`) take each its own
-            // GEMM's time; the parts of a fused one its time in proportion.
-            let mut push = |g: &Gemm, parts: &[f64]| {
-                let total: f64 = parts.iter().sum();
-                let (s, out) = (
-                    d.gemm_s(g.m, g.n, g.k, g.count),
-                    (g.m * g.n * g.count) as f64,
-                );
-                let own = column_parts(g, parts);
-                for (p, part) in parts.iter().zip(&own) {
-                    let part_s = if separate && own.len() > 1 {
-                        d.gemm_s(part.m, part.n, part.k, part.count)
-                    } else {
-                        s * p / total
-                    };
-                    mms.push((part_s, out * p / total));
+            let mut push = |g: &Gemm, widths: &[f64]| {
+                for p in column_parts(g, widths) {
+                    mms.push((
+                        d.gemm_s(p.m, p.n, p.k, p.count),
+                        (p.m * p.n * p.count) as f64,
+                    ));
                 }
             };
             let swiglu_halves: &[f64] = if m.activation == Activation::SwiGlu {
@@ -759,10 +749,7 @@ pub(super) fn transformer_block_cost(
                 for g in gemms.attn_pre.iter().flatten() {
                     push(g, &[1.0]);
                 }
-                match m.mla {
-                    Some(_) => push(&qkv, &[1.0]),
-                    None => push(&qkv, &[q_local, kv_local, kv_local]),
-                }
+                push(&qkv, qkv_widths);
                 push(&attn_out, &[1.0]);
             }
             if has_mlp {
@@ -777,7 +764,7 @@ pub(super) fn transformer_block_cost(
                         }
                     }
                     (None, _) => {
-                        push(&up, swiglu_halves);
+                        push(&up, up_widths);
                         push(&down, &[1.0]);
                     }
                 }

@@ -141,27 +141,19 @@ impl Config<'_> {
     /// LayerNorm after the word embeddings (`word_embeddings_layernorm`, 2 × hidden
     /// parameters) is not modelled.
     pub(super) fn bloom(&self) -> Result<ModelSpec> {
-        // The released files' key, or transformers' attribute name for it.
-        let either = |released: &str, attribute: &str, max: u64| match self.get(released) {
-            Some(_) => self.int(released, max),
-            None => self.int(attribute, max),
-        };
-        // The key the file used, for the errors below.
-        let named = |released: &'static str, attribute: &'static str| {
-            if self.get(released).is_some() {
+        // The released files' key, or transformers' attribute name for it: the key the file
+        // used (for the errors below) and its value.
+        let either = |released: &'static str, attribute: &'static str, max: u64| {
+            let key = if self.get(released).is_some() {
                 released
             } else {
                 attribute
-            }
+            };
+            self.int(key, max).map(|v| (key, v))
         };
-        let hidden = either("n_embed", "hidden_size", MAX_DIM)?;
-        let layers = either("n_layer", "num_hidden_layers", MAX_LAYERS)?;
-        let heads = either("n_head", "num_attention_heads", MAX_DIM)?;
-        let (hidden_key, layers_key, heads_key) = (
-            named("n_embed", "hidden_size"),
-            named("n_layer", "num_hidden_layers"),
-            named("n_head", "num_attention_heads"),
-        );
+        let (hidden_key, hidden) = either("n_embed", "hidden_size", MAX_DIM)?;
+        let (layers_key, layers) = either("n_layer", "num_hidden_layers", MAX_LAYERS)?;
+        let (heads_key, heads) = either("n_head", "num_attention_heads", MAX_DIM)?;
         let vocab = self.opt_int("vocab_size", MAX_DIM)?.unwrap_or(BLOOM_VOCAB);
         if self.flag("apply_residual_connection_post_layernorm", false)? {
             return Err(self.err(

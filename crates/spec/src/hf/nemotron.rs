@@ -25,11 +25,6 @@ impl Config<'_> {
             .unwrap_or(keys[0])
     }
 
-    /// Nemotron 3's experts (transformers' `NemotronHConfig`): `n_routed_experts` of
-    /// `moe_intermediate_size`, `num_experts_per_tok` routed, and shared experts of
-    /// `moe_shared_expert_intermediate_size` (a whole number of routed widths; none when
-    /// `n_shared_experts` is 0); `None` when the config names no experts. A latent MoE
-    /// (`moe_latent_size`, experts in a projected space) is not expressible.
     /// Nemotron 3's router: sigmoid scores with a routing-only expert bias (Megatron Bridge
     /// `models/nemotronh/nemotron_h_provider.py` `NemotronHModelProvider`:
     /// `moe_router_score_function = "sigmoid"`, `moe_router_enable_expert_bias = True`),
@@ -56,6 +51,11 @@ impl Config<'_> {
         })
     }
 
+    /// Nemotron 3's experts (transformers' `NemotronHConfig`): `n_routed_experts` of
+    /// `moe_intermediate_size`, `num_experts_per_tok` routed, and shared experts of
+    /// `moe_shared_expert_intermediate_size` (a whole number of routed widths; none when
+    /// `n_shared_experts` is 0); `None` when the config names no experts. A latent MoE
+    /// (`moe_latent_size`, experts in a projected space) is not expressible.
     fn nemotron_h_experts(&self) -> Result<Option<(MoeSpec, u64)>> {
         let Some(experts) = self.opt_int("n_routed_experts", MAX_DIM)? else {
             return Ok(None);
