@@ -100,34 +100,97 @@ const FA2_BACKWARD_OVER_FORWARD: f64 = 196.0 / 225.0;
 /// 4k, 8k, 16k, 32k, 64k and 128k (FLOPs 4·s²·d per head forward, halved when causal; the
 /// backward does 2.5×), measured on one H200 (PyTorch 2.11 SDPA's flash backend, bf16,
 /// `scripts/h200_kernels.py`, rows `"kind": "attention", "backend": "flash"` of
-/// `crates/cost/tests/data/h200_kernels.jsonl`). Rows: head dim 64, 128, 256, then the same
-/// causal. The kernels ran back to back for a minute, as in a training step, and no
-/// sustained-clock factor is applied to them: that factor is the power cap's, which GEMMs
-/// near the tensor peak run into and kernels at a third of it are taken not to. Two sets of
-/// training runs bear this out: NeMo's long-context runs give Transformer Engine's
-/// attention 1.03× this rate (`TE_FUSED_OVER_FA2`), and llm-foundry's H100 runs at 16K–64K
-/// tokens (flash-attn, attention most of the step) are predicted −3 … +6 % with it, against
-/// +8 … +19 % with the factor. Against Dao 2023's H100 figure (Figure 7) these rates are
-/// 1–19 % slower, 1–5 % at 4k–16k without a causal mask. The H200's tensor cores are the
-/// H100's (same 132 SMs and clocks); its faster HBM does not bound these kernels.
+/// `crates/cost/tests/data/h200_kernels.jsonl` with batch × heads of at least
+/// [`FA2_HOPPER_HEADS`]). Rows: head dim 64, 128, 256, then the same causal. The kernels ran
+/// back to back for a minute, as in a training step, and no sustained-clock factor is
+/// applied to them: that factor is the power cap's, which GEMMs near the tensor peak run
+/// into and kernels at a third of it are taken not to. Two sets of training runs bear this
+/// out: NeMo's long-context runs give Transformer Engine's attention 1.03× this rate
+/// (`TE_FUSED_OVER_FA2`), and llm-foundry's H100 runs at 16K–64K tokens (flash-attn,
+/// attention most of the step) are predicted −3 … +6 % with it, against +8 … +19 % with the
+/// factor. Against Dao 2023's H100 figure (Figure 7) these rates are 1–19 % slower, 1–5 % at
+/// 4k–16k without a causal mask. The H200's tensor cores are the H100's (same 132 SMs and
+/// clocks); its faster HBM does not bound these kernels. A kernel over fewer sequences and
+/// heads runs slower at long sequences: [`FA2_HOPPER_FEW_HEADS`].
 #[rustfmt::skip]
 const FA2_HOPPER_FWD_TFLOPS: [[f64; 9]; 6] = [
-    [275.1, 288.2, 304.2, 311.0, 309.8, 304.8, 303.8, 303.7, 303.8],
-    [301.5, 328.9, 339.2, 348.6, 345.6, 325.8, 339.3, 343.3, 350.4],
-    [287.9, 307.9, 317.6, 318.7, 315.0, 316.9, 322.1, 321.5, 321.2],
-    [160.6, 228.3, 276.4, 292.5, 302.0, 294.2, 289.8, 283.4, 271.3],
-    [201.6, 273.8, 304.4, 318.4, 325.0, 285.6, 293.4, 272.1, 308.3],
-    [232.9, 264.3, 294.1, 293.7, 292.5, 269.1, 271.4, 271.5, 271.2],
+    [272.1, 289.2, 304.7, 308.5, 307.2, 304.2, 309.9, 314.0, 310.5],
+    [299.1, 326.6, 336.5, 341.8, 348.7, 346.1, 351.7, 343.4, 348.1],
+    [288.9, 305.4, 312.3, 320.2, 307.6, 320.9, 310.8, 320.6, 303.7],
+    [162.1, 231.4, 276.6, 293.9, 299.3, 293.0, 305.1, 314.7, 310.8],
+    [200.2, 265.9, 305.8, 321.0, 323.9, 317.0, 339.0, 342.3, 324.1],
+    [222.8, 268.5, 292.7, 292.2, 297.1, 307.0, 305.8, 282.3, 263.0],
 ];
 #[rustfmt::skip]
 const FA2_HOPPER_BWD_TFLOPS: [[f64; 9]; 6] = [
-    [177.2, 221.3, 253.5, 273.0, 283.9, 287.8, 284.7, 287.7, 289.5],
-    [188.8, 239.0, 274.6, 296.0, 303.9, 301.3, 303.3, 306.4, 308.8],
-    [170.7, 208.6, 234.9, 249.0, 255.3, 255.4, 257.8, 259.6, 261.2],
-    [110.9, 159.1, 202.9, 234.5, 254.6, 266.9, 273.0, 277.8, 278.4],
-    [123.9, 177.5, 227.9, 265.5, 286.7, 296.9, 309.9, 313.6, 319.8],
-    [115.1, 160.6, 198.2, 224.3, 236.9, 248.1, 253.0, 255.6, 253.4],
+    [176.3, 221.3, 253.5, 273.7, 283.5, 287.6, 291.9, 297.1, 298.1],
+    [189.8, 239.2, 274.7, 294.4, 303.9, 303.2, 310.0, 318.5, 323.0],
+    [169.5, 207.7, 234.0, 248.8, 255.4, 259.7, 266.1, 270.6, 268.5],
+    [110.8, 159.1, 202.2, 234.4, 251.6, 265.0, 276.7, 282.2, 286.1],
+    [124.4, 178.6, 227.0, 264.3, 286.1, 303.1, 313.0, 319.2, 324.7],
+    [115.4, 160.3, 198.1, 224.2, 236.6, 251.3, 254.5, 259.3, 264.6],
 ];
+/// Batch × heads of one kernel call at and above which the Hopper tables hold: 32, a
+/// Llama 3 8B layer's heads at one sequence per micro-batch (the table's rows at 8K tokens
+/// and shorter ran more).
+const FA2_HOPPER_HEADS: f64 = 32.0;
+/// The same kernels at 16k, 32k, 64k and 128k tokens with fewer sequences × heads per call
+/// (the first run of the script's attention section, the rows of `h200_kernels.jsonl` whose
+/// batch × heads is below 32): these counts per head dim (64, 128, 256), and the forward and
+/// backward TFLOP/s they reached, rows as in [`FA2_HOPPER_FWD_TFLOPS`]. A causal forward
+/// loses most (7 heads at 32k: 293 against 339 TFLOP/s; 2 at 64k: 272 against 342): its
+/// thread blocks do unequal work, and with few of them the last wave leaves SMs idle. A
+/// kernel's rate is interpolated in log(batch × heads) between these and the main table,
+/// clamped at both ends.
+const FA2_HOPPER_FEW_HEADS: [[f64; 4]; 3] = [
+    [48.0, 15.0, 4.0, 1.0],
+    [16.0, 7.0, 2.0, 1.0],
+    [15.0, 4.0, 1.0, 1.0],
+];
+#[rustfmt::skip]
+const FA2_HOPPER_FEW_FWD_TFLOPS: [[f64; 4]; 6] = [
+    [304.8, 303.8, 303.7, 303.8],
+    [325.8, 339.3, 343.3, 350.4],
+    [316.9, 322.1, 321.5, 321.2],
+    [294.2, 289.8, 283.4, 271.3],
+    [285.6, 293.4, 272.1, 308.3],
+    [269.1, 271.4, 271.5, 271.2],
+];
+#[rustfmt::skip]
+const FA2_HOPPER_FEW_BWD_TFLOPS: [[f64; 4]; 6] = [
+    [287.8, 284.7, 287.7, 289.5],
+    [301.3, 303.3, 306.4, 308.8],
+    [255.4, 257.8, 259.6, 261.2],
+    [266.9, 273.0, 277.8, 278.4],
+    [296.9, 309.9, 313.6, 319.8],
+    [248.1, 253.0, 255.6, 253.4],
+];
+
+/// Row `row` of a Hopper table at `parallel_heads` (batch × heads of one call): the main
+/// table's rates, lowered at 16k–128k tokens toward the few-heads run's where the call has
+/// fewer than [`FA2_HOPPER_HEADS`].
+fn hopper_row(
+    table: &[[f64; 9]; 6],
+    few: &[[f64; 4]; 6],
+    row: usize,
+    parallel_heads: f64,
+) -> [f64; 9] {
+    let mut out = table[row];
+    let hd = row % 3;
+    for (col, rate) in out.iter_mut().enumerate().skip(5) {
+        let few_heads = FA2_HOPPER_FEW_HEADS[hd][col - 5];
+        if few_heads >= FA2_HOPPER_HEADS {
+            continue;
+        }
+        let t = ((parallel_heads.max(1.0).ln() - few_heads.ln())
+            / (FA2_HOPPER_HEADS.ln() - few_heads.ln()))
+        .clamp(0.0, 1.0);
+        let slow = few[row][col - 5];
+        *rate = slow + (*rate - slow) * t;
+    }
+    out
+}
+
 /// Dense 16-bit peak of the GPU the Hopper table was measured on (H200 = H100 datasheet).
 const FA2_HOPPER_PEAK_TFLOPS: f64 = 989.4;
 /// Transformer Engine's cuDNN fused attention in training on Hopper and later, over the
@@ -175,15 +238,17 @@ fn by_seq<const N: usize>(row: &[f64; N], seq: f64) -> f64 {
 
 /// Fraction of the 16-bit peak (forward, backward) that `kernel` reaches at sequence length
 /// `seq` and head dimension `head_dim` on `gen`, by log-linear interpolation in the
-/// FlashAttention-2 tables (clamped outside their sequence lengths and head dims). `level`
-/// picks the optimistic, central or pessimistic end (0, 1, 2) of the kernel's range
-/// against FlashAttention-2.
+/// FlashAttention-2 tables (clamped outside their sequence lengths and head dims), for a
+/// call over `parallel_heads` sequences × heads (Hopper and later; the A100 figure has no
+/// such axis). `level` picks the optimistic, central or pessimistic end (0, 1, 2) of the
+/// kernel's range against FlashAttention-2.
 pub fn attention_fraction(
     gen: Generation,
     kernel: AttentionKernel,
     seq: f64,
     head_dim: f64,
     causal: bool,
+    parallel_heads: f64,
     level: usize,
 ) -> (f64, f64) {
     let (fwd, bwd) = match gen {
@@ -203,12 +268,15 @@ pub fn attention_fraction(
             let base = if causal { 3 } else { 0 };
             let x = (head_dim.max(1.0).log2() - 6.0).clamp(0.0, 2.0);
             let (i, t) = ((x.floor() as usize).min(1), x - (x.floor()).min(1.0));
-            let at = |table: &[[f64; 9]; 6]| {
-                let lo = by_seq(&table[base + i], seq);
-                let hi = by_seq(&table[base + i + 1], seq);
+            let at = |table: &[[f64; 9]; 6], few: &[[f64; 4]; 6]| {
+                let lo = by_seq(&hopper_row(table, few, base + i, parallel_heads), seq);
+                let hi = by_seq(&hopper_row(table, few, base + i + 1, parallel_heads), seq);
                 (lo + (hi - lo) * t) / FA2_HOPPER_PEAK_TFLOPS
             };
-            (at(&FA2_HOPPER_FWD_TFLOPS), at(&FA2_HOPPER_BWD_TFLOPS))
+            (
+                at(&FA2_HOPPER_FWD_TFLOPS, &FA2_HOPPER_FEW_FWD_TFLOPS),
+                at(&FA2_HOPPER_BWD_TFLOPS, &FA2_HOPPER_FEW_BWD_TFLOPS),
+            )
         }
     };
     let level = level.min(2);
@@ -474,7 +542,8 @@ impl DeviceModel {
     }
 
     /// Forward and backward time of a fused attention kernel doing `forward_flops` (already
-    /// halved for causal masks; the backward does 2.5×) at key length `seq`.
+    /// halved for causal masks; the backward does 2.5×) at key length `seq`, over
+    /// `parallel_heads` sequences × heads in one call.
     #[allow(clippy::too_many_arguments)]
     pub fn attention_s(
         &self,
@@ -483,9 +552,18 @@ impl DeviceModel {
         seq: f64,
         head_dim: f64,
         causal: bool,
+        parallel_heads: f64,
         level: usize,
     ) -> (f64, f64) {
-        let (f, b) = attention_fraction(self.generation, kernel, seq, head_dim, causal, level);
+        let (f, b) = attention_fraction(
+            self.generation,
+            kernel,
+            seq,
+            head_dim,
+            causal,
+            parallel_heads,
+            level,
+        );
         let clock = if attention_rates_sustained(self.generation) {
             1.0
         } else {

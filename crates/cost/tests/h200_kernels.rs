@@ -2,10 +2,10 @@
 //! `tests/data/h200_kernels.jsonl`): FlashAttention-2 and cuDNN attention by sequence length
 //! and head dim, bf16 and fp8 GEMMs on the shapes of real layers, thirty seconds of GEMMs at
 //! the power cap, GEMMs slowed by a copy kernel holding NCCL's number of thread blocks, and
-//! grouped expert GEMMs.
+//! grouped expert GEMMs, and one rank's share of PyTorch's context-parallel ring attention.
 
 use plait_cost::device::{AttentionKernel, DeviceModel};
-use plait_cost::engine::contention_per_overlap_s;
+use plait_cost::engine::{contention_per_overlap_s, CpMerge};
 use plait_spec::{cluster::h200, Dtype};
 use serde_json::Value;
 
@@ -44,6 +44,7 @@ fn attention(r: &Value, kernel: AttentionKernel, level: usize) -> (f64, f64) {
         num(r, "seq"),
         num(r, "head_dim"),
         r["causal"].as_bool().unwrap(),
+        num(r, "batch") * num(r, "heads"),
         level,
     )
 }
@@ -56,8 +57,9 @@ fn flash_attention_follows_the_measured_rates() {
         .collect();
     assert_eq!(
         flash.len(),
-        54,
-        "3 head dims × 2 masks × 9 sequence lengths"
+        54 + 22,
+        "3 head dims × 2 masks × 9 sequence lengths with at least 32 sequences × heads, and \
+         the first run's rows at 16K–128K tokens with fewer"
     );
     for r in &flash {
         let (f, b) = attention(r, AttentionKernel::Flash2, 1);
@@ -70,11 +72,29 @@ fn flash_attention_follows_the_measured_rates() {
     let r = &flash[0];
     let at = |hd: f64| {
         device(Dtype::Bf16)
-            .attention_s(AttentionKernel::Flash2, 1e12, 8192.0, hd, true, 1)
+            .attention_s(AttentionKernel::Flash2, 1e12, 8192.0, hd, true, 32.0, 1)
             .0
     };
     let (a, b, c) = (at(64.0), at(96.0), at(128.0));
     assert!(a.min(c) <= b && b <= a.max(c), "{r}");
+    // A long causal kernel over few sequences × heads is slower, and more of them never
+    // slow it: between the two runs' counts the rate is interpolated.
+    let forward = |heads: f64| {
+        device(Dtype::Bf16)
+            .attention_s(
+                AttentionKernel::Flash2,
+                1e12,
+                32768.0,
+                128.0,
+                true,
+                heads,
+                1,
+            )
+            .0
+    };
+    let times: Vec<f64> = [1.0, 4.0, 7.0, 12.0, 32.0, 64.0].map(forward).to_vec();
+    assert!(times.windows(2).all(|w| w[1] <= w[0]), "{times:?}");
+    assert!(times[2] / times[4] > 1.1, "{times:?}");
 }
 
 #[test]
@@ -85,7 +105,7 @@ fn cudnn_attention_lies_inside_the_transformer_engine_band() {
         .into_iter()
         .filter(|r| r["backend"] == "cudnn" && r["head_dim"] == 128)
         .collect();
-    assert_eq!(cudnn.len(), 18);
+    assert_eq!(cudnn.len(), 18 + 8);
     for r in &cudnn {
         let measured = (num(r, "fwd_ms") + num(r, "bwd_ms")) / 1e3;
         let (of, ob) = attention(r, AttentionKernel::CudnnFused, 0);
@@ -237,4 +257,50 @@ fn grouped_expert_gemms_with_enough_tokens() {
     assert_eq!(errors.len(), 28);
     let (bias, abs) = log_errors(&errors);
     assert!(abs < 0.19 && bias.abs() < 0.16, "{bias:+.3} / {abs:.3}");
+}
+
+/// One rank's share of torch's `context_parallel` ring (causal, head-tail load balance) at
+/// 32K local tokens, run on a fake process group so that only its kernels and merges count:
+/// plait costs it as the flash kernel at the local length over all the keys the rank sees,
+/// plus the fp32 merges of `CpMerge::PYTORCH_FP32`, and the sum must hold at every cp.
+#[test]
+fn context_parallel_ring_costs_its_kernels_and_merges() {
+    let ring = rows("ring");
+    assert_eq!(
+        ring.len(),
+        26,
+        "2 head counts × (cp 1 + 3 cp × 2 rotations × 2 ranks)"
+    );
+    let d = device(Dtype::Bf16);
+    let merge = CpMerge::PYTORCH_FP32;
+    let mut errors = vec![];
+    for r in &ring {
+        let (cp, seq) = (num(r, "cp"), num(r, "local_seq"));
+        let (f, b) = d.attention_s(
+            AttentionKernel::Flash2,
+            num(r, "fwd_flops"),
+            seq,
+            num(r, "head_dim"),
+            true,
+            num(r, "heads"),
+            1,
+        );
+        let (f, b) = if cp > 1.0 {
+            let out = seq * num(r, "heads") * num(r, "head_dim");
+            (
+                f + d.memory_s(out * (merge.forward_fixed + (cp - 1.0) * merge.forward_per_step)),
+                b + d.memory_s(out * (merge.backward_fixed + cp * merge.backward_per_step)),
+            )
+        } else {
+            (f, b)
+        };
+        for (got, ms) in [(f, num(r, "fwd_ms")), (f + b, num(r, "fwd_bwd_ms"))] {
+            let err = (got / (ms / 1e3)).ln();
+            assert!(err.abs() < 0.10, "{r}: {:+.1} %", 100.0 * err);
+            errors.push(err);
+        }
+    }
+    let (signed, mean) = log_errors(&errors);
+    eprintln!("ring: mean |log error| {mean:.3}, signed {signed:+.3}");
+    assert!(mean < 0.05 && signed.abs() < 0.05, "{mean} {signed}");
 }

@@ -64,6 +64,7 @@ fn attention_core(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> AttentionCore
                 queries.min(keys),
                 dim,
                 m.causal,
+                w.mbs * heads,
                 w.level,
             );
             forward.fixed(f_s, 1.0);
