@@ -381,6 +381,22 @@ pub struct EngineProfile {
     /// How context parallelism combines the attention of a rank's queries over the key
     /// chunks, in memory traffic on the compute stream.
     pub cp_merge: CpMerge,
+    /// Context parallelism's backward gathers the keys and values again and returns their
+    /// gradients around the ring in fp32, one exchange per step after that step's kernel,
+    /// whichever way the forward rotated them: PyTorch's experimental context parallelism
+    /// (torch 2.6.0, git 2236df1, `distributed/tensor/experimental/_attention.py`,
+    /// `_templated_ring_attention_backward`: fp32 `grad_key`/`grad_value` under
+    /// `convert_to_f32`, `dkv_rotater = _create_rotater(pg, 2, method=ALL_TO_ALL)`, `size`
+    /// exchanges, the last waited on after the loop). Transformer Engine reduce-scatters
+    /// 16-bit gradients (all-gather variant) or passes them in 16 bits (ring).
+    pub cp_grads_ring_fp32: bool,
+    /// Context parallelism's collectives are waited on where they are issued, so none
+    /// overlaps attention: PyTorch's context parallelism under `torch.compile` (torch 2.6.0
+    /// `distributed/_functional_collectives.py` `_maybe_wrap_tensor`: while tracing every
+    /// functional collective is followed by its `wait_tensor`; `_inductor/config.py`
+    /// `reorder_for_compute_comm_overlap = False`, so inductor does not move the waits).
+    /// Eager, the same code overlaps each exchange with the next step's kernel.
+    pub cp_collectives_in_line: bool,
 }
 
 /// The memory traffic of context parallelism's per-chunk merges, bytes per element of the
@@ -471,6 +487,8 @@ impl EngineProfile {
             },
             tp_comm_overlap: async_tp,
             tp_comm_overlap_in_backward: false,
+            // Compiled blocks trace PyTorch's context parallelism, waits and all.
+            cp_collectives_in_line: eager.cp_grads_ring_fp32,
             ..eager
         }
     }
@@ -526,6 +544,8 @@ impl EngineProfile {
             separate_projections: false,
             selective: SelectiveRecompute::AttentionCore,
             cp_merge: CpMerge::FUSED,
+            cp_grads_ring_fp32: false,
+            cp_collectives_in_line: false,
         };
         match engine {
             Engine::Megatron => megatron,
@@ -595,6 +615,7 @@ impl EngineProfile {
                 separate_projections: true,
                 selective: SelectiveRecompute::EveryOtherMatmul,
                 cp_merge: CpMerge::PYTORCH_FP32,
+                cp_grads_ring_fp32: true,
                 fp8_tp_all_gather: true,
                 sharded: ShardedParams {
                     regather_with_pipeline: false,

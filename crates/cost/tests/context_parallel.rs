@@ -196,3 +196,55 @@ fn pytorch_context_parallelism_merges_each_chunk_in_fp32() {
         "{extra_b} vs {backward}"
     );
 }
+
+#[test]
+fn pytorch_context_parallelism_returns_fp32_gradients_and_compiled_waits_in_line() {
+    use plait_cost::estimate::layer_costs;
+    use plait_cost::{comm::Groups, layer::Workload};
+    // Llama 3.1 8B at 256K tokens over cp 8 on one node (torchtitan's CP benchmark shape):
+    // PyTorch's backward gathers K and V again and sends the fp32 dK, dV (1 GiB per rank
+    // after `repeat_kv`) once per step; compiled, every collective is waited on where it is
+    // issued, so none of it hides behind the attention.
+    let m = model_preset("llama3-8b").unwrap();
+    let cluster = cluster_preset("dgx-h100").unwrap();
+    let d = device_for(&cluster, Dtype::Bf16).unwrap();
+    let c: ParallelConfig = "dp1 tp1 cp8 cp-comm=allgather mbs1 zero3".parse().unwrap();
+    let g = Groups::new(&cluster, &c);
+    let block = |engine, compile| {
+        let t = TrainSpec {
+            engine,
+            compile,
+            ..TrainSpec::new(1, 262_144)
+        };
+        layer_costs(&m, &d, &g, &Workload::new(&c, &t)).block
+    };
+    let te = block(plait_spec::Engine::Megatron, false);
+    let eager = block(plait_spec::Engine::Torchtitan, false);
+    let compiled = block(plait_spec::Engine::Torchtitan, true);
+    let gathered = 8.0 * 2.0 * 32768.0 * 4096.0 * 2.0;
+    let in_line_forward = g.cp.all_gather_s(gathered);
+    let dkv = g.cp.p2p_s(2.0 * 32768.0 * 4096.0 * 4.0);
+    let in_line_backward = in_line_forward + 8.0 * dkv;
+    let close = |got: f64, want: f64| (got / want - 1.0).abs() < 1e-9;
+    assert!(
+        close(compiled.forward.cp_comm_s, in_line_forward),
+        "{} vs {in_line_forward}",
+        compiled.forward.cp_comm_s
+    );
+    assert!(
+        close(compiled.backward.cp_comm_s, in_line_backward),
+        "{} vs {in_line_backward}",
+        compiled.backward.cp_comm_s
+    );
+    // Eager, each exchange hides behind the next step's kernel: only the last one shows
+    // here, where a step's attention outlasts it.
+    assert!(
+        eager.backward.cp_comm_s < 0.5 * compiled.backward.cp_comm_s
+            && eager.backward.cp_comm_s >= dkv,
+        "eager {} s, compiled {} s",
+        eager.backward.cp_comm_s,
+        compiled.backward.cp_comm_s
+    );
+    // Transformer Engine reduce-scatters 16-bit gradients beside the kernel.
+    assert!(te.backward.cp_comm_s < eager.backward.cp_comm_s);
+}

@@ -5,6 +5,7 @@
 
 use plait_spec::{Activation, AttentionImpl, CpComm, Gemm, ModelSpec, Positions, Recompute, Shard};
 
+use super::context_parallel::{self, CpShape};
 use super::selective::{megatron_modules, ModuleKernels, Selected};
 use super::{
     backward_gemms, column_parallel_backward_comm, column_parts, elementwise, expert_gemm_s,
@@ -580,72 +581,29 @@ pub(super) fn transformer_block_cost(
             bwd_phase.tp_comm_s += pair;
         }
     }
-    // Working memory of context parallelism's attention beside the block's.
-    let mut cp_transient = 0.0;
-    if g.cp.size > 1 && has_attn {
-        let cp = g.cp.size as f64;
-        // The keys and values context parallelism moves: those the attention kernel reads,
-        // after `repeat_kv` where the engine repeats them (PyTorch's context parallelism
-        // shards the kernel's own inputs).
-        let kv_moved = if repeated_kv { q_local } else { kv_local };
-        let kv_bytes = 2.0 * w.mbs * w.seq_local * kv_moved * e;
-        // The per-chunk merges of the ring and the all-gather (`EngineProfile::cp_merge`),
-        // forward and backward; Ulysses attends over whole sequences and merges nothing.
-        let merge = w.engine.cp_merge;
-        let out_elements = w.mbs * w.seq_local * out_local;
-        let steps = cp - 1.0;
-        if w.cp_comm != CpComm::A2a {
-            fwd.stream(
-                d,
-                out_elements * (merge.forward_fixed + steps * merge.forward_per_step),
-            );
-            bwd.stream(
-                d,
-                out_elements * (merge.backward_fixed + cp * merge.backward_per_step),
-            );
-        }
-        match w.cp_comm {
-            CpComm::P2p => {
-                // Ring attention: cp − 1 exchanges of the local K and V, overlapped with
-                // the attention of the chunk already present; backward also returns dK, dV.
-                let per_step_f = core.forward.gpu_s / cp;
-                let per_step_b = core.backward.gpu_s / cp;
-                fwd_phase.cp_comm_s = steps * (g.cp.p2p_s(kv_bytes) - per_step_f).max(0.0);
-                bwd_phase.cp_comm_s = steps * (g.cp.p2p_s(2.0 * kv_bytes) - per_step_b).max(0.0);
-                // The chunk in use and the one arriving, and in the backward their
-                // gradients travelling the other way.
-                cp_transient = 4.0 * kv_bytes;
-            }
-            CpComm::A2a => {
-                // Ulysses: q, k, v to head-split before the kernel and the output back after
-                // it, in line on the compute stream (TE d0067d0 `AttnFuncWithCPAndQKVOA2A`:
-                // each `flash_attn_a2a_communicate` waits for its all-to-all); the backward
-                // runs the mirror image (dO in, dQ, dK, dV out).
-                let q_bytes = w.mbs * w.seq_local * q_local * e;
-                let qkv = g.cp.all_to_all_s(q_bytes + kv_bytes);
-                let out = g.cp.all_to_all_s(w.mbs * w.seq_local * out_local * e);
-                fwd_phase.cp_comm_s = qkv + out;
-                bwd_phase.cp_comm_s = out + qkv;
-                // The head-split copies of q, k, v and the output.
-                cp_transient = q_bytes + kv_bytes + w.mbs * w.seq_local * out_local * e;
-            }
-            CpComm::Allgather => {
-                // K and V gathered over cp before the kernel, dK and dV reduce-scattered
-                // after it; only the attention of the rank's own chunk runs beside them (TE
-                // d0067d0 `AttnFuncWithCPAndKVAllGather`, Llama Team 2024 §3.3.2: "we
-                // all-gather the key and value tensors ... then compute attention output for
-                // the local query tensor chunk").
-                let gathered = cp * kv_bytes;
-                fwd_phase.cp_comm_s =
-                    (g.cp.all_gather_s(gathered) - core.forward.gpu_s / cp).max(0.0);
-                bwd_phase.cp_comm_s =
-                    (g.cp.reduce_scatter_s(gathered) - core.backward.gpu_s / cp).max(0.0);
-                // The gathered keys and values, and in the backward their gradients over
-                // the whole sequence before the reduce-scatter.
-                cp_transient = 2.0 * gathered;
-            }
-        }
-    }
+    // Context parallelism's merges, collectives and working memory beside the block's.
+    let cp_transient = if g.cp.size > 1 && has_attn {
+        let cp = context_parallel::attention_side(
+            w,
+            g,
+            d,
+            &CpShape {
+                core_forward_s: core.forward.gpu_s,
+                core_backward_s: core.backward.gpu_s,
+                q_local,
+                kv_local,
+                out_local,
+                repeated_kv,
+            },
+            &mut fwd,
+            &mut bwd,
+        );
+        fwd_phase.cp_comm_s = cp.forward_comm_s;
+        bwd_phase.cp_comm_s = cp.backward_comm_s;
+        cp.transient_bytes
+    } else {
+        0.0
+    };
     if m.moe.is_some() && (g.ep.size > 1 || moe_dispatch_over_tp) {
         // Token dispatch and combine, forward and backward (the backward runs the mirror
         // image). Megatron's all-to-all dispatcher with sequence parallelism sends each tp
