@@ -107,7 +107,7 @@ const FA2_BACKWARD_OVER_FORWARD: f64 = 196.0 / 225.0;
 /// into and kernels at a third of it are taken not to. Two sets of training runs bear this
 /// out: NeMo's long-context runs give Transformer Engine's attention 1.03× this rate
 /// (`TE_FUSED_OVER_FA2`), and llm-foundry's H100 runs at 16K–64K tokens (flash-attn,
-/// attention most of the step) are predicted −3 … +6 % with it, against +8 … +19 % with the
+/// attention most of the step) are predicted −4 … +2 % with it, against +7 … +13 % with the
 /// factor. Against Dao 2023's H100 figure (Figure 7) these rates are 1–19 % slower, 1–5 % at
 /// 4k–16k without a causal mask. The H200's tensor cores are the H100's (same 132 SMs and
 /// clocks); its faster HBM does not bound these kernels. A kernel over fewer sequences and
@@ -201,16 +201,17 @@ const FA2_HOPPER_PEAK_TFLOPS: f64 = 989.4;
 ///   1,024 GPUs) reaches 536 TFLOP/s per GPU by the launcher's formula
 ///   (NeMo-Framework-Launcher `auto_configurator/autoconfig/scripts/compare_throughput.py`
 ///   `calculate_tflops`, full rather than causal attention): a 12.905 s step, 97.7 % of
-///   whose FLOPs are attention. At the FA2 rate above this model gives that step's attention
+///   whose FLOPs are attention. At the FA2 rate above (4 heads per call at 32K local tokens:
+///   [`FA2_HOPPER_FEW_HEADS`]' rates) this model gives that step's attention
 ///   12.922 s and the rest 0.329 s, so the attention ran at 12.922 / (12.905 − 0.329) =
 ///   1.03× FA2.
 /// * Pessimistic: FA2's rate itself; TE users measure its cuDNN backend at parity with
 ///   FlashAttention-2 (NVIDIA/TransformerEngine#1113).
 /// * Optimistic: the isolated kernel of a current cuDNN. On the same H200, PyTorch 2.11's
-///   cuDNN backend (cuDNN 9.19) ran forward+backward 1.74–1.95× faster than its flash
-///   backend at head dim 128 (median 1.80×; `h200_kernels.jsonl`, `"backend": "cudnn"`).
-///   Training runs have not shown it.
-pub const TE_FUSED_OVER_FA2: [f64; 3] = [1.0, 12.922 / (12.905 - 0.329), 1.80];
+///   cuDNN backend (cuDNN 9.19) ran forward+backward 1.65–1.79× faster than its flash
+///   backend at head dim 128 and at least 32 sequences × heads (median 1.77×;
+///   `h200_kernels.jsonl`, `"backend": "cudnn"`). Training runs have not shown it.
+pub const TE_FUSED_OVER_FA2: [f64; 3] = [1.0, 12.922 / (12.905 - 0.329), 1.77];
 /// "FlashAttention-2 is around 1.3-1.5x faster than FlashAttention in Triton in the forward
 /// pass and around 2x faster in the backward pass" (Dao 2023, §4.1): forward (optimistic,
 /// central, pessimistic) over the stated range, backward "around 2×" read as ±10 %.

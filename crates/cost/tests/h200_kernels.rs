@@ -304,3 +304,33 @@ fn context_parallel_ring_costs_its_kernels_and_merges() {
     eprintln!("ring: mean |log error| {mean:.3}, signed {signed:+.3}");
     assert!(mean < 0.05 && signed.abs() < 0.05, "{mean} {signed}");
 }
+
+/// torchtitan's loss, `F.cross_entropy(pred.float(), labels)`, at its peak over forward and
+/// backward: the bytes per logit above the 16-bit logits (their gradient included) that
+/// plait's `CrossEntropy` kinds hold — eager (what it saves and its backward's working
+/// set), compiled (the logits it keeps are the baseline; its working set) and under
+/// `loss_parallel` on a vocabulary shard.
+#[test]
+fn cross_entropy_holds_the_measured_bytes_per_logit() {
+    use plait_cost::engine::CrossEntropy;
+    let loss = rows("loss");
+    let measured = |variant: &str| {
+        let peaks: Vec<f64> = loss
+            .iter()
+            .filter(|r| r["variant"] == variant)
+            .map(|r| num(r, "peak_above_logits_bytes_per_logit"))
+            .collect();
+        assert!(!peaks.is_empty(), "{variant}");
+        peaks.iter().cloned().fold(f64::MIN, f64::max)
+    };
+    let eager = CrossEntropy::TORCH;
+    let parallel = CrossEntropy::TORCH_LOSS_PARALLEL;
+    for (variant, model) in [
+        ("eager", eager.saved_bytes + eager.transient_bytes),
+        ("compiled", CrossEntropy::COMPILED.transient_bytes),
+        ("loss_parallel", parallel.saved_bytes + parallel.transient_bytes),
+    ] {
+        let got = measured(variant);
+        assert!((got - model).abs() < 0.05, "{variant}: measured {got}, plait {model}");
+    }
+}
