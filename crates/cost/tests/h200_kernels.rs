@@ -328,9 +328,15 @@ fn cross_entropy_holds_the_measured_bytes_per_logit() {
     for (variant, model) in [
         ("eager", eager.saved_bytes + eager.transient_bytes),
         ("compiled", CrossEntropy::COMPILED.transient_bytes),
-        ("loss_parallel", parallel.saved_bytes + parallel.transient_bytes),
+        (
+            "loss_parallel",
+            parallel.saved_bytes + parallel.transient_bytes,
+        ),
     ] {
         let got = measured(variant);
-        assert!((got - model).abs() < 0.05, "{variant}: measured {got}, plait {model}");
+        assert!(
+            (got - model).abs() < 0.05,
+            "{variant}: measured {got}, plait {model}"
+        );
     }
 }
