@@ -28,6 +28,11 @@ What each section measures, and which of the model's mechanisms it checks:
               A and per column of B, as torchao's float8 "rowwise" recipe runs them) against
               per-tensor scales, fast and split accumulation, on the gemm section's shapes.
 
+  block       one Llama 3.1 8B transformer block as torchtitan writes it, forward and
+              backward, eager and compiled, bf16 and torchao's float8 (tensorwise and
+              rowwise), at 2 x 8K and 1 x 32K tokens and at one rank's share of tp 8
+              (needs torchao; `--kernels`: only tp 8, with the profiler's kernel totals).
+
 Output: JSON lines on stdout and in $OUT/h200_kernels.jsonl. `--dry` runs every section's
 logic on the CPU with tiny sizes (Triton in interpreter mode) to check the script itself.
 """
@@ -52,7 +57,8 @@ DEV = "cpu" if DRY else "cuda"
 BF16 = torch.bfloat16
 FP8 = torch.float8_e4m3fn
 SECTIONS = [a for a in sys.argv[1:] if not a.startswith("--")] or [
-    "env", "attention", "gemm", "grouped", "contention", "sustained", "ring", "rowwise", "loss"]
+    "env", "attention", "gemm", "grouped", "contention", "sustained", "ring", "rowwise", "loss",
+    "block"]
 T0 = time.time()
 _out = open(os.path.join(OUT, "h200_kernels.jsonl"), "w")
 
@@ -611,7 +617,131 @@ def loss():
         dist.destroy_process_group()
 
 
+@section("block")
+def block():
+    """One Llama 3.1 8B transformer block as torchtitan writes it (9dec370
+    `torchtitan/models/llama/model.py`: RMSNorm in fp32 then `type_as`, separate wq/wk/wv and
+    w1/w3 linears, complex RoPE, `repeat_kv`, SDPA causal, SwiGLU), forward and backward
+    (no checkpointing), eager and under torch.compile, bf16 and torchao's float8 tensorwise
+    recipe (compiled), at 2 x 8192 and 1 x 32768 tokens: to hold plait's torchtitan block
+    (`EngineProfile::of(Engine::Torchtitan)`, `for_run` with compile) to a real one."""
+    import torch.nn as nn
+    full = (64, 8, 8, 16, 128) if DRY else (4096, 32, 8, 128, 14336)
+
+    class RMSNorm(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(dim, device=DEV, dtype=BF16))
+
+        def forward(self, x):
+            xf = x.float()
+            return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5)).type_as(x) * self.weight
+
+    def rope(x, freqs):
+        xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(xc * freqs).flatten(3).type_as(x)
+
+    class Block(nn.Module):
+        def __init__(self, dim, n_heads, n_kv, hd, ffn):
+            super().__init__()
+            self.shape = (n_heads, n_kv, hd)
+            lin = lambda i, o: nn.Linear(i, o, bias=False, device=DEV, dtype=BF16)
+            self.wq, self.wk, self.wv = lin(dim, n_heads * hd), lin(dim, n_kv * hd), lin(dim, n_kv * hd)
+            self.wo = lin(n_heads * hd, dim)
+            self.w1, self.w3, self.w2 = lin(dim, ffn), lin(dim, ffn), lin(ffn, dim)
+            self.attention_norm, self.ffn_norm = RMSNorm(dim), RMSNorm(dim)
+
+        def forward(self, x, freqs):
+            b, s, _ = x.shape
+            n_heads, n_kv, hd = self.shape
+            h = self.attention_norm(x)
+            q = self.wq(h).view(b, s, n_heads, hd)
+            k = self.wk(h).view(b, s, n_kv, hd)
+            v = self.wv(h).view(b, s, n_kv, hd)
+            q, k = rope(q, freqs), rope(k, freqs)
+            rep = n_heads // n_kv
+            k = k[:, :, :, None, :].expand(b, s, n_kv, rep, hd).reshape(b, s, n_heads, hd)
+            v = v[:, :, :, None, :].expand(b, s, n_kv, rep, hd).reshape(b, s, n_heads, hd)
+            o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                               v.transpose(1, 2), is_causal=True)
+            x = x + self.wo(o.transpose(1, 2).reshape(b, s, -1))
+            h = self.ffn_norm(x)
+            return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+
+    # (variant, tp, batch, seq), most wanted first: tp 8 is one rank's share of a
+    # tensor-parallel block (heads, kv heads and ffn over 8; the sequence gathered).
+    runs = [("float8_compiled", 1, 2, 8192), ("bf16_compiled", 1, 2, 8192),
+            ("float8_compiled", 1, 1, 32768), ("bf16_compiled", 1, 1, 32768),
+            ("float8_rowwise_compiled", 1, 2, 8192), ("bf16_compiled", 8, 4, 8192),
+            ("float8_compiled", 8, 4, 8192), ("float8_rowwise_compiled", 8, 4, 8192),
+            ("bf16_eager", 1, 2, 8192)]
+    # `--kernels`: only tp 8 in bf16 and float8, each step's kernels listed by the profiler.
+    kernels = "--kernels" in sys.argv
+    if kernels:
+        runs = [("bf16_compiled", 8, 4, 8192), ("float8_compiled", 8, 4, 8192)]
+    if DRY:
+        runs = [(v, tp, b, s // 64) for v, tp, b, s in runs]
+    for variant, tp, b, s in runs:
+        dim, n_heads, n_kv, hd, ffn = full
+        n_heads, n_kv, ffn = n_heads // tp, max(1, n_kv // tp), ffn // tp
+        row = dict(kind="block", model="llama3-8b", variant=variant, tp=tp, batch=b, seq=s)
+        try:
+            torch.manual_seed(0)
+            blk = Block(dim, n_heads, n_kv, hd, ffn)
+            if variant.startswith("float8"):
+                from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+                config = (Float8LinearConfig.from_recipe_name("rowwise")
+                          if "rowwise" in variant else Float8LinearConfig())
+                convert_to_float8_training(blk, config=config)
+                row["torchao"] = __import__("torchao").__version__
+            fn = torch.compile(blk) if variant.endswith("compiled") else blk
+            pos = torch.arange(s, device=DEV, dtype=torch.float32)
+            inv = 1.0 / (500000.0 ** (torch.arange(0, hd, 2, device=DEV).float() / hd))
+            freqs = torch.polar(torch.ones(s, hd // 2, device=DEV), torch.outer(pos, inv))
+            freqs = freqs.view(1, s, 1, hd // 2)
+            x = randn(b, s, dim).requires_grad_()
+            go = randn(b, s, dim)
+            fwd_ms = bench(lambda: fn(x, freqs), warm=3, reps=5)
+            out = None
+
+            def step():
+                nonlocal out
+                x.grad = None
+                for p_ in blk.parameters():
+                    p_.grad = None
+                out = fn(x, freqs)
+                out.backward(go)
+            step_ms = bench(step, warm=2, reps=5)
+            row.update(fwd_ms=fwd_ms, fwd_bwd_ms=step_ms)
+            if kernels:
+                from torch.profiler import ProfilerActivity, profile
+                acts = [ProfilerActivity.CPU] + ([] if DRY else [ProfilerActivity.CUDA])
+                with profile(activities=acts) as prof:
+                    for _ in range(3):
+                        step()
+                    sync()
+                # Device time per kernel name over the three steps, the largest first.
+                table = {}
+                for ev in prof.key_averages():
+                    # A kernel's own device time; operators' is their kernels' (not counted).
+                    t_us = ev.cpu_time_total if DRY else getattr(ev, "self_device_time_total", 0.0)
+                    if t_us > 0:
+                        table[ev.key[:120]] = (t_us / 3e3, ev.count / 3)
+                top = sorted(table.items(), key=lambda kv: -kv[1][0])[:40]
+                row["kernels_ms_per_step"] = [[k, round(ms, 4), n] for k, (ms, n) in top]
+            if not DRY:
+                row["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+            del blk, fn, x, go, out
+        except Exception as e:
+            row["error"] = f"{type(e).__name__}: {e}"[:300]
+        emit(**row)
+        if not DRY:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+
+
 if __name__ == "__main__":
-    for run in (env, attention, gemm, grouped, contention, sustained, ring, rowwise, loss):
+    for run in (env, attention, gemm, grouped, contention, sustained, ring, rowwise, loss,
+                block):
         run()
     emit(kind="done", seconds=round(time.time() - T0, 1))

@@ -340,3 +340,47 @@ fn cross_entropy_holds_the_measured_bytes_per_logit() {
         );
     }
 }
+
+/// One Llama 3.1 8B block as torchtitan writes it, compiled, forward and backward on the
+/// H200 (`"kind": "block"`: torchao 0.18's float8 tensorwise recipe against bf16, 2 × 8,192
+/// tokens, no tensor parallelism): plait's torchtitan block gives float8 the measured gain.
+/// Not yet held: at one rank's share of tp 8 (4 × 8,192 tokens) the measured gain is 1.05×
+/// (0.93× in another run) against plait's 1.23×; there the profiler's GEMM totals
+/// (`"run": "kernels"`: 7.2 ms bf16, 4.0 ms float8 per block) are 25 % and 38 % below
+/// plait's, and the casts' fused kernels add 1.9 ms to the bf16 block's 2.0 ms of
+/// element-wise work, where plait counts 1.1 ms.
+#[test]
+fn float8_gain_on_a_compiled_torchtitan_block() {
+    use plait_cost::estimate::layer_costs;
+    use plait_cost::{comm::Groups, layer::Workload};
+    use plait_spec::{cluster_preset, model_preset, Engine, ParallelConfig, TrainSpec};
+    let measured = |variant: &str| {
+        let r = rows("block")
+            .into_iter()
+            .find(|r| {
+                r["variant"] == variant && r["tp"] == 1 && r["seq"] == 8192 && r["run"].is_null()
+            })
+            .unwrap();
+        num(&r, "fwd_bwd_ms")
+    };
+    let m = model_preset("llama3-8b").unwrap();
+    let cluster = cluster_preset("dgx-h200").unwrap();
+    let c: ParallelConfig = "dp1 tp1 mbs2 zero3".parse().unwrap();
+    let g = Groups::new(&cluster, &c);
+    let block = |dtype| {
+        let t = TrainSpec {
+            engine: Engine::Torchtitan,
+            compile: true,
+            dtype,
+            ..TrainSpec::new(2, 8192)
+        };
+        let b = layer_costs(&m, &device(dtype), &g, &Workload::new(&c, &t)).block;
+        b.forward.compute_s + b.backward.compute_s
+    };
+    let predicted = block(Dtype::Bf16) / block(Dtype::Fp8);
+    let measured = measured("bf16_compiled") / measured("float8_compiled");
+    assert!(
+        (predicted / measured - 1.0).abs() < 0.05,
+        "float8 gain: plait {predicted:.3}, measured {measured:.3}"
+    );
+}
