@@ -202,7 +202,7 @@ const FA2_HOPPER_PEAK_TFLOPS: f64 = 989.4;
 ///   (NeMo-Framework-Launcher `auto_configurator/autoconfig/scripts/compare_throughput.py`
 ///   `calculate_tflops`, full rather than causal attention): a 12.905 s step, 97.7 % of
 ///   whose FLOPs are attention. At the FA2 rate above (4 heads per call at 32K local tokens:
-///   [`FA2_HOPPER_FEW_HEADS`]' rates) this model gives that step's attention
+///   the few-heads rates, `FA2_HOPPER_FEW_HEADS`) this model gives that step's attention
 ///   12.922 s and the rest 0.329 s, so the attention ran at 12.922 / (12.905 − 0.329) =
 ///   1.03× FA2.
 /// * Pessimistic: FA2's rate itself; TE users measure its cuDNN backend at parity with
