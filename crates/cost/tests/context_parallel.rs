@@ -1,7 +1,8 @@
 //! Context parallelism's three ways of moving the sequence (`cp-comm`): the ring (p2p),
 //! Ulysses' all-to-all (a2a) and the key/value all-gather, in what they cost and hold.
 
-use plait_cost::{device_for, estimate, Estimate};
+use plait_cost::estimate::layer_costs;
+use plait_cost::{comm::Groups, device_for, estimate, layer::Workload, Estimate};
 use plait_spec::{cluster_preset, model_preset, Dtype, ParallelConfig, TrainSpec};
 
 /// `config` for `model` on DGX H100s in bf16, dp filled to `gpus`.
@@ -150,37 +151,50 @@ fn the_all_gather_holds_the_whole_sequence_of_keys_and_values() {
     );
 }
 
-#[test]
-fn pytorch_context_parallelism_merges_each_chunk_in_fp32() {
-    use plait_cost::engine::{CpMerge, EngineProfile};
-    use plait_cost::estimate::layer_costs;
-    use plait_cost::{comm::Groups, layer::Workload};
-    // torchtitan runs PyTorch's ring, which merges each chunk's output into an fp32 one and
-    // adds each chunk's gradients into fp32 accumulators; Transformer Engine's merges are
-    // fused into its kernels. Llama 3.1 8B at 256K tokens over cp 8: 32,768 × 4,096 output
-    // elements per rank.
+/// Llama 3.1 8B's block at 256K tokens over cp 8 with all-gathered keys and values on one
+/// DGX H100 (torchtitan's CP benchmark shape), under `engine`, compiled or not.
+fn llama3_8b_cp8_block(
+    engine: plait_spec::Engine,
+    compile: bool,
+    with: impl Fn(Workload) -> Workload,
+) -> (
+    plait_cost::layer::LayerCost,
+    Groups,
+    plait_cost::device::DeviceModel,
+) {
     let m = model_preset("llama3-8b").unwrap();
     let cluster = cluster_preset("dgx-h100").unwrap();
     let d = device_for(&cluster, Dtype::Bf16).unwrap();
     let c: ParallelConfig = "dp1 tp1 cp8 cp-comm=allgather mbs1 zero3".parse().unwrap();
     let t = TrainSpec {
-        engine: plait_spec::Engine::Torchtitan,
+        engine,
+        compile,
         ..TrainSpec::new(1, 262_144)
     };
     let g = Groups::new(&cluster, &c);
-    let w = Workload::new(&c, &t);
-    assert_eq!(w.engine.cp_merge, CpMerge::PYTORCH_FP32);
-    let fused = Workload {
+    let block = layer_costs(&m, &d, &g, &with(Workload::new(&c, &t))).block;
+    (block, g, d)
+}
+
+#[test]
+fn pytorch_context_parallelism_merges_each_chunk_in_fp32() {
+    use plait_cost::engine::{CpMerge, EngineProfile};
+    // torchtitan runs PyTorch's ring, which merges each chunk's output into an fp32 one and
+    // adds each chunk's gradients into fp32 accumulators; Transformer Engine's merges are
+    // fused into its kernels. Llama 3.1 8B at 256K tokens over cp 8: 32,768 × 4,096 output
+    // elements per rank.
+    let titan = plait_spec::Engine::Torchtitan;
+    let (ring, _, d) = llama3_8b_cp8_block(titan, false, |w| {
+        assert_eq!(w.engine.cp_merge, CpMerge::PYTORCH_FP32);
+        w
+    });
+    let (te, _, _) = llama3_8b_cp8_block(titan, false, |w| Workload {
         engine: EngineProfile {
             cp_merge: CpMerge::FUSED,
             ..w.engine
         },
         ..w
-    };
-    let (ring, te) = (
-        layer_costs(&m, &d, &g, &w).block,
-        layer_costs(&m, &d, &g, &fused).block,
-    );
+    });
     let out = 32768.0 * 4096.0;
     let merge = CpMerge::PYTORCH_FP32;
     let forward = d.memory_s(out * (merge.forward_fixed + 7.0 * merge.forward_per_step));
@@ -199,28 +213,14 @@ fn pytorch_context_parallelism_merges_each_chunk_in_fp32() {
 
 #[test]
 fn pytorch_context_parallelism_returns_fp32_gradients_and_compiled_waits_in_line() {
-    use plait_cost::estimate::layer_costs;
-    use plait_cost::{comm::Groups, layer::Workload};
     // Llama 3.1 8B at 256K tokens over cp 8 on one node (torchtitan's CP benchmark shape):
     // PyTorch's backward gathers K and V again and sends the fp32 dK, dV (1 GiB per rank
     // after `repeat_kv`) once per step; compiled, every collective is waited on where it is
     // issued, so none of it hides behind the attention.
-    let m = model_preset("llama3-8b").unwrap();
-    let cluster = cluster_preset("dgx-h100").unwrap();
-    let d = device_for(&cluster, Dtype::Bf16).unwrap();
-    let c: ParallelConfig = "dp1 tp1 cp8 cp-comm=allgather mbs1 zero3".parse().unwrap();
-    let g = Groups::new(&cluster, &c);
-    let block = |engine, compile| {
-        let t = TrainSpec {
-            engine,
-            compile,
-            ..TrainSpec::new(1, 262_144)
-        };
-        layer_costs(&m, &d, &g, &Workload::new(&c, &t)).block
-    };
-    let te = block(plait_spec::Engine::Megatron, false);
-    let eager = block(plait_spec::Engine::Torchtitan, false);
-    let compiled = block(plait_spec::Engine::Torchtitan, true);
+    let block = |engine, compile| llama3_8b_cp8_block(engine, compile, |w| w);
+    let (te, _, _) = block(plait_spec::Engine::Megatron, false);
+    let (eager, _, _) = block(plait_spec::Engine::Torchtitan, false);
+    let (compiled, g, _) = block(plait_spec::Engine::Torchtitan, true);
     let gathered = 8.0 * 2.0 * 32768.0 * 4096.0 * 2.0;
     let in_line_forward = g.cp.all_gather_s(gathered);
     let dkv = g.cp.p2p_s(2.0 * 32768.0 * 4096.0 * 4.0);
