@@ -175,17 +175,20 @@ fn hopper_row(
     row: usize,
     parallel_heads: f64,
 ) -> [f64; 9] {
+    // Rows run head dim 64, 128, 256 without a mask, then the same causal; columns 5–8 are
+    // 16k–128k tokens, the few-heads run's four.
+    const FIRST_LONG: usize = 5;
     let mut out = table[row];
-    let hd = row % 3;
-    for (col, rate) in out.iter_mut().enumerate().skip(5) {
-        let few_heads = FA2_HOPPER_FEW_HEADS[hd][col - 5];
+    let head_dim = row % 3;
+    for (col, rate) in out.iter_mut().enumerate().skip(FIRST_LONG) {
+        let few_heads = FA2_HOPPER_FEW_HEADS[head_dim][col - FIRST_LONG];
         if few_heads >= FA2_HOPPER_HEADS {
             continue;
         }
         let t = ((parallel_heads.max(1.0).ln() - few_heads.ln())
             / (FA2_HOPPER_HEADS.ln() - few_heads.ln()))
         .clamp(0.0, 1.0);
-        let slow = few[row][col - 5];
+        let slow = few[row][col - FIRST_LONG];
         *rate = slow + (*rate - slow) * t;
     }
     out
