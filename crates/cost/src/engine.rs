@@ -597,7 +597,12 @@ impl EngineProfile {
                 ..megatron
             },
             // torchtitan: SDPA's flash backend, eager, torchao float8 (dynamic tensor-wise
-            // scaling: amax pass + cast + transposed cast), DTensor TP in line.
+            // scaling: amax pass + cast + transposed cast), DTensor TP in line. Flash is
+            // SDPA's default on Hopper in the PyTorch of torchtitan's published runs (2.5.1
+            // through 2.9, read from the release wheels' `select_sdp_backend`); from 2.10 with
+            // cuDNN ≥ 9.15.1, and in 2.11's cu130 wheels, cuDNN attention comes first (it ran
+            // for a torchtitan block on the H200, `scripts/h200_kernels.py block`), which
+            // this profile does not yet follow.
             Engine::Torchtitan => EngineProfile {
                 grad_reduce_bf16_bytes: 4.0,
                 attention: AttentionKernel::Flash2,
