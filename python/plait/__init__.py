@@ -369,6 +369,7 @@ _WORKLOAD: Dict[str, Any] = {
     "compile": bool,
     "compile_components": _check_str,
     "async_tp": bool,
+    "sdpa": _check_str,
 }
 
 _CONFIG: Dict[str, Any] = {
@@ -559,6 +560,7 @@ def estimate(
     compile: bool = False,
     compile_components: Optional[str] = None,
     async_tp: bool = False,
+    sdpa: Optional[str] = None,
     simulate: bool = False,
 ) -> Estimate:
     """``plait estimate --json``: one parallel configuration's time, throughput and memory.
@@ -609,6 +611,7 @@ def simulate(
     compile: bool = False,
     compile_components: Optional[str] = None,
     async_tp: bool = False,
+    sdpa: Optional[str] = None,
     svg: Any = None,
     trace: Any = None,
     ir: bool = False,
@@ -663,6 +666,7 @@ def plan(
     compile: bool = False,
     compile_components: Optional[str] = None,
     async_tp: bool = False,
+    sdpa: Optional[str] = None,
     top: Optional[int] = None,
     simulate: Optional[int] = None,
     threads: Optional[int] = None,

@@ -199,6 +199,7 @@ def estimate(
     compile: bool = ...,
     compile_components: Optional[str] = ...,
     async_tp: bool = ...,
+    sdpa: Optional[str] = ...,
     simulate: bool = ...,
 ) -> Estimate: ...
 def simulate(
@@ -240,6 +241,7 @@ def simulate(
     compile: bool = ...,
     compile_components: Optional[str] = ...,
     async_tp: bool = ...,
+    sdpa: Optional[str] = ...,
     svg: Optional[_Path] = ...,
     trace: Optional[_Path] = ...,
     ir: bool = ...,
@@ -281,6 +283,7 @@ def plan(
     compile: bool = ...,
     compile_components: Optional[str] = ...,
     async_tp: bool = ...,
+    sdpa: Optional[str] = ...,
     top: Optional[int] = ...,
     simulate: Optional[int] = ...,
     threads: Optional[int] = ...,

@@ -12,7 +12,7 @@ use plait_runtime::RuntimeError;
 use plait_spec::{
     cluster_from_toml, cluster_preset, model_from_hf_config, model_preset, AttentionImpl,
     ClusterSpec, CpComm, Degree, Dtype, Engine, Lora, ModelSpec, ParallelConfig, ParallelPins,
-    Recompute, RecomputeModules, Schedule, SpecError, Task, TrainSpec,
+    Recompute, RecomputeModules, Schedule, Sdpa, SpecError, Task, TrainSpec,
 };
 
 /// Model, cluster and batch.
@@ -99,6 +99,12 @@ pub struct WorkloadArgs {
     /// and tp > 1 with sequence parallelism inside a node).
     #[arg(long)]
     pub async_tp: bool,
+    /// The backend of PyTorch's scaled_dot_product_attention that torchtitan's attention
+    /// runs: flash (PyTorch's default on Hopper up to 2.9) or cudnn (first from 2.10 with
+    /// cuDNN >= 9.15.1, and in 2.11's cu130 wheels; 1.77x flash on an H200) (allowed with
+    /// --engine torchtitan)
+    #[arg(long, default_value = "flash", value_parser = parse_keyword::<Sdpa>)]
+    pub sdpa: Sdpa,
 }
 
 /// The degree, micro-batch and ZeRO flags, shared by the commands that take a configuration
@@ -410,8 +416,15 @@ impl WorkloadArgs {
                 }
             },
             async_tp: self.async_tp,
+            sdpa: self.sdpa,
             ..TrainSpec::new(positive("gbs", self.gbs)?, sequence(self.seq)?)
         };
+        if train.sdpa == Sdpa::Cudnn && train.engine != Engine::Torchtitan {
+            bail!(
+                "--sdpa: engine {} does not call PyTorch's scaled_dot_product_attention (allowed: flash; cudnn with --engine torchtitan)",
+                train.engine.keyword()
+            );
+        }
         if train.async_tp && !train.compile {
             bail!("--async-tp: torchtitan's async tensor parallelism runs in compiled blocks (allowed with --compile)");
         }

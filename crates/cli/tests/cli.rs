@@ -394,6 +394,17 @@ fn compile_fuses_torchtitan_and_is_refused_elsewhere() {
         &["estimate", "--engine", "torchtitan", "--async-tp"],
         "--async-tp: torchtitan's async tensor parallelism runs in compiled blocks (allowed with --compile)",
     );
+    // PyTorch 2.10+ runs SDPA's cuDNN backend on Hopper: attention 1.77x as fast, the step
+    // shorter; engines that do not call SDPA refuse it.
+    let cudnn = time(&["--compile", "--sdpa", "cudnn"]);
+    assert!(
+        cudnn < compiled && cudnn > 0.85 * compiled,
+        "{compiled} {cudnn}"
+    );
+    common::check(
+        &["estimate", "--sdpa", "cudnn"],
+        "--sdpa: engine megatron does not call PyTorch's scaled_dot_product_attention (allowed: flash; cudnn with --engine torchtitan)",
+    );
     // An eager torchtitan plan says what compiling would save, as text and as data.
     let mut args = vec!["plan"];
     args.extend_from_slice(&WORKLOAD);

@@ -79,6 +79,10 @@ pub enum AttentionKernel {
     /// The Triton flash-attention kernel of llm-foundry (`attn_impl: triton`, the default
     /// of its benchmark script in January 2024, llm-foundry 5e85bd6).
     Triton,
+    /// PyTorch SDPA's cuDNN backend (`Sdpa::Cudnn`), as PyTorch 2.10+ runs it on Hopper
+    /// and Blackwell: [`CUDNN_SDPA_OVER_FA2`] times FlashAttention-2's rate there; on
+    /// older GPUs SDPA keeps flash first, so FlashAttention-2's rate.
+    CudnnSdpa,
 }
 
 /// FlashAttention-2 forward+backward throughput on the A100 80GB in TFLOP/s at sequence
@@ -215,6 +219,14 @@ const FA2_HOPPER_PEAK_TFLOPS: f64 = 989.4;
 ///   backend at head dim 128 and at least 32 sequences × heads (median 1.77×;
 ///   `h200_kernels.jsonl`, `"backend": "cudnn"`). Training runs have not shown it.
 pub const TE_FUSED_OVER_FA2: [f64; 3] = [1.0, 12.922 / (12.905 - 0.329), 1.77];
+/// PyTorch SDPA's cuDNN backend over its flash backend, forward and backward together
+/// (pessimistic, central, optimistic): PyTorch 2.11 with cuDNN 9.19 on one H200 at head dim
+/// 128 and at least 32 sequences × heads per call, 512–128K tokens, causal or not: 1.65–1.79×,
+/// median 1.77× (`h200_kernels.jsonl`, the third run's `"backend": "cudnn"` rows against its
+/// flash rows). Inside a compiled torchtitan block at tp 8's share (4 × 8K tokens, 4 heads)
+/// PyTorch's default picked it and it ran 1.73× the flash model's time (1.88 ms per step,
+/// the profiler's cuDNN kernels; `"run": "kernels"`).
+pub const CUDNN_SDPA_OVER_FA2: [f64; 3] = [1.65, 1.77, 1.79];
 /// "FlashAttention-2 is around 1.3-1.5x faster than FlashAttention in Triton in the forward
 /// pass and around 2x faster in the backward pass" (Dao 2023, §4.1): forward (optimistic,
 /// central, pessimistic) over the stated range, backward "around 2×" read as ±10 %.
@@ -287,6 +299,10 @@ pub fn attention_fraction(
     match (kernel, gen) {
         (AttentionKernel::CudnnFused, Generation::Hopper | Generation::Blackwell) => {
             let s = TE_FUSED_OVER_FA2[2 - level];
+            (fwd * s, bwd * s)
+        }
+        (AttentionKernel::CudnnSdpa, Generation::Hopper | Generation::Blackwell) => {
+            let s = CUDNN_SDPA_OVER_FA2[2 - level];
             (fwd * s, bwd * s)
         }
         (AttentionKernel::Triton, _) => (

@@ -11,7 +11,7 @@
 //! * torchtitan v0.2.0 (29624e3);
 //! * NCCL 5067397 (`src/graph/tuning.cc`, `src/graph/connect.cc`).
 
-use plait_spec::{Engine, TrainSpec};
+use plait_spec::{Engine, Sdpa, TrainSpec};
 
 use crate::device::AttentionKernel;
 
@@ -466,7 +466,12 @@ impl EngineProfile {
     pub fn for_run(t: &TrainSpec) -> EngineProfile {
         let (engine, compile, compile_loss, async_tp) =
             (t.engine, t.compile, t.compile_loss, t.async_tp);
-        let eager = EngineProfile::of(engine);
+        let mut eager = EngineProfile::of(engine);
+        // PyTorch's SDPA backend, where the engine calls it (the CLI allows `cudnn` only
+        // for engines whose attention is SDPA's).
+        if t.sdpa == Sdpa::Cudnn && eager.attention == AttentionKernel::Flash2 {
+            eager.attention = AttentionKernel::CudnnSdpa;
+        }
         if !compile || !engine.compiles() {
             return eager;
         }
@@ -601,8 +606,8 @@ impl EngineProfile {
             // SDPA's default on Hopper in the PyTorch of torchtitan's published runs (2.5.1
             // through 2.9, read from the release wheels' `select_sdp_backend`); from 2.10 with
             // cuDNN ≥ 9.15.1, and in 2.11's cu130 wheels, cuDNN attention comes first (it ran
-            // for a torchtitan block on the H200, `scripts/h200_kernels.py block`), which
-            // this profile does not yet follow.
+            // for a torchtitan block on the H200, `scripts/h200_kernels.py block`): the run
+            // says so with `TrainSpec::sdpa` (`for_run`).
             Engine::Torchtitan => EngineProfile {
                 grad_reduce_bf16_bytes: 4.0,
                 attention: AttentionKernel::Flash2,

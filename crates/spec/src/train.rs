@@ -175,6 +175,15 @@ keyword_enum!(
 );
 
 keyword_enum!(
+    /// The backend PyTorch's `scaled_dot_product_attention` runs where an engine calls it
+    /// (torchtitan): FlashAttention-2, SDPA's default on Hopper from PyTorch 2.5.1 through
+    /// 2.9 (the PyTorch of torchtitan's published runs), or cuDNN attention, which 2.10
+    /// puts first on Hopper and Blackwell with cuDNN ≥ 9.15.1 and 2.11's cu130 wheels
+    /// always (`select_sdp_backend`'s priority order, read from the release wheels).
+    Sdpa { Flash => "flash", Cudnn => "cudnn" }
+);
+
+keyword_enum!(
     /// The training engine that runs the plan: what it fuses, what it overlaps and what it
     /// keeps in memory differ, and the cost model follows each (plait-cost `engine`).
     /// * `megatron` — Megatron-Core with Transformer Engine (NeMo's runtime);
@@ -371,6 +380,13 @@ pub struct TrainSpec {
     /// `compile`.
     #[serde(default)]
     pub async_tp: bool,
+    /// The SDPA backend an engine that calls PyTorch's attention runs (torchtitan).
+    #[serde(default = "default_sdpa")]
+    pub sdpa: Sdpa,
+}
+
+fn default_sdpa() -> Sdpa {
+    Sdpa::Flash
 }
 
 fn default_compile_loss() -> bool {
@@ -455,6 +471,7 @@ impl TrainSpec {
             compile: false,
             compile_loss: true,
             async_tp: false,
+            sdpa: Sdpa::Flash,
         }
     }
 }
