@@ -40,7 +40,8 @@
 //! * Models other than the llama3 architecture (RMSNorm, SwiGLU, RoPE, no biases, untied head).
 
 use plait_spec::{
-    Activation, AttentionImpl, CpComm, Dtype, Engine, Family, ModelSpec, Norm, Positions, TrainSpec,
+    Activation, AttentionImpl, CpComm, Dtype, Engine, Family, ModelSpec, Norm, Positions, Sdpa,
+    TrainSpec,
 };
 
 use super::{commented, list, pipe, recompute, summary_lines, ExportFile, Layout, Pipe, Rc};
@@ -415,6 +416,17 @@ pub(super) fn shared_notes(
             "torchtitan computes attention with {attention}, not unfused"
         ));
     }
+    // SDPA's backend follows the PyTorch it runs on, not the config (`plait_spec::Sdpa`).
+    notes.push(match train.sdpa {
+        Sdpa::Flash => "attention costed as SDPA's flash backend, PyTorch's default on Hopper \
+             up to 2.9; PyTorch 2.10+ with cuDNN >= 9.15.1 puts cuDNN first (faster) unless \
+             TORCH_CUDNN_SDPA_DEPRIORITIZED=1 is set"
+            .into(),
+        Sdpa::Cudnn => "attention costed as SDPA's cuDNN backend, first on Hopper and \
+             Blackwell from PyTorch 2.10 with cuDNN >= 9.15.1 (2.11's cu130 wheels); older \
+             PyTorch runs flash (slower)"
+            .into(),
+    });
     if train.dropout {
         notes.push("torchtitan's llama3 has no dropout".into());
     }
