@@ -419,7 +419,7 @@ impl WorkloadArgs {
             sdpa: self.sdpa,
             ..TrainSpec::new(positive("gbs", self.gbs)?, sequence(self.seq)?)
         };
-        if train.sdpa == Sdpa::Cudnn && train.engine != Engine::Torchtitan {
+        if train.sdpa == Sdpa::Cudnn && !train.engine.calls_sdpa() {
             bail!(
                 "--sdpa: engine {} does not call PyTorch's scaled_dot_product_attention (allowed: flash; cudnn with --engine torchtitan)",
                 train.engine.keyword()

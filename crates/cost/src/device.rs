@@ -297,12 +297,16 @@ pub fn attention_fraction(
     };
     let level = level.min(2);
     match (kernel, gen) {
-        (AttentionKernel::CudnnFused, Generation::Hopper | Generation::Blackwell) => {
-            let s = TE_FUSED_OVER_FA2[2 - level];
-            (fwd * s, bwd * s)
-        }
-        (AttentionKernel::CudnnSdpa, Generation::Hopper | Generation::Blackwell) => {
-            let s = CUDNN_SDPA_OVER_FA2[2 - level];
+        (
+            AttentionKernel::CudnnFused | AttentionKernel::CudnnSdpa,
+            Generation::Hopper | Generation::Blackwell,
+        ) => {
+            let over_fa2 = if kernel == AttentionKernel::CudnnFused {
+                TE_FUSED_OVER_FA2
+            } else {
+                CUDNN_SDPA_OVER_FA2
+            };
+            let s = over_fa2[2 - level];
             (fwd * s, bwd * s)
         }
         (AttentionKernel::Triton, _) => (

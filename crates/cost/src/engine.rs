@@ -467,9 +467,8 @@ impl EngineProfile {
         let (engine, compile, compile_loss, async_tp) =
             (t.engine, t.compile, t.compile_loss, t.async_tp);
         let mut eager = EngineProfile::of(engine);
-        // PyTorch's SDPA backend, where the engine calls it (the CLI allows `cudnn` only
-        // for engines whose attention is SDPA's).
-        if t.sdpa == Sdpa::Cudnn && eager.attention == AttentionKernel::Flash2 {
+        // PyTorch's SDPA backend, where the engine calls it.
+        if t.sdpa == Sdpa::Cudnn && engine.calls_sdpa() {
             eager.attention = AttentionKernel::CudnnSdpa;
         }
         if !compile || !engine.compiles() {

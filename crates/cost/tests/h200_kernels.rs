@@ -341,6 +341,31 @@ fn cross_entropy_holds_the_measured_bytes_per_logit() {
     }
 }
 
+/// Forward plus backward seconds plait gives one compiled torchtitan Llama 3.1 8B block of
+/// `mbs` × `seq` tokens without tensor parallelism on an H200 (`burst`: at its boost clock,
+/// as a block timed alone runs).
+fn titan_8b_block_s(dtype: Dtype, sdpa: plait_spec::Sdpa, mbs: u64, seq: u64, burst: bool) -> f64 {
+    use plait_cost::estimate::layer_costs;
+    use plait_cost::{comm::Groups, layer::Workload};
+    use plait_spec::{cluster_preset, model_preset, Engine, ParallelConfig, TrainSpec};
+    let mut cluster = cluster_preset("dgx-h200").unwrap();
+    if burst {
+        cluster.gpu.sustained_clock_ratio = 1.0;
+    }
+    let d = DeviceModel::new(&cluster.gpu, dtype).unwrap();
+    let c: ParallelConfig = format!("dp1 tp1 mbs{mbs} zero3").parse().unwrap();
+    let t = TrainSpec {
+        engine: Engine::Torchtitan,
+        compile: true,
+        dtype,
+        sdpa,
+        ..TrainSpec::new(mbs, seq)
+    };
+    let m = model_preset("llama3-8b").unwrap();
+    let b = layer_costs(&m, &d, &Groups::new(&cluster, &c), &Workload::new(&c, &t)).block;
+    b.forward.compute_s + b.backward.compute_s
+}
+
 /// One Llama 3.1 8B block as torchtitan writes it, compiled, forward and backward on the
 /// H200 (`"kind": "block"`: torchao 0.18's float8 tensorwise recipe against bf16, 2 × 8,192
 /// tokens, no tensor parallelism): plait's torchtitan block gives float8 the measured gain.
@@ -351,9 +376,7 @@ fn cross_entropy_holds_the_measured_bytes_per_logit() {
 /// element-wise work, where plait counts 1.1 ms.
 #[test]
 fn float8_gain_on_a_compiled_torchtitan_block() {
-    use plait_cost::estimate::layer_costs;
-    use plait_cost::{comm::Groups, layer::Workload};
-    use plait_spec::{cluster_preset, model_preset, Engine, ParallelConfig, TrainSpec};
+    use plait_spec::Sdpa;
     let measured = |variant: &str| {
         let r = rows("block")
             .into_iter()
@@ -363,20 +386,7 @@ fn float8_gain_on_a_compiled_torchtitan_block() {
             .unwrap();
         num(&r, "fwd_bwd_ms")
     };
-    let m = model_preset("llama3-8b").unwrap();
-    let cluster = cluster_preset("dgx-h200").unwrap();
-    let c: ParallelConfig = "dp1 tp1 mbs2 zero3".parse().unwrap();
-    let g = Groups::new(&cluster, &c);
-    let block = |dtype| {
-        let t = TrainSpec {
-            engine: Engine::Torchtitan,
-            compile: true,
-            dtype,
-            ..TrainSpec::new(2, 8192)
-        };
-        let b = layer_costs(&m, &device(dtype), &g, &Workload::new(&c, &t)).block;
-        b.forward.compute_s + b.backward.compute_s
-    };
+    let block = |dtype| titan_8b_block_s(dtype, Sdpa::Flash, 2, 8192, false);
     let predicted = block(Dtype::Bf16) / block(Dtype::Fp8);
     let measured = measured("bf16_compiled") / measured("float8_compiled");
     assert!(
@@ -393,13 +403,6 @@ fn float8_gain_on_a_compiled_torchtitan_block() {
 /// and tp 8's share (bf16 +8 %, float8 −18 %; see `float8_gain_on_a_compiled_torchtitan_block`).
 #[test]
 fn compiled_torchtitan_bf16_block_at_burst_with_cudnn_attention() {
-    use plait_cost::estimate::layer_costs;
-    use plait_cost::{comm::Groups, layer::Workload};
-    use plait_spec::{cluster_preset, model_preset, Engine, ParallelConfig, Sdpa, TrainSpec};
-    let m = model_preset("llama3-8b").unwrap();
-    let mut cluster = cluster_preset("dgx-h200").unwrap();
-    cluster.gpu.sustained_clock_ratio = 1.0;
-    let d = DeviceModel::new(&cluster.gpu, Dtype::Bf16).unwrap();
     let blocks: Vec<Value> = rows("block")
         .into_iter()
         .filter(|r| r["variant"] == "bf16_compiled" && r["tp"] == 1 && r["run"].is_null())
@@ -407,15 +410,7 @@ fn compiled_torchtitan_bf16_block_at_burst_with_cudnn_attention() {
     assert_eq!(blocks.len(), 2, "2 x 8K and 1 x 32K tokens");
     for r in &blocks {
         let (mbs, seq) = (num(r, "batch") as u64, num(r, "seq") as u64);
-        let c: ParallelConfig = format!("dp1 tp1 mbs{mbs} zero3").parse().unwrap();
-        let t = TrainSpec {
-            engine: Engine::Torchtitan,
-            compile: true,
-            sdpa: Sdpa::Cudnn,
-            ..TrainSpec::new(mbs, seq)
-        };
-        let b = layer_costs(&m, &d, &Groups::new(&cluster, &c), &Workload::new(&c, &t)).block;
-        let predicted = b.forward.compute_s + b.backward.compute_s;
+        let predicted = titan_8b_block_s(Dtype::Bf16, plait_spec::Sdpa::Cudnn, mbs, seq, true);
         let err = predicted / (num(r, "fwd_bwd_ms") / 1e3) - 1.0;
         assert!(err.abs() < 0.06, "{r}: {:+.1} %", 100.0 * err);
     }

@@ -215,6 +215,13 @@ impl Engine {
         self == Engine::Torchtitan
     }
 
+    /// Whether the engine's attention is PyTorch's `scaled_dot_product_attention`, whose
+    /// backend `TrainSpec::sdpa` picks: torchtitan's; Megatron-Core and DeepSpeed call
+    /// Transformer Engine or flash-attn, llm-foundry its Triton kernel.
+    pub fn calls_sdpa(self) -> bool {
+        self == Engine::Torchtitan
+    }
+
     /// Whether the engine runs Megatron-Core's choice of selective recompute modules
     /// (`recompute_modules`).
     pub fn recomputes_modules(self) -> bool {
