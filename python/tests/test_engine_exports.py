@@ -131,6 +131,8 @@ TORCHTITAN_PLANS = [
     ),
     # ZB-V: two chunks per rank in a V (ZBVZeroBubble); --schedule zb-v implies vp 2.
     pytest.param(dict(gpus=8, tp=1, pp=4, zero=1, schedule="zb-v"), id="pp4-zb-v"),
+    # DeepSeek's DualPipeV, placed in a V as ZB-V (torch's ScheduleDualPipeV).
+    pytest.param(dict(gpus=8, tp=1, pp=4, zero=1, schedule="dualpipe-v"), id="pp4-dualpipe-v"),
     pytest.param(
         dict(gpus=64, tp=8, pp=2, zero=1, sp=True, model="llama3-70b", seq=8192), id="70b"
     ),

@@ -39,8 +39,10 @@ def test_actions_are_the_ir_op_for_op(plan):
             assert early == set()
 
 
-@pytest.mark.parametrize("plan,world", [("pp2,schedule=zb-v", 2)])
-def test_receives_are_posted_in_the_senders_order(plan, world):
+# ZB-V's receives must move; DualPipeV's pairs already receive in the senders' order.
+@pytest.mark.parametrize("plan,world,moved", [("pp2,schedule=zb-v", 2, True),
+                                              ("pp2,schedule=dualpipe-v", 2, False)])
+def test_receives_are_posted_in_the_senders_order(plan, world, moved):
     # torch matches untagged sends and receives between two ranks in posting order. A V
     # sends chunk 0's activations and chunk 1's gradients down the same pair, which the
     # receiver's IR consumes in another order: its receives follow the sender's sends, and
@@ -74,8 +76,8 @@ def test_receives_are_posted_in_the_senders_order(plan, world):
         assert sorted(posted) == sorted(ir_recvs)
         reordered |= posted != ir_recvs
     assert sends == recvs
-    # The IR's own order would not have matched: the translation had to move receives.
-    assert reordered
+    # Where the IR's own order would not have matched, the translation moved receives.
+    assert reordered == moved
 
 
 def test_scp_spares_the_last_rank_in_the_stage_map():

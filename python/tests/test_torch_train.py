@@ -79,9 +79,10 @@ def _same(losses, reference, what):
         (2, "pp2,recompute=full", ["--schedule", "scp"]),
         (2, "pp2", ["--schedule", "zb-h1"]),
         (2, "pp2", ["--schedule", "zb-v"]),
+        (2, "pp2", ["--schedule", "dualpipe-v"]),
     ],
     ids=["dp2xtp2", "dp2-zero3", "dp4-hsdp2", "pp2-1f1b", "pp2-interleaved", "pp2-scp-recompute",
-         "pp2-zb-h1", "pp2-zb-v"],
+         "pp2-zb-h1", "pp2-zb-v", "pp2-dualpipe-v"],
 )
 def test_plan_equals_single_process(tmp_path, reference, nproc, plan, extra):
     _, recs = train(tmp_path, "run", nproc, plan, *extra)

@@ -210,7 +210,8 @@ pub struct ConfigArgs {
     #[arg(long, allow_negative_numbers = true)]
     pub recompute_layers: Option<i64>,
     /// Pipeline schedule: gpipe, 1f1b, interleaved (implied by --vp > 1), zb-h1, scp, zb-v
-    /// (two chunks per rank in a V, zero-bubble; implies --vp 2).
+    /// (two chunks per rank in a V, zero-bubble; implies --vp 2), dualpipe-v (DeepSeek's
+    /// DualPipeV, two chunks in a V; implies --vp 2, needs 2 × pp micro-batches).
     #[arg(long, default_value = "1f1b", value_parser = parse_keyword::<Schedule>)]
     pub schedule: Schedule,
 }

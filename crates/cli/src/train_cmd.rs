@@ -35,7 +35,8 @@ pub struct TrainArgs {
     /// such as `dp2,tp2,pp2`, `pp2,vp2`, `tp2,sp`, `dp2,zero1`, `pp2,recompute=full`, `mbs2`.
     #[arg(long, default_value = "auto")]
     pub plan: String,
-    /// Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, scp, zb-v (overrides the plan's).
+    /// Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, scp, zb-v, dualpipe-v (overrides
+    /// the plan's).
     #[arg(long, value_parser = parse_keyword::<Schedule>)]
     pub schedule: Option<Schedule>,
     /// Optimizer steps of the run.

@@ -28,13 +28,14 @@ const MODELS: [&str; 5] = [
 ];
 const CLUSTERS: [&str; 2] = ["dgx-a100-80g", "dgx-h100"];
 const RECOMPUTES: [Recompute; 3] = [Recompute::None, Recompute::Selective, Recompute::Full];
-const SCHEDULES: [Schedule; 6] = [
+const SCHEDULES: [Schedule; 7] = [
     Schedule::OneFOneB,
     Schedule::Gpipe,
     Schedule::Interleaved,
     Schedule::ZbH1,
     Schedule::Scp,
     Schedule::ZbV,
+    Schedule::DualPipeV,
 ];
 
 /// Relative slack for comparing figures that are equal in exact arithmetic but summed in a
@@ -151,8 +152,12 @@ prop_compose! {
             1
         };
         // A micro-batch count that stays a multiple of 2·pp·vp, so that doubling pp keeps
-        // an interleaved configuration well-formed.
-        let per_batch = if interleaved { 2 * pp * vp } else { 1 };
+        // an interleaved configuration well-formed (and DualPipeV's at least 2·pp).
+        let per_batch = if interleaved || schedule == Schedule::DualPipeV {
+            2 * pp * vp
+        } else {
+            1
+        };
         let train = TrainSpec {
             dtype,
             attention,

@@ -288,6 +288,7 @@ fn check_torchtitan(k: &Case, files: &[ExportFile]) {
             Schedule::Gpipe => "GPipe",
             Schedule::ZbH1 => "InterleavedZeroBubble",
             Schedule::ZbV => "ZBVZeroBubble",
+            Schedule::DualPipeV => "DualPipeV",
             _ => "1F1B",
         };
         assert_eq!(schedule, expect);
@@ -367,6 +368,7 @@ fn check_torchtitan_py(k: &Case, files: &[ExportFile]) {
             Schedule::Gpipe => "\"GPipe\"",
             Schedule::ZbH1 => "\"InterleavedZeroBubble\"",
             Schedule::ZbV => "\"ZBVZeroBubble\"",
+            Schedule::DualPipeV => "\"DualPipeV\"",
             _ => "\"1F1B\"",
         };
         assert_eq!(
@@ -431,6 +433,7 @@ fn every_export_reads_back_as_its_plan() {
         llama3_8b_hybrid(3),
         mixtral_capacity(),
         llama2_7b_zb_v(),
+        llama2_7b_in_a_v(Schedule::DualPipeV),
     ];
     for k in &cases {
         for engine in Engine::ALL {

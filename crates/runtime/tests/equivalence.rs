@@ -178,6 +178,18 @@ fn llama_dp2_pp2_zb_v_zero1() {
     check("tiny-llama", "dp2,pp2,schedule=zb-v,zero1", 4, None);
 }
 
+/// DualPipeV: the V of ZB-V, its steady state's forward and backward pairs, full and split
+/// backwards mixed and the deferred weight passes run first in, first out.
+#[test]
+fn dualpipe_v_pp2() {
+    check("tiny-gpt", "pp2,schedule=dualpipe-v", 2, None);
+}
+
+#[test]
+fn llama_dp2_pp2_dualpipe_v_zero1() {
+    check("tiny-llama", "dp2,pp2,schedule=dualpipe-v,zero1", 4, None);
+}
+
 #[test]
 fn llama_tp2_sp_gqa() {
     check("tiny-llama", "tp2,sp", 2, None);

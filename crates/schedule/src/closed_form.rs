@@ -59,6 +59,22 @@ pub fn pipeline_time(schedule: Schedule, stages: &[StageTime], m: u64, vp: u64) 
                     .max(input_grad / 2.0)
                     .max(input_grad - worst.weight_grad_s)
         }
+        // DualPipeV in DeepSeek's order: with the chunk passes f, b and w as for ZB-V and
+        // f ≤ b, w ≤ b, the bubble is (p − 1)(2b − w) − min(f, (p − 1)(b − f)) once m ≥ 2p
+        // (tests/closed_forms.rs holds the simulator to it): each hop of the gradients'
+        // return costs two input passes, one per chunk, less the weight pass the drain
+        // defers into it; the last round's forward overlaps that return by up to one
+        // forward. DeepSeek's own count, (PP/2 − 1)(F&B + B − 3W) for PP = 2p stages
+        // (deepseek-ai/DualPipe README), times the overlapped pair F&B as one block. Outside
+        // the regime a chunk's forward per hop bounds it instead.
+        Schedule::DualPipeV => {
+            let worst = slowest_stage(stages);
+            let f = (worst.forward_s + worst.p2p_s) / 2.0;
+            let b = (worst.backward_s - worst.weight_grad_s) / 2.0;
+            let w = worst.weight_grad_s / 2.0;
+            let hops = (p - 1) as f64;
+            (hops * (2.0 * b - w).max(f) - (hops * (b - f)).clamp(0.0, f)).max(0.0)
+        }
         // Qi et al. 2024 (ZB-H1): bubble (p − 1)(F + B_input − W), B = B_input + W.
         Schedule::ZbH1 => {
             let worst = slowest_stage(stages);
@@ -100,6 +116,10 @@ pub fn inflight_microbatches(
         }
         // ZB-V: every rank runs 2p − r − 1 chunk-0 and r + 1 chunk-1 forwards before its
         // first input pass frees one, 2p chunks of half a stage each: p micro-batches.
+        // DualPipeV: 2(p − k − 1) + (k + 1) chunk-0 and k + 1 chunk-1 forwards before the
+        // first backward, and each steady round's forward runs before the backward beside
+        // it frees a chunk: 2p + 1 half-stage chunks (the README's "PP + 1" stages).
+        Schedule::DualPipeV => p as f64 + 0.5,
         Schedule::ZbV => ((2 * p - k - 1).min(m) + (k + 1).min(m)) as f64 / 2.0,
         // The interleaved warm-up (Megatron-Core's and torch's, `generate::interleaved`):
         // 2(p − k − 1) + (v − 1)p chunk forwards, then one more before the first backward,

@@ -1,5 +1,5 @@
-//! Schedule generators: GPipe, 1F1B, interleaved 1F1B, ZB-H1, ZB-V and Merak's shifted
-//! critical path. Each writes, per rank, the order of compute and the sends/receives around
+//! Schedule generators: GPipe, 1F1B, interleaved 1F1B, ZB-H1, ZB-V, DualPipeV and Merak's
+//! shifted critical path. Each writes, per rank, the order of compute and the sends/receives around
 //! it; the order alone defines the schedule — durations are the simulator's business.
 
 use crate::kind::{Placement, ScheduleKind as Kind};
@@ -49,6 +49,8 @@ pub enum GenerateError {
     FixedChunks { kind: Kind, needs: u64, chunks: u32 },
     #[error("interleaved needs the micro-batches ({microbatches}) to be a multiple of the stages ({stages}), as Megatron-LM's schedule does")]
     InterleavedMicrobatches { microbatches: u32, stages: u32 },
+    #[error("dualpipe-v needs at least two micro-batches per stage (got {microbatches} for {stages} stages; allowed: {} or more), as DeepSeek's DualPipeV does", 2 * u64::from(*stages))]
+    DualPipeMicrobatches { microbatches: u32, stages: u32 },
     #[error("{what} = {value} is larger than the {max} a schedule supports")]
     TooLarge {
         what: &'static str,
@@ -193,6 +195,12 @@ pub fn generate(spec: &ScheduleSpec) -> Result<Schedule, GenerateError> {
             stages: p,
         });
     }
+    if kind == Kind::DualPipeV && !kind.accepts_microbatches(m.into(), p.into()) {
+        return Err(GenerateError::DualPipeMicrobatches {
+            microbatches: m,
+            stages: p,
+        });
+    }
     if !spec.recompute.is_empty() && spec.recompute.len() != p as usize {
         return Err(GenerateError::RecomputeLength {
             got: spec.recompute.len(),
@@ -222,6 +230,7 @@ pub fn generate(spec: &ScheduleSpec) -> Result<Schedule, GenerateError> {
                 Kind::Interleaved => interleaved(&mut prog, m, v, plain),
                 Kind::ZbH1 => zb_h1(&mut prog, m, plain),
                 Kind::ZbV => zb_v(&mut prog, m, plain),
+                Kind::DualPipeV => dualpipe_v(&mut prog, m, plain),
                 Kind::Scp => {
                     // Merak: the last rank keeps its activations (its backward follows its
                     // forward at once); rank r issues the recompute of its last p − r − 1
@@ -428,6 +437,101 @@ impl VPasses {
     /// Passes of kind `pass` counted for chunk `c`.
     fn done(&self, pass: usize, c: usize) -> u32 {
         self.next[pass][c]
+    }
+}
+
+/// DualPipeV in the order of deepseek-ai/DualPipe 3da1bbe `dualpipe/dualpipev.py` (`step`),
+/// which torch.distributed.pipelining's `ScheduleDualPipeV` follows
+/// (`_calculate_single_rank_operations`, torch 2.15): rank r holds virtual
+/// stages r (chunk 0) and 2p − 1 − r (chunk 1). It runs 2(p − r − 1) chunk-0 forwards; r + 1
+/// pairs of forwards (chunk 0, chunk 1); p − r − 1 rounds of a chunk-1 input pass, the
+/// deferred weight pass and a chunk-1 forward; then m − 2p + r + 1 rounds of the steady
+/// state, a chunk-0 forward beside a chunk-1 backward and a chunk-1 forward beside a chunk-0
+/// backward (full backwards); p − r − 1 rounds of a chunk-1 backward and a chunk-1 forward
+/// beside a chunk-0 backward; r + 1 pairs of backwards (chunk 1, chunk 0) that split off
+/// their weight passes from the middle pair on (for odd r from its chunk-1 backward, for
+/// even r from its chunk-0 one); p − r − 1 rounds of a deferred weight pass and a chunk-0
+/// input pass; and the r + 1 weight passes still deferred. Deferred weight passes run
+/// first in, first out. Needs m ≥ 2p.
+fn dualpipe_v(prog: &mut Program, m: u32, recompute: RecomputeAt) {
+    let (p, r) = (prog.stages, prog.rank);
+    let mut passes = DualPasses {
+        forwards: [0; 2],
+        backwards: [0; 2],
+        deferred: std::collections::VecDeque::new(),
+        recompute,
+    };
+    for _ in 0..2 * (p - r - 1) {
+        passes.forward(prog, 0);
+    }
+    for _ in 0..=r {
+        passes.forward(prog, 0);
+        passes.forward(prog, 1);
+    }
+    for _ in 0..p - r - 1 {
+        passes.backward(prog, 1, true);
+        passes.weight(prog);
+        passes.forward(prog, 1);
+    }
+    for _ in 0..m + r + 1 - 2 * p {
+        passes.forward(prog, 0);
+        passes.backward(prog, 1, false);
+        passes.forward(prog, 1);
+        passes.backward(prog, 0, false);
+    }
+    for _ in 0..p - r - 1 {
+        passes.backward(prog, 1, false);
+        passes.forward(prog, 1);
+        passes.backward(prog, 0, false);
+    }
+    let mut split = false;
+    for i in 0..=r {
+        // The middle pair, ⌊(r + 1)/2⌋ of r + 1.
+        let middle = i == r.div_ceil(2);
+        split |= middle && r % 2 == 1;
+        passes.backward(prog, 1, split);
+        split |= middle && r % 2 == 0;
+        passes.backward(prog, 0, split);
+    }
+    for _ in 0..p - r - 1 {
+        passes.weight(prog);
+        passes.backward(prog, 0, true);
+    }
+    while !passes.deferred.is_empty() {
+        passes.weight(prog);
+    }
+}
+
+/// DualPipeV's pass counters: the next forward and backward micro-batch of each chunk, and
+/// the weight passes split off and not yet run, oldest first.
+struct DualPasses {
+    forwards: [u32; 2],
+    backwards: [u32; 2],
+    deferred: std::collections::VecDeque<(u32, u32)>,
+    recompute: RecomputeAt,
+}
+
+impl DualPasses {
+    fn forward(&mut self, prog: &mut Program, c: usize) {
+        prog.forward(self.forwards[c], c as u32);
+        self.forwards[c] += 1;
+    }
+
+    /// The backward of chunk `c`'s next micro-batch: whole, or its input pass with the
+    /// weight pass deferred.
+    fn backward(&mut self, prog: &mut Program, c: usize, split: bool) {
+        let mb = self.backwards[c];
+        prog.backward(mb, c as u32, self.recompute, split);
+        if split {
+            self.deferred.push_back((mb, c as u32));
+        }
+        self.backwards[c] += 1;
+    }
+
+    fn weight(&mut self, prog: &mut Program) {
+        if let Some((mb, c)) = self.deferred.pop_front() {
+            prog.weight(mb, c);
+        }
     }
 }
 

@@ -32,6 +32,17 @@ pub enum ScheduleKind {
     /// passes; torch.distributed.pipelining's `ScheduleZBVZeroBubble`.
     #[serde(rename = "zb-v")]
     ZbV,
+    /// DualPipeV (DeepSeek-AI's DualPipe, DeepSeek-V3 technical report §3.2.1, "cut in
+    /// half" by Sea AI Lab; deepseek-ai/DualPipe 3da1bbe `dualpipe/dualpipev.py`,
+    /// torch.distributed.pipelining's `ScheduleDualPipeV`): two chunks per rank placed in
+    /// a V; in its steady state each rank pairs a chunk's forward of one micro-batch with
+    /// the other chunk's backward of another. DeepSeek's own runtime overlaps the pair's
+    /// computation with its communication; torch's `OVERLAP_F_B` action runs the two in
+    /// turn unless a custom function is registered for it (torch 2.15
+    /// `distributed/pipelining/schedules.py`), and torchtitan registers none, so the
+    /// engines plait models run the pairs back to back.
+    #[serde(rename = "dualpipe-v")]
+    DualPipeV,
 }
 
 /// Where a rank's chunks sit among the pipeline's virtual stages.
@@ -81,6 +92,7 @@ impl ScheduleKind {
         ScheduleKind::ZbH1,
         ScheduleKind::Scp,
         ScheduleKind::ZbV,
+        ScheduleKind::DualPipeV,
     ];
 
     pub fn keyword(self) -> &'static str {
@@ -91,6 +103,7 @@ impl ScheduleKind {
             ScheduleKind::ZbH1 => "zb-h1",
             ScheduleKind::Scp => "scp",
             ScheduleKind::ZbV => "zb-v",
+            ScheduleKind::DualPipeV => "dualpipe-v",
         }
     }
 
@@ -105,21 +118,37 @@ impl ScheduleKind {
 
     /// The kinds a planner's search tries, in the order it tries them (the order breaks
     /// ties between equally fast plans).
-    pub const SEARCHED: [ScheduleKind; 6] = [
+    pub const SEARCHED: [ScheduleKind; 7] = [
         ScheduleKind::OneFOneB,
         ScheduleKind::Gpipe,
         ScheduleKind::ZbH1,
         ScheduleKind::Scp,
         ScheduleKind::ZbV,
         ScheduleKind::Interleaved,
+        ScheduleKind::DualPipeV,
     ];
 
     /// Whether the schedule runs `microbatches` micro-batches on `ranks` pipeline ranks:
     /// Megatron-LM's interleaved schedule needs a multiple of the ranks (it runs them in
     /// groups of `ranks`, `schedules.py` `forward_backward_pipelining_with_interleaving`);
+    /// DualPipeV at least two per rank (`dualpipev.py`, `num_chunks >= num_ranks * 2`);
     /// the others any number.
     pub fn accepts_microbatches(self, microbatches: u64, ranks: u64) -> bool {
-        self != ScheduleKind::Interleaved || microbatches.is_multiple_of(ranks.max(1))
+        match self {
+            ScheduleKind::Interleaved => microbatches.is_multiple_of(ranks.max(1)),
+            ScheduleKind::DualPipeV => microbatches >= 2 * ranks,
+            _ => true,
+        }
+    }
+
+    /// The micro-batch counts [`ScheduleKind::accepts_microbatches`] allows, in words, with
+    /// the pipeline ranks called `pp` (for error messages).
+    pub fn microbatches_allowed(self) -> &'static str {
+        match self {
+            ScheduleKind::Interleaved => "a multiple of pp",
+            ScheduleKind::DualPipeV => "at least 2 × pp",
+            _ => "any number",
+        }
     }
 
     /// Whether the stages finish their share of the pipeline in turn, the last first, as
@@ -140,18 +169,17 @@ impl ScheduleKind {
     }
 
     /// Whether the schedule runs `chunks` chunks per rank: interleaved any number, ZB-V
-    /// exactly two, the others one.
+    /// and DualPipeV exactly two, the others one.
     pub fn accepts_chunks(self, chunks: u64) -> bool {
         match self {
             ScheduleKind::Interleaved => chunks >= 1,
-            ScheduleKind::ZbV => chunks == 2,
-            _ => chunks == 1,
+            _ => chunks == self.fixed_chunks().unwrap_or(1),
         }
     }
 
-    /// The chunks per rank the schedule runs when it fixes them (ZB-V: two).
+    /// The chunks per rank the schedule runs when it fixes them (ZB-V, DualPipeV: two).
     pub fn fixed_chunks(self) -> Option<u64> {
-        (self == ScheduleKind::ZbV).then_some(2)
+        (self.placement() == Placement::V).then_some(2)
     }
 
     /// Chunks per rank under this schedule for a request that gave `given` chunks (or
@@ -162,7 +190,7 @@ impl ScheduleKind {
 
     /// Where the schedule places a rank's chunks.
     pub fn placement(self) -> Placement {
-        if self == ScheduleKind::ZbV {
+        if matches!(self, ScheduleKind::ZbV | ScheduleKind::DualPipeV) {
             Placement::V
         } else {
             Placement::Looped
@@ -203,9 +231,12 @@ impl ScheduleKind {
     }
 
     /// Whether the schedule runs the backward as an input-gradient pass and a deferred
-    /// weight-gradient pass (the zero-bubble schedules).
+    /// weight-gradient pass (the zero-bubble schedules; DualPipeV in its warm-up and drain).
     pub fn splits_backward(self) -> bool {
-        matches!(self, ScheduleKind::ZbH1 | ScheduleKind::ZbV)
+        matches!(
+            self,
+            ScheduleKind::ZbH1 | ScheduleKind::ZbV | ScheduleKind::DualPipeV
+        )
     }
 
     /// Whether the schedule rebuilds a rank's recomputed chunk before its backward as one

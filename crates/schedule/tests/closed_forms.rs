@@ -125,6 +125,45 @@ proptest! {
         }
     }
 
+    /// DualPipeV (DeepSeek's `dualpipev.py` order) with per-chunk forward f, input pass b and
+    /// weight pass w, f ≤ b and w ≤ b, m ≥ 2p: bubble (p − 1)(2b − w) − min(f, (p − 1)(b − f));
+    /// every rank holds 2p + 1 half-stage chunks at its peak (the README's PP + 1), and the
+    /// closed form the cost model uses is the simulated makespan.
+    #[test]
+    fn dualpipe_v(p in 1u32..=16, extra in 0u32..=32, f in 1u32..=8, bi in 1u32..=8, w in 0u32..=8) {
+        prop_assume!(f <= bi && w <= bi);
+        let m = 2 * p + extra;
+        let (fc, bc, wc) = (f64::from(f), f64::from(bi), f64::from(w));
+        let hops = f64::from(p - 1);
+        let bubble = hops * (2.0 * bc - wc) - (hops * (bc - fc)).clamp(0.0, fc);
+        let (f, bi, w) = (2.0 * fc, 2.0 * bc, 2.0 * wc);
+        let t = f64::from(m) * (f + bi + w) + bubble;
+        check(Kind::DualPipeV, p, m, 2, (f, bi + w, w), t, |_| f64::from(p) + 0.5);
+        let stage = plait_schedule::closed_form::StageTime {
+            forward_s: f,
+            backward_s: bi + w,
+            weight_grad_s: w,
+            p2p_s: 0.0,
+        };
+        let stages = vec![stage; p as usize];
+        let (closed, _) = plait_schedule::closed_form::pipeline_time(Kind::DualPipeV, &stages, m.into(), 2);
+        prop_assert_eq!(closed, t);
+    }
+
+    /// Any passes and micro-batch count DualPipeV accepts: it validates, holds p + 1/2
+    /// micro-batches, and is never slower than 1F1B with the same passes.
+    #[test]
+    fn dualpipe_v_any_passes(p in 1u32..=12, extra in 0u32..=16, f in 1u32..=8, bi in 1u32..=8, w in 0u32..=8) {
+        let m = 2 * p + extra;
+        let (f, bi, w) = (f64::from(2 * f), f64::from(2 * bi), f64::from(2 * w));
+        let dual = run(Kind::DualPipeV, p, m, 2, (f, bi + w, w, 0.0), false);
+        let one = run(Kind::OneFOneB, p, m, 1, (f, bi + w, w, 0.0), false).makespan_s;
+        prop_assert!(dual.makespan_s <= one, "dualpipe-v {} > 1f1b {one}", dual.makespan_s);
+        for rank in &dual.ranks {
+            prop_assert_eq!(rank.peak_inflight_microbatches, f64::from(p) + 0.5);
+        }
+    }
+
     /// Outside the paper's regime ZB-H1 is still never slower than 1F1B and never beats the
     /// first rank's own bound: m(F+Bi+W) plus (p − 1)·max(F, Bi) of forward fill / gradient
     /// return that no W can cover.

@@ -5,28 +5,20 @@ use plait_schedule::ScheduleKind as Kind;
 use plait_schedule::{generate, validate, GradReduce, Instr, Op, Schedule, ScheduleSpec};
 use proptest::prelude::*;
 
-const KINDS: [Kind; 6] = [
-    Kind::Gpipe,
-    Kind::OneFOneB,
-    Kind::Interleaved,
-    Kind::ZbH1,
-    Kind::Scp,
-    Kind::ZbV,
-];
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     /// Every generator, with any recompute pattern and reduction placement, validates.
     #[test]
-    fn generators_validate(kind in 0usize..6, p in 1u32..=12, k in 1u32..=6, v in 1u32..=4, recompute in proptest::collection::vec(any::<bool>(), 12), reduce in 0u8..3) {
-        let kind = KINDS[kind];
+    fn generators_validate(kind in 0usize..Kind::ALL.len(), p in 1u32..=12, k in 1u32..=6, v in 1u32..=4, recompute in proptest::collection::vec(any::<bool>(), 12), reduce in 0u8..3) {
+        let kind = Kind::ALL[kind];
         let v = match kind.fixed_chunks() {
             Some(n) => n as u32,
             None if kind == Kind::Interleaved => v,
             None => 1,
         };
-        let m = p * k;
+        // Micro-batches the kind accepts: p·k, or twice that (DualPipeV needs 2p).
+        let m = if kind.accepts_microbatches((p * k).into(), p.into()) { p * k } else { 2 * p * k };
         let mut spec = ScheduleSpec::new(kind, p, m, v);
         spec.recompute = recompute[..p as usize].to_vec();
         spec.grad_reduce = [GradReduce::None, GradReduce::Overlapped, GradReduce::AtEnd][reduce as usize];

@@ -447,13 +447,12 @@ impl ParallelConfig {
         }
         let m = self.microbatches(train);
         if !self.schedule.accepts_microbatches(m, self.pp) {
+            let (kind, allowed, pp) =
+                (self.schedule, self.schedule.microbatches_allowed(), self.pp);
             return err(
                 "schedule",
-                format!(
-                    "{} needs the micro-batch count (gbs/(mbs·dp) = {m}) to be a multiple of pp = {}",
-                    self.schedule, self.pp
-                ),
-                "a batch with a multiple of pp micro-batches, or schedule = 1f1b".into(),
+                format!("{kind} needs the micro-batch count (gbs/(mbs·dp) = {m}) to be {allowed} (pp = {pp})"),
+                format!("a batch of {allowed} micro-batches, or schedule = 1f1b"),
             );
         }
         Ok(())

@@ -70,6 +70,7 @@ pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
         Pipe::Gpipe => out.push(format!("GPipe: {only_1f1b}")),
         Pipe::ZbH1 => out.push(format!("the zero-bubble ZB-H1 schedule: {only_1f1b}")),
         Pipe::ZbV => out.push(format!("the zero-bubble ZB-V schedule: {only_1f1b}")),
+        Pipe::DualPipeV => out.push(format!("DeepSeek's DualPipeV schedule: {only_1f1b}")),
         Pipe::Scp => out.push(format!(
             "Merak's shifted-critical-path (scp) schedule: {only_1f1b}"
         )),

@@ -341,6 +341,7 @@ pub(crate) enum Pipe {
     ZbH1,
     Scp,
     ZbV,
+    DualPipeV,
     Other(Schedule),
 }
 
@@ -361,6 +362,7 @@ pub(crate) fn pipe(c: &ParallelConfig) -> Pipe {
         Schedule::ZbH1 => Pipe::ZbH1,
         Schedule::Scp => Pipe::Scp,
         Schedule::ZbV => Pipe::ZbV,
+        Schedule::DualPipeV => Pipe::DualPipeV,
         other => Pipe::Other(other),
     }
 }

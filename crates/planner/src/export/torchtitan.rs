@@ -78,7 +78,12 @@ pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
             }
         }
         Pipe::Other(kind) => out.push(super::unknown_schedule("torchtitan", kind)),
-        Pipe::None | Pipe::OneFOneB | Pipe::Interleaved | Pipe::Gpipe | Pipe::ZbV => {}
+        Pipe::None
+        | Pipe::OneFOneB
+        | Pipe::Interleaved
+        | Pipe::Gpipe
+        | Pipe::ZbV
+        | Pipe::DualPipeV => {}
     }
     if c.zero == 0 && c.dp > 1 && (c.tp > 1 || c.pp > 1 || c.cp > 1) {
         out.push(format!(
@@ -344,6 +349,9 @@ pub(super) fn schedule_name(c: &plait_spec::ParallelConfig) -> &'static str {
         Pipe::Gpipe => "GPipe",
         Pipe::ZbH1 => "InterleavedZeroBubble",
         Pipe::ZbV => "ZBVZeroBubble",
+        // torch's `ScheduleDualPipeV`, which torchtitan places in a V as it does ZB-V
+        // (torchtitan b5bcd76 `distributed/pipeline_parallel.py`, style "v").
+        Pipe::DualPipeV => "DualPipeV",
         _ => "1F1B",
     }
 }

@@ -126,9 +126,15 @@ pub fn pp4(model: &str) -> Case {
 
 /// Llama 2 7B on 8 GPUs as dp2 × pp4 under ZB-V: two chunks per rank in a V.
 pub fn llama2_7b_zb_v() -> Case {
+    llama2_7b_in_a_v(Schedule::ZbV)
+}
+
+/// Llama 2 7B on 8 GPUs as dp2 × pp4 under `schedule`, one of those that place two chunks
+/// per rank in a V (ZB-V, DualPipeV).
+pub fn llama2_7b_in_a_v(schedule: Schedule) -> Case {
     let mut k = pp4("llama2-7b");
     k.plan.config.vp = 2;
-    k.plan.config.schedule = Schedule::ZbV;
+    k.plan.config.schedule = schedule;
     k.plan.stage_map = StageMap::uniform(32, &k.plan.config);
     k.plan.stage_map.validate(32, &k.plan.config).unwrap();
     k

@@ -107,6 +107,11 @@ pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
              interleaved 1F1B"
                 .to_string(),
         ),
+        Pipe::DualPipeV => out.push(
+            "Megatron-LM has no DualPipeV schedule: its pipeline schedules are 1F1B and \
+             interleaved 1F1B"
+                .to_string(),
+        ),
         Pipe::Other(kind) => out.push(super::unknown_schedule("Megatron-LM", kind)),
         Pipe::None | Pipe::OneFOneB | Pipe::Interleaved => {}
     }
