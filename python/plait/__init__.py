@@ -370,6 +370,7 @@ _WORKLOAD: Dict[str, Any] = {
     "compile_components": _check_str,
     "async_tp": bool,
     "sdpa": _check_str,
+    "float8_recipe": _check_str,
 }
 
 _CONFIG: Dict[str, Any] = {
@@ -561,6 +562,7 @@ def estimate(
     compile_components: Optional[str] = None,
     async_tp: bool = False,
     sdpa: Optional[str] = None,
+    float8_recipe: Optional[str] = None,
     simulate: bool = False,
 ) -> Estimate:
     """``plait estimate --json``: one parallel configuration's time, throughput and memory.
@@ -612,6 +614,7 @@ def simulate(
     compile_components: Optional[str] = None,
     async_tp: bool = False,
     sdpa: Optional[str] = None,
+    float8_recipe: Optional[str] = None,
     svg: Any = None,
     trace: Any = None,
     ir: bool = False,
@@ -667,6 +670,7 @@ def plan(
     compile_components: Optional[str] = None,
     async_tp: bool = False,
     sdpa: Optional[str] = None,
+    float8_recipe: Optional[str] = None,
     top: Optional[int] = None,
     simulate: Optional[int] = None,
     threads: Optional[int] = None,

@@ -200,6 +200,7 @@ def estimate(
     compile_components: Optional[str] = ...,
     async_tp: bool = ...,
     sdpa: Optional[str] = ...,
+    float8_recipe: Optional[str] = ...,
     simulate: bool = ...,
 ) -> Estimate: ...
 def simulate(
@@ -242,6 +243,7 @@ def simulate(
     compile_components: Optional[str] = ...,
     async_tp: bool = ...,
     sdpa: Optional[str] = ...,
+    float8_recipe: Optional[str] = ...,
     svg: Optional[_Path] = ...,
     trace: Optional[_Path] = ...,
     ir: bool = ...,
@@ -284,6 +286,7 @@ def plan(
     compile_components: Optional[str] = ...,
     async_tp: bool = ...,
     sdpa: Optional[str] = ...,
+    float8_recipe: Optional[str] = ...,
     top: Optional[int] = ...,
     simulate: Optional[int] = ...,
     threads: Optional[int] = ...,

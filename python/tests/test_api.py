@@ -115,6 +115,13 @@ def test_estimate_inputs_reach_the_command_line():
     assert compiled.iteration_time_s < eager.iteration_time_s
     with pytest.raises(plait.PlaitError, match="--compile"):
         plait.estimate("llama3-8b", gpus=8, gbs=64, compile=True)
+    # torchao's float8 recipes: row-wise quantises every operand again in the backward.
+    titan = dict(cluster="dgx-h100", gpus=8, gbs=16, seq=8192, engine="torchtitan", dtype="fp8")
+    tensorwise = plait.estimate("llama3-8b", **titan)
+    rowwise = plait.estimate("llama3-8b", float8_recipe="rowwise", **titan)
+    assert rowwise.iteration_time_s > tensorwise.iteration_time_s
+    with pytest.raises(plait.PlaitError, match="--float8-recipe"):
+        plait.estimate("llama3-8b", cluster="dgx-h100", gpus=8, gbs=64, dtype="fp8", float8_recipe="rowwise")
 
 
 def test_text_output_equals_the_binary(plait_bin):

@@ -11,8 +11,8 @@ use plait_runtime::error::PlanMismatch;
 use plait_runtime::RuntimeError;
 use plait_spec::{
     cluster_from_toml, cluster_preset, model_from_hf_config, model_preset, AttentionImpl,
-    ClusterSpec, CpComm, Degree, Dtype, Engine, Lora, ModelSpec, ParallelConfig, ParallelPins,
-    Recompute, RecomputeModules, Schedule, Sdpa, SpecError, Task, TrainSpec,
+    ClusterSpec, CpComm, Degree, Dtype, Engine, Float8Recipe, Lora, ModelSpec, ParallelConfig,
+    ParallelPins, Recompute, RecomputeModules, Schedule, Sdpa, SpecError, Task, TrainSpec,
 };
 
 /// Model, cluster and batch.
@@ -105,6 +105,11 @@ pub struct WorkloadArgs {
     /// --engine torchtitan)
     #[arg(long, default_value = "flash", value_parser = parse_keyword::<Sdpa>)]
     pub sdpa: Sdpa,
+    /// torchao's float8 recipe of an fp8 torchtitan run: tensorwise (one scale per tensor),
+    /// rowwise (a power-of-two scale per row of every GEMM operand) or rowwise-gw-hp (the
+    /// weight-gradient GEMM in 16-bit) (allowed with --dtype fp8 --engine torchtitan)
+    #[arg(long, default_value = "tensorwise", value_parser = parse_keyword::<Float8Recipe>)]
+    pub float8_recipe: Float8Recipe,
 }
 
 /// The degree, micro-batch and ZeRO flags, shared by the commands that take a configuration
@@ -418,11 +423,22 @@ impl WorkloadArgs {
             },
             async_tp: self.async_tp,
             sdpa: self.sdpa,
+            float8_recipe: self.float8_recipe,
             ..TrainSpec::new(positive("gbs", self.gbs)?, sequence(self.seq)?)
         };
         if train.sdpa == Sdpa::Cudnn && !train.engine.calls_sdpa() {
             bail!(
                 "--sdpa: engine {} does not call PyTorch's scaled_dot_product_attention (allowed: flash; cudnn with --engine torchtitan)",
+                train.engine.keyword()
+            );
+        }
+        if train.float8_recipe != Float8Recipe::Tensorwise
+            && (train.dtype != plait_spec::Dtype::Fp8 || !train.engine.runs_torchao_float8())
+        {
+            bail!(
+                "--float8-recipe: {} is torchao's float8 recipe, for --dtype fp8 under an engine that quantises with torchao (allowed: tensorwise; rowwise or rowwise-gw-hp with --dtype fp8 --engine torchtitan; got --dtype {} --engine {})",
+                train.float8_recipe,
+                train.dtype,
                 train.engine.keyword()
             );
         }

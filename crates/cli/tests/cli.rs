@@ -405,6 +405,15 @@ fn compile_fuses_torchtitan_and_is_refused_elsewhere() {
         &["estimate", "--sdpa", "cudnn"],
         "--sdpa: engine megatron does not call PyTorch's scaled_dot_product_attention (allowed: flash; cudnn with --engine torchtitan)",
     );
+    // torchao's float8 recipes are torchtitan's and fp8's alone.
+    common::check(
+        &["estimate", "--engine", "torchtitan", "--float8-recipe", "rowwise"],
+        "--float8-recipe: rowwise is torchao's float8 recipe, for --dtype fp8 under an engine that quantises with torchao (allowed: tensorwise; rowwise or rowwise-gw-hp with --dtype fp8 --engine torchtitan; got --dtype bf16 --engine torchtitan)",
+    );
+    common::check(
+        &["estimate", "--dtype", "fp8", "--cluster", "dgx-h100", "--float8-recipe", "columnwise"],
+        "invalid value 'columnwise' for '--float8-recipe <FLOAT8_RECIPE>': `columnwise` is not one of tensorwise|rowwise|rowwise-gw-hp",
+    );
     // An eager torchtitan plan says what compiling would save, as text and as data.
     let mut args = vec!["plan"];
     args.extend_from_slice(&WORKLOAD);

@@ -66,14 +66,14 @@ fn published_tables_within_their_bounds() {
     // where Transformer Engine's attention rate was measured (`TE_FUSED_OVER_FA2`, against
     // the H200's FlashAttention-2), the other eight check it.
     check(&r, "NeMo long context", 0.02, 0.02);
-    // torchtitan's benchmarks: 7.8 %, signed −7.2 %, over 28 runs. On the H200 (compiled,
+    // torchtitan's benchmarks: 7.5 %, signed −5.7 %, over 32 runs. On the H200 (compiled,
     // float8, op-level selective recompute) −2.6 % and −4.1 %. On Grand Teton's 500 W H100s
     // (peak taken midway between the SXM's and the NVL's, as torchtitan's documents place
     // it): 70B and 405B without context parallelism −6.4 … +5.9 %, 8B −3.4 … −14.4 %,
     // 405B with context parallelism over nodes −3.9 … −12.5 %, 8B with it on one node
-    // −5.1 … −32.1 %, the shortfall growing with cp. A regression guard, not yet the
-    // target of 5 %.
-    check(&r, "torchtitan", 0.09, 0.085);
+    // −5.1 … −32.1 %, the shortfall growing with cp; float8 row-wise (8B and 70B at tp 8)
+    // +2.4 … +6.6 %. A regression guard, not yet the target of 5 %.
+    check(&r, "torchtitan", 0.085, 0.07);
     // Their peak memory (the allocator's peak reserved bytes, 20 runs): 7.2 % today; 8B
     // −13 … +4 %, 70B −19 / −14 % (torchtitan's loss-parallel loss in fp32 ops), 405B
     // pipelined −13 … +2 %.

@@ -4,7 +4,7 @@
 mod common;
 
 use plait_planner::export::{export, expressible, Engine};
-use plait_spec::{Dtype, Recompute, Schedule};
+use plait_spec::{Dtype, Float8Recipe, Recompute, Schedule};
 
 use common::*;
 
@@ -136,10 +136,25 @@ fn engine_limits_are_refused_with_their_reason() {
     ));
     assert_eq!(f["--fp8-format"], "hybrid");
     let tt = run(Engine::TorchtitanToml, &k).unwrap();
-    assert!(file(&tt, "torchtitan.toml").contains("converters = [\"quantize.linear.float8\"]"));
+    let toml = file(&tt, "torchtitan.toml");
+    assert!(toml.contains("converters = [\"quantize.linear.float8\"]"));
+    assert!(
+        !toml.contains("recipe_name"),
+        "tensor-wise is 0.2's default: {toml}"
+    );
+    // torchtitan 0.3's float8 converter has no tensor-wise recipe: a plan costed with it is
+    // refused, a row-wise one written with its recipe (0.2 names it too).
+    let e = run(Engine::Torchtitan, &k).unwrap_err();
+    assert!(e.contains("tensor-wise") && e.contains("rowwise"), "{e}");
+    k.train.float8_recipe = Float8Recipe::Rowwise;
     let tt = run(Engine::Torchtitan, &k).unwrap();
-    let v = torchtitan_py(file(&tt, "torchtitan_config.py"));
+    let py = file(&tt, "torchtitan_config.py");
+    let v = torchtitan_py(py);
     assert_eq!(v.get("converter"), Some("float8"));
+    assert!(py.contains("recipe_name=\"rowwise\""), "{py}");
+    k.train.float8_recipe = Float8Recipe::RowwiseGwHp;
+    let tt = run(Engine::TorchtitanToml, &k).unwrap();
+    assert!(file(&tt, "torchtitan.toml").contains("recipe_name = \"rowwise_with_gw_hp\""));
 }
 
 /// Every engine's export refuses `k`, saying `needle`.

@@ -184,6 +184,20 @@ keyword_enum!(
 );
 
 keyword_enum!(
+    /// torchao's float8 training recipe, where the engine quantises its linears with torchao
+    /// (torchtitan's `[float8] recipe_name`; torchao 36027d8 `float8/config.py`,
+    /// `Float8LinearConfig.from_recipe_name`): `tensorwise`, one scale per tensor (the
+    /// default); `rowwise`, one scale per row of every operand of all three GEMMs, rounded
+    /// to a power of two; `rowwise-gw-hp` (`rowwise_with_gw_hp`), row-wise forward and
+    /// input-gradient GEMMs with the weight-gradient GEMM in 16-bit.
+    Float8Recipe {
+        Tensorwise => "tensorwise",
+        Rowwise => "rowwise",
+        RowwiseGwHp => "rowwise-gw-hp",
+    }
+);
+
+keyword_enum!(
     /// The training engine that runs the plan: what it fuses, what it overlaps and what it
     /// keeps in memory differ, and the cost model follows each (plait-cost `engine`).
     /// * `megatron` — Megatron-Core with Transformer Engine (NeMo's runtime);
@@ -219,6 +233,13 @@ impl Engine {
     /// backend `TrainSpec::sdpa` picks: torchtitan's; Megatron-Core and DeepSpeed call
     /// Transformer Engine or flash-attn, llm-foundry its Triton kernel.
     pub fn calls_sdpa(self) -> bool {
+        self == Engine::Torchtitan
+    }
+
+    /// Whether the engine's fp8 linears are torchao's float8 training, whose recipe
+    /// `TrainSpec::float8_recipe` picks: torchtitan's; Megatron-Core and DeepSpeed run
+    /// Transformer Engine's recipes.
+    pub fn runs_torchao_float8(self) -> bool {
         self == Engine::Torchtitan
     }
 
@@ -390,6 +411,14 @@ pub struct TrainSpec {
     /// The SDPA backend an engine that calls PyTorch's attention runs (torchtitan).
     #[serde(default = "default_sdpa")]
     pub sdpa: Sdpa,
+    /// torchao's float8 recipe of an fp8 run under an engine that quantises with torchao
+    /// (torchtitan).
+    #[serde(default = "default_float8_recipe")]
+    pub float8_recipe: Float8Recipe,
+}
+
+fn default_float8_recipe() -> Float8Recipe {
+    Float8Recipe::Tensorwise
 }
 
 fn default_sdpa() -> Sdpa {
@@ -479,6 +508,7 @@ impl TrainSpec {
             compile_loss: true,
             async_tp: false,
             sdpa: Sdpa::Flash,
+            float8_recipe: Float8Recipe::Tensorwise,
         }
     }
 }

@@ -2,19 +2,19 @@
 //! table: the runs on hardware a cluster preset describes.
 
 use plait_spec::{
-    cluster_preset, model_preset, parse_config_items, Dtype, Engine, SpecError, TrainSpec, GIB,
+    cluster_preset, model_preset, parse_config_items, Dtype, Engine, Float8Recipe, SpecError,
+    TrainSpec, GIB,
 };
 
-use super::{csv, rows, Run, Skipped, Table};
+use super::{csv, rows, Run, Table};
 
 /// torchtitan's own benchmarks (`torchtitan_benchmarks.csv`): FSDP2 alone or with DTensor
 /// TP (async or not), pipelining and context parallelism, compiled or eager, bf16 or
-/// torchao's float8; each row's configuration is its plan string.
+/// torchao's float8 (tensor-wise or row-wise); each row's configuration is its plan string.
 pub fn torchtitan_benchmarks(text: &str) -> Result<Table, SpecError> {
     const SOURCE: &str = "torchtitan_benchmarks.csv";
     let (header, data) = csv(text, SOURCE)?;
     let mut runs = vec![];
-    let mut skipped = vec![];
     for row in rows(SOURCE, &header, &data) {
         let (gpus, gbs, seq) = (row.int("gpus")?, row.int("gbs")?, row.int("seq")?);
         // `none`, or the components compiled (`model`, `model+loss`).
@@ -57,18 +57,11 @@ pub fn torchtitan_benchmarks(text: &str) -> Result<Table, SpecError> {
                 _ => " float8 rowwise",
             },
         );
-        let dtype = match row.str("dtype")? {
-            "fp8" => Dtype::Fp8,
-            "bf16" => Dtype::Bf16,
-            // torchao's rowwise recipe scales each row of its operands (`_scaled_mm` with
-            // axis-wise scales); plait's fp8 is tensor-wise, so these runs are not expressed.
-            "fp8-rowwise" => {
-                skipped.push(Skipped {
-                    label,
-                    reason: "float8 with row-wise scales is not expressible (plait's fp8 is tensor-wise)".into(),
-                });
-                continue;
-            }
+        let (dtype, float8_recipe) = match row.str("dtype")? {
+            "fp8" => (Dtype::Fp8, Float8Recipe::Tensorwise),
+            "bf16" => (Dtype::Bf16, Float8Recipe::Tensorwise),
+            // torchao's rowwise recipe (`--float8.recipe_name rowwise`).
+            "fp8-rowwise" => (Dtype::Fp8, Float8Recipe::Rowwise),
             other => {
                 return Err(SpecError::new(
                     SOURCE,
@@ -93,6 +86,7 @@ pub fn torchtitan_benchmarks(text: &str) -> Result<Table, SpecError> {
             train: TrainSpec {
                 engine: Engine::Torchtitan,
                 dtype,
+                float8_recipe,
                 compile,
                 compile_loss,
                 async_tp,
@@ -110,6 +104,6 @@ pub fn torchtitan_benchmarks(text: &str) -> Result<Table, SpecError> {
         name: "torchtitan benchmarks (FSDP2, Grand Teton H100 and H200)",
         engine: Engine::Torchtitan,
         runs,
-        skipped,
+        skipped: vec![],
     })
 }

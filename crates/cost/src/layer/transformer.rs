@@ -107,6 +107,21 @@ fn attention_core(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> AttentionCore
     }
 }
 
+/// Backward time per element of a float8 linear module's input, weight and output
+/// gradient that torchao's row-wise recipe adds over the tensor-wise one: their second,
+/// column-wise quantisation for the input- and weight-gradient GEMMs, with whatever of the
+/// compiled backward comes with it. Measured on one H200 (torch 2.11, torchao 0.18;
+/// `scripts/h200_kernels.py`, rows `"kind": "block"` of `tests/data/h200_kernels.jsonl`): a
+/// compiled torchtitan Llama 3.1 8B block's backward took 13.209 ms longer row-wise than
+/// tensor-wise at 2 × 8K tokens (tp 1) and 10.058 ms at tp 8's share of 4 × 8K tokens, over
+/// 1.5603 G and 1.1849 G elements of its seven linear modules' inputs, weights and output
+/// gradients (wq, wk, wv, wo, w1, w3, w2, each counting its own): 8.466 and 8.489 ps, so
+/// 23.267 ms / 2.7452 G together. The two shapes differ 4× in GEMM work and 8× in weights,
+/// and the one rate holds both within 0.2 %: the cost follows the quantised elements, not
+/// the GEMMs. The kernels behind it are not identified: a column-wise cast into the
+/// transposed layout timed alone moves 1.56 TB/s (1.9 ps per element of bf16 input).
+pub(crate) const ROWWISE_BACKWARD_QUANTISE_S_PER_ELEMENT: f64 = 23.267e-3 / 2.7452e9;
+
 /// A transformer block, or its attention or MLP half alone: kernel by kernel, collective
 /// by collective, saved tensor by saved tensor.
 pub(super) fn transformer_block_cost(
@@ -129,9 +144,14 @@ pub(super) fn transformer_block_cost(
     // `PrepareFloat8ModuleInput._prepare_input_arg`: cast, then `redistribute`) and, in
     // the backward, the output gradients of the row-parallel ones
     // (`Float8RowwiseParallel._prepare_output_fn`: `NoopFwToFloat8BwDynamic` after the
-    // reduce-scatter, so its backward all-gather moves fp8).
-    let fp8_tp =
-        w.engine.fp8_tp_all_gather && w.linear_format == plait_spec::Dtype::Fp8 && w.tp > 1 && w.sp;
+    // reduce-scatter, so its backward all-gather moves fp8). Only the tensor-wise recipe:
+    // the row-wise ones run plain tp with 16-bit gathers (torchtitan b0902b2
+    // `models/llama3/infra/parallelize.py:73-76`, `enable_float8_tensorwise_tp`).
+    let fp8_tp = w.engine.fp8_tp_all_gather
+        && w.linear_format == plait_spec::Dtype::Fp8
+        && w.torchao_float8() == Some(plait_spec::Float8Recipe::Tensorwise)
+        && w.tp > 1
+        && w.sp;
     let forward_gather_bytes = if fp8_tp {
         tokens * h * w.quantised_copy_bytes()
     } else {
@@ -372,6 +392,30 @@ pub(super) fn transformer_block_cost(
         };
         bwd.stream(d, cast * output_grads);
         bwd.count += 3.0;
+        // torchao's row-wise recipe scales every GEMM operand along the axis its GEMM
+        // keeps, so the backward quantises each linear module's input, weight and output
+        // gradient once more, column-wise, for the input- and weight-gradient GEMMs, where
+        // the tensor-wise recipe transposes its one-scale copies: measured at
+        // [`ROWWISE_BACKWARD_QUANTISE_S_PER_ELEMENT`] per element of the three over what
+        // the tensor-wise recipe costs. Each of the engine's modules quantises its own, so
+        // the separate q, k and v projections (gate and up) count their shared input once
+        // each.
+        if w.torchao_float8() == Some(plait_spec::Float8Recipe::Rowwise) {
+            let modules = |i: usize| match i {
+                0 => qkv_widths.len(),
+                2 => up_widths.len(),
+                _ => 1,
+            } as u64;
+            let operands = |g: &Gemm, modules: u64| {
+                ((g.m * (g.k * modules + g.n) + g.k * g.n) * g.count) as f64
+            };
+            let elements = linears
+                .iter()
+                .map(|&(i, g)| operands(&g, modules(i)))
+                .chain(extra_linears.iter().map(|g| operands(g, 1)))
+                .sum::<f64>();
+            bwd.gpu_s += ROWWISE_BACKWARD_QUANTISE_S_PER_ELEMENT * elements;
+        }
     }
 
     // Backward GEMMs, with Megatron's overlap of each column-parallel input-gradient

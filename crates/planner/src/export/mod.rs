@@ -254,9 +254,12 @@ pub fn export(
     reasons.extend(match engine {
         Engine::Megatron => megatron::model_reasons(plan, model, train),
         Engine::DeepSpeed => deepspeed::model_reasons(plan, model, train),
-        Engine::Torchtitan | Engine::TorchtitanToml => {
-            torchtitan::model_reasons(plan, model, train)
+        Engine::Torchtitan => {
+            let mut reasons = torchtitan::model_reasons(plan, model, train);
+            reasons.extend(torchtitan_py::recipe_reasons(train));
+            reasons
         }
+        Engine::TorchtitanToml => torchtitan::model_reasons(plan, model, train),
     });
     join(reasons).map_err(|reason| ExportError { engine, reason })?;
     Ok(match engine {

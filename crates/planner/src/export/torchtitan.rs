@@ -25,7 +25,8 @@
 //!   `selective_ac_option` (`"op"` or a layer frequency; `distributed/activation_checkpoint.py`).
 //! * `[compile]` `enable`, `components` (`["model", "loss"]`), written when the plan was
 //!   costed compiled (`TrainSpec::compile`).
-//! * `[quantize.linear.float8]` `filter_fqns`.
+//! * `[quantize.linear.float8]` `filter_fqns`, `recipe_name` (`tensorwise` when unset,
+//!   `rowwise`, `rowwise_with_gw_hp`).
 //!
 //! What torchtitan cannot run, and where that was read:
 //! * ZeRO-0 data parallelism beside other dimensions: `models/llama3/infra/parallelize.py`
@@ -573,6 +574,15 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     if train.dtype == Dtype::Fp8 {
         out.push_str("\n[quantize.linear.float8]\n");
         out.push_str("filter_fqns = [\"output\"]\n");
+        // `recipe_name` unset is torchao's tensor-wise recipe.
+        if train.float8_recipe != plait_spec::Float8Recipe::Tensorwise {
+            out.push_str(&format!(
+                "recipe_name = {}\n",
+                quote(super::torchtitan_py::torchao_recipe_name(
+                    train.float8_recipe
+                ))
+            ));
+        }
     }
 
     vec![ExportFile {

@@ -24,13 +24,15 @@
 //!   `components`: `["model", "loss"]` by default); the export sets them from
 //!   `TrainSpec::compile` and `async_tp` rather than inherit the recipe's.
 //! * `components/quantization/float8.py` `Float8LinearConverter.Config(filter_fqns=…,
-//!   model_compile_enabled=…)`, rowwise scaling (0.3.0 has no tensorwise recipe).
+//!   recipe_name=…, model_compile_enabled=…)`: `recipe_name` is `rowwise` (its default) or
+//!   `rowwise_with_gw_hp`; 0.3.0 has no tensor-wise recipe, so a plan costed tensor-wise is
+//!   refused (`recipe_reasons`).
 //! * `models/common/decoder.py`: module names `tok_embeddings`, `layers.<i>`, `norm`,
 //!   `lm_head` (0.2.2's `output`).
 //!
 //! What it cannot run is what 0.2.2 cannot (`torchtitan::plan_reasons`, `model_reasons`).
 
-use plait_spec::{Dtype, ModelSpec, TrainSpec};
+use plait_spec::{Dtype, Float8Recipe, ModelSpec, TrainSpec};
 
 use super::torchtitan::{batch, flavor, mlp_args, model_parts, quote, schedule_name, shared_notes};
 use super::{commented, recompute, summary_lines, ExportFile, Rc};
@@ -53,6 +55,30 @@ fn recipe(flavor: Option<&str>) -> &'static str {
 /// `name` as it may stand inside a Python docstring.
 fn docstring_safe(name: &str) -> String {
     name.chars().filter(|c| !matches!(c, '"' | '\\')).collect()
+}
+
+/// What the 0.3 export cannot write of `train`: torchao's tensor-wise float8 recipe, which
+/// its float8 converter no longer offers.
+pub(super) fn recipe_reasons(train: &TrainSpec) -> Vec<String> {
+    if train.dtype == Dtype::Fp8 && train.float8_recipe == Float8Recipe::Tensorwise {
+        vec![
+            "fp8 costed with torchao's tensor-wise float8 recipe: torchtitan 0.3.0's float8 \
+              converter runs only rowwise or rowwise_with_gw_hp (allowed: the float8 \
+              recipe rowwise or rowwise-gw-hp, or the torchtitan-0.2 export)"
+                .into(),
+        ]
+    } else {
+        Vec::new()
+    }
+}
+
+/// torchao's name of a row-wise `recipe` (`Float8LinearRecipeName`).
+pub(super) fn torchao_recipe_name(recipe: Float8Recipe) -> &'static str {
+    match recipe {
+        Float8Recipe::Tensorwise => "tensorwise",
+        Float8Recipe::Rowwise => "rowwise",
+        Float8Recipe::RowwiseGwHp => "rowwise_with_gw_hp",
+    }
 }
 
 /// `torchtitan_config.py`. Callers have checked the reasons.
@@ -88,11 +114,11 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     }
     notes.extend(shared_notes(plan, train, "SelectiveAC", "FlexAttention"));
     if fp8 {
-        notes.push(
-            "fp8 is torchtitan's float8 converter with rowwise scaling (0.3.0 has no \
-             per-tensor recipe), lm_head kept in bf16; it needs torchao"
-                .into(),
-        );
+        notes.push(format!(
+            "fp8 is torchtitan's float8 converter with torchao's {} recipe, lm_head kept in \
+             bf16; it needs torchao",
+            torchao_recipe_name(train.float8_recipe)
+        ));
     }
     if pipelined {
         notes.push(
@@ -167,8 +193,10 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
         out.push_str(&format!(
             "    config.model_spec = model_registry(\n        {},\n        converters=[\n            \
              Float8LinearConverter.Config(\n                filter_fqns=[\"lm_head\"], \
-             model_compile_enabled=compiled\n            ),\n        ],\n    )\n",
-            quote(&flavor_name)
+             recipe_name={},\n                model_compile_enabled=compiled\n            \
+             ),\n        ],\n    )\n",
+            quote(&flavor_name),
+            quote(torchao_recipe_name(train.float8_recipe))
         ));
     } else {
         out.push_str(&format!(
