@@ -82,6 +82,15 @@ fn seconds(s: f64) -> String {
     }
 }
 
+/// The run's numeric format as the headers print it: the dtype, and torchao's float8 recipe
+/// where it is not the tensor-wise default.
+pub fn format_name(t: &plait_spec::TrainSpec) -> String {
+    match t.float8_recipe {
+        plait_spec::Float8Recipe::Tensorwise => t.dtype.to_string(),
+        recipe => format!("{} ({recipe} float8)", t.dtype),
+    }
+}
+
 /// "8.03 B parameters" (and "…, 12.88 B active per token" for MoE).
 pub(crate) fn parameters_line(m: &plait_spec::ModelSpec) -> String {
     let n = |x: u64| {
@@ -189,7 +198,7 @@ fn render(r: &crate::inputs::Resolved, e: &Estimate, map: &StageMap, simulated: 
         r.train.seq,
         e.microbatches,
         c.mbs,
-        r.train.dtype,
+        format_name(&r.train),
         r.profile_name.as_ref().map(|p| format!(", profile: {p}")).unwrap_or_default(),
         if simulated { ", pipeline simulated event by event" } else { "" },
     );

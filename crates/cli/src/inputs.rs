@@ -105,11 +105,13 @@ pub struct WorkloadArgs {
     /// --engine torchtitan)
     #[arg(long, default_value = "flash", value_parser = parse_keyword::<Sdpa>)]
     pub sdpa: Sdpa,
-    /// torchao's float8 recipe of an fp8 torchtitan run: tensorwise (one scale per tensor),
-    /// rowwise (a power-of-two scale per row of every GEMM operand) or rowwise-gw-hp (the
-    /// weight-gradient GEMM in 16-bit) (allowed with --dtype fp8 --engine torchtitan)
-    #[arg(long, default_value = "tensorwise", value_parser = parse_keyword::<Float8Recipe>)]
-    pub float8_recipe: Float8Recipe,
+    /// torchao's float8 recipe of an fp8 torchtitan run: tensorwise (one scale per tensor;
+    /// the default, except under `plan --export torchtitan`, whose float8 converter runs
+    /// rowwise), rowwise (a power-of-two scale per row of every GEMM operand) or
+    /// rowwise-gw-hp (the weight-gradient GEMM in 16-bit) (allowed with --dtype fp8 --engine
+    /// torchtitan)
+    #[arg(long, value_parser = parse_keyword::<Float8Recipe>)]
+    pub float8_recipe: Option<Float8Recipe>,
 }
 
 /// The degree, micro-batch and ZeRO flags, shared by the commands that take a configuration
@@ -360,12 +362,17 @@ impl WorkloadArgs {
     }
 
     pub fn resolve(&self) -> Result<Resolved> {
-        self.resolve_under(Engine::Megatron)
+        self.resolve_under(Engine::Megatron, Float8Recipe::Tensorwise)
     }
 
-    /// As [`WorkloadArgs::resolve`], with `default_engine` where no --engine is given
-    /// (`plan --export X` plans under X's engine).
-    pub fn resolve_under(&self, default_engine: Engine) -> Result<Resolved> {
+    /// As [`WorkloadArgs::resolve`], with `default_engine` where no --engine is given and
+    /// `default_float8` where an fp8 run under a torchao engine gives no --float8-recipe
+    /// (`plan --export X` plans under X's engine and the recipe X's converter runs).
+    pub fn resolve_under(
+        &self,
+        default_engine: Engine,
+        default_float8: Float8Recipe,
+    ) -> Result<Resolved> {
         let model = load_model(&self.model)?;
         let cluster = load_cluster(&self.cluster)?;
         let train = TrainSpec {
@@ -423,7 +430,15 @@ impl WorkloadArgs {
             },
             async_tp: self.async_tp,
             sdpa: self.sdpa,
-            float8_recipe: self.float8_recipe,
+            float8_recipe: match self.float8_recipe {
+                Some(recipe) => recipe,
+                None if self.dtype == plait_spec::Dtype::Fp8
+                    && self.engine.unwrap_or(default_engine).runs_torchao_float8() =>
+                {
+                    default_float8
+                }
+                None => Float8Recipe::Tensorwise,
+            },
             ..TrainSpec::new(positive("gbs", self.gbs)?, sequence(self.seq)?)
         };
         if train.sdpa == Sdpa::Cudnn && !train.engine.calls_sdpa() {

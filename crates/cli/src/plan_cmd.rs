@@ -221,8 +221,12 @@ pub fn run(args: &PlanArgs) -> Result<String> {
     if args.workload.is_onnx() {
         return run_onnx(args);
     }
-    // `--export X` plans under engine X.
+    // `--export X` plans under engine X, and an fp8 run under the float8 recipe X runs.
     let mut engine = plait_spec::Engine::Megatron;
+    let float8 = args.export.map_or(
+        plait_spec::Float8Recipe::Tensorwise,
+        plait_planner::export::float8_recipe_of,
+    );
     if let Some(export) = args.export {
         let under = plait_planner::export::runs_under(export);
         match args.workload.engine {
@@ -232,7 +236,7 @@ pub fn run(args: &PlanArgs) -> Result<String> {
             _ => engine = under,
         }
     }
-    let r = args.workload.resolve_under(engine)?;
+    let r = args.workload.resolve_under(engine, float8)?;
     let Some(gpus) = args.workload.gpus()? else {
         bail!("--gpus: plan needs the number of GPUs to split the work over (integers ≥ 1)");
     };
@@ -379,7 +383,7 @@ pub fn run(args: &PlanArgs) -> Result<String> {
         r.cluster.name,
         r.train.gbs,
         r.train.seq,
-        r.train.dtype,
+        crate::estimate_cmd::format_name(&r.train),
         r.train.engine,
         crate::estimate_cmd::node_line(&r.cluster)
     );

@@ -448,6 +448,27 @@ fn compile_fuses_torchtitan_and_is_refused_elsewhere() {
         "{toml}"
     );
     std::fs::remove_dir_all(&dir).ok();
+    // An fp8 plan for torchtitan 0.3 is costed with the recipe its float8 converter runs,
+    // row-wise, unless told otherwise; and says so.
+    let mut args = vec!["plan"];
+    args.extend_from_slice(&WORKLOAD);
+    args.extend_from_slice(&[
+        "--dtype",
+        "fp8",
+        "--export",
+        "torchtitan",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let (code, out, err) = plait(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines().next().unwrap().contains("fp8 (rowwise float8)"),
+        "{out}"
+    );
+    let py = std::fs::read_to_string(dir.join("torchtitan_config.py")).unwrap();
+    assert!(py.contains("recipe_name=\"rowwise\""), "{py}");
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

@@ -53,6 +53,17 @@ pub fn runs_under(e: Engine) -> plait_spec::Engine {
     }
 }
 
+/// The torchao float8 recipe `e`'s export runs where the plan names none: torchtitan 0.3's
+/// float8 converter runs `rowwise` by default and has no tensor-wise recipe
+/// (`components/quantization/float8.py`, `Float8LinearConverter.Config.recipe_name`); the
+/// other exports write what the plan was costed with.
+pub fn float8_recipe_of(e: Engine) -> plait_spec::Float8Recipe {
+    match e {
+        Engine::Torchtitan => plait_spec::Float8Recipe::Rowwise,
+        _ => plait_spec::Float8Recipe::Tensorwise,
+    }
+}
+
 impl Engine {
     pub const ALL: &'static [Engine] = &[
         Engine::Megatron,
