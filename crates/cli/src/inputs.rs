@@ -216,11 +216,32 @@ pub struct ConfigArgs {
     /// other blocks keep their activations (default: every block).
     #[arg(long, allow_negative_numbers = true)]
     pub recompute_layers: Option<i64>,
-    /// Pipeline schedule: gpipe, 1f1b, interleaved (implied by --vp > 1), zb-h1, scp, zb-v
-    /// (two chunks per rank in a V, zero-bubble; implies --vp 2), dualpipe-v (DeepSeek's
-    /// DualPipeV, two chunks in a V; implies --vp 2, needs 2 × pp micro-batches).
-    #[arg(long, default_value = "1f1b", value_parser = parse_keyword::<Schedule>)]
+    // Its help lists the kinds `plait-schedule` knows, with their rules.
+    #[arg(long, default_value = "1f1b", value_parser = parse_keyword::<Schedule>, help = schedule_help("--vp", "pp"))]
     pub schedule: Schedule,
+}
+
+/// The help of a `--schedule` flag: every kind `plait-schedule` knows, what it is and the
+/// rules a user meets (`chunks` names the flag of the chunks per rank, `ranks` the pipeline
+/// ranks), so that a new schedule needs no edit here.
+pub(crate) fn schedule_help(chunks: &str, ranks: &str) -> String {
+    let kinds: Vec<String> = Schedule::ALL
+        .iter()
+        .map(|&k| {
+            let mut rules = vec![k.summary().to_string()];
+            match k.fixed_chunks() {
+                Some(n) => rules.push(format!("implies {chunks} {n}")),
+                None if k.accepts_chunks(2) => rules.push(format!("implied by {chunks} > 1")),
+                None => {}
+            }
+            if k.microbatches_allowed() != Schedule::OneFOneB.microbatches_allowed() {
+                let allowed = k.microbatches_allowed().replace("pp", ranks);
+                rules.push(format!("micro-batches: {allowed}"));
+            }
+            format!("{} ({})", k.keyword(), rules.join("; "))
+        })
+        .collect();
+    format!("Pipeline schedule: {}", kinds.join(", "))
 }
 
 pub(crate) fn parse_keyword<T: std::str::FromStr<Err = String>>(

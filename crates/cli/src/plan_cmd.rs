@@ -36,8 +36,8 @@ pub struct PinArgs {
     /// selective modules joined by + (e.g. core_attn+mla_up_proj+moe, engine megatron).
     #[arg(long, default_value = "auto")]
     pub recompute: String,
-    /// Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, scp, zb-v, dualpipe-v.
-    #[arg(long, value_parser = parse_keyword::<Schedule>)]
+    // Its help lists the kinds `plait-schedule` knows, with their rules.
+    #[arg(long, value_parser = parse_keyword::<Schedule>, help = crate::inputs::schedule_help("--vp", "pp"))]
     pub schedule: Option<Schedule>,
 }
 

@@ -17,10 +17,8 @@ use crate::outputs::{write_pictures, Pictures};
 
 #[derive(Debug, Args)]
 pub struct ScheduleArgs {
-    /// Pipeline schedule: gpipe, 1f1b, interleaved (implied by --virtual > 1), zb-h1, scp,
-    /// zb-v (two chunks per rank in a V; implies --virtual 2), dualpipe-v (DeepSeek's
-    /// DualPipeV: two chunks in a V; implies --virtual 2, needs 2p micro-batches).
-    #[arg(long, default_value = "1f1b", value_parser = parse_keyword::<Schedule>)]
+    // Its help lists the kinds `plait-schedule` knows, with their rules.
+    #[arg(long, default_value = "1f1b", value_parser = parse_keyword::<Schedule>, help = crate::inputs::schedule_help("--virtual", "--stages"))]
     pub schedule: Schedule,
     /// Pipeline stages (ranks) p.
     #[arg(long, allow_negative_numbers = true, default_value_t = 4)]
@@ -44,7 +42,8 @@ pub struct ScheduleArgs {
     /// Transfer time of one activation or gradient between neighbouring ranks.
     #[arg(long, allow_negative_numbers = true, default_value_t = 0.0)]
     pub comm: f64,
-    /// Virtual chunks v per rank (default 1; interleaved takes any, zb-v and dualpipe-v two).
+    /// Virtual chunks v per rank (default 1; interleaved takes any, a schedule that fixes its
+    /// chunks, as the V schedules do, its own).
     #[arg(long = "virtual", allow_negative_numbers = true)]
     pub virtual_chunks: Option<i64>,
     /// Print JSON instead of tables.

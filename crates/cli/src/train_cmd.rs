@@ -35,9 +35,8 @@ pub struct TrainArgs {
     /// such as `dp2,tp2,pp2`, `pp2,vp2`, `tp2,sp`, `dp2,zero1`, `pp2,recompute=full`, `mbs2`.
     #[arg(long, default_value = "auto")]
     pub plan: String,
-    /// Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, scp, zb-v, dualpipe-v (overrides
-    /// the plan's).
-    #[arg(long, value_parser = parse_keyword::<Schedule>)]
+    // Overrides the plan's; its help lists the kinds `plait-schedule` knows.
+    #[arg(long, value_parser = parse_keyword::<Schedule>, help = crate::inputs::schedule_help("vp", "pp"))]
     pub schedule: Option<Schedule>,
     /// Optimizer steps of the run.
     #[arg(long, allow_negative_numbers = true, default_value_t = 100)]

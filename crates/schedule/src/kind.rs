@@ -107,6 +107,19 @@ impl ScheduleKind {
         }
     }
 
+    /// What the schedule is, in a few words (for help texts; its rules say the rest).
+    pub fn summary(self) -> &'static str {
+        match self {
+            ScheduleKind::Gpipe => "all forwards, then all backwards",
+            ScheduleKind::OneFOneB => "one forward, one backward in turn",
+            ScheduleKind::Interleaved => "Megatron-LM's, several chunks per rank",
+            ScheduleKind::ZbH1 => "zero bubble, weight passes deferred into the bubbles",
+            ScheduleKind::Scp => "Merak's shifted critical path",
+            ScheduleKind::ZbV => "zero bubble, two chunks per rank in a V",
+            ScheduleKind::DualPipeV => "DeepSeek's DualPipeV, two chunks per rank in a V",
+        }
+    }
+
     /// The keywords, `|`-separated (for error messages).
     pub fn allowed() -> String {
         Self::ALL

@@ -368,17 +368,20 @@ impl ParallelConfig {
                     );
                 }
                 // The expert layers' ranks (expert-tp, ep, expert-dp) are the dense layers'
-                // tp × cp × dp ranks in another order: ep takes what expert-tp leaves.
+                // tp × cp × dp ranks in another order: ep takes what expert-tp leaves, and an
+                // expert tp below tp lends ep the rest of the tp ranks.
                 let room = self.expert_ranks();
+                let more = if etp > 1 {
+                    ", or more with a smaller etp"
+                } else {
+                    ""
+                };
                 if !room.is_multiple_of(self.ep) {
-                    return err(
-                        "ep",
-                        format!(
-                            "ep = {} must divide (tp / expert tp)×dp×cp = {room}",
-                            self.ep
-                        ),
-                        format!("divisors of {room}"),
+                    let problem = format!(
+                        "ep = {} must divide (tp / expert tp)×dp×cp = {room}",
+                        self.ep
                     );
+                    return err("ep", problem, format!("divisors of {room}{more}"));
                 }
             }
             None if self.ep > 1 => {
