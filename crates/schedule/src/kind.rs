@@ -310,6 +310,11 @@ mod tests {
         assert!(!ScheduleKind::Interleaved.accepts_microbatches(6, 4));
         assert!(ScheduleKind::Interleaved.accepts_microbatches(8, 4));
         assert!(ScheduleKind::ZbV.accepts_microbatches(6, 4));
+        // DualPipeV: ZB-V's V and two chunks, and at least two micro-batches per rank.
+        assert!(!ScheduleKind::DualPipeV.accepts_microbatches(7, 4));
+        assert!(ScheduleKind::DualPipeV.accepts_microbatches(8, 4));
+        assert_eq!(ScheduleKind::DualPipeV.fixed_chunks(), Some(2));
+        assert_eq!(ScheduleKind::DualPipeV.virtual_stage(1, 1, 4), 6);
         assert!(!ScheduleKind::Gpipe.stages_finish_in_turn());
         assert!(ScheduleKind::OneFOneB.stages_finish_in_turn());
         // The search tries every kind, each once.

@@ -148,7 +148,6 @@ pub(super) fn transformer_block_cost(
     // the row-wise ones run plain tp with 16-bit gathers (torchtitan b0902b2
     // `models/llama3/infra/parallelize.py:73-76`, `enable_float8_tensorwise_tp`).
     let fp8_tp = w.engine.fp8_tp_all_gather
-        && w.linear_format == plait_spec::Dtype::Fp8
         && w.torchao_float8() == Some(plait_spec::Float8Recipe::Tensorwise)
         && w.tp > 1
         && w.sp;
