@@ -371,6 +371,7 @@ _WORKLOAD: Dict[str, Any] = {
     "async_tp": bool,
     "sdpa": _check_str,
     "float8_recipe": _check_str,
+    "float8_all_gather": bool,
 }
 
 _CONFIG: Dict[str, Any] = {
@@ -563,6 +564,7 @@ def estimate(
     async_tp: bool = False,
     sdpa: Optional[str] = None,
     float8_recipe: Optional[str] = None,
+    float8_all_gather: bool = False,
     simulate: bool = False,
 ) -> Estimate:
     """``plait estimate --json``: one parallel configuration's time, throughput and memory.
@@ -615,6 +617,7 @@ def simulate(
     async_tp: bool = False,
     sdpa: Optional[str] = None,
     float8_recipe: Optional[str] = None,
+    float8_all_gather: bool = False,
     svg: Any = None,
     trace: Any = None,
     ir: bool = False,
@@ -671,6 +674,7 @@ def plan(
     async_tp: bool = False,
     sdpa: Optional[str] = None,
     float8_recipe: Optional[str] = None,
+    float8_all_gather: bool = False,
     top: Optional[int] = None,
     simulate: Optional[int] = None,
     threads: Optional[int] = None,

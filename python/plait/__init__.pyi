@@ -201,6 +201,7 @@ def estimate(
     async_tp: bool = ...,
     sdpa: Optional[str] = ...,
     float8_recipe: Optional[str] = ...,
+    float8_all_gather: bool = ...,
     simulate: bool = ...,
 ) -> Estimate: ...
 def simulate(
@@ -244,6 +245,7 @@ def simulate(
     async_tp: bool = ...,
     sdpa: Optional[str] = ...,
     float8_recipe: Optional[str] = ...,
+    float8_all_gather: bool = ...,
     svg: Optional[_Path] = ...,
     trace: Optional[_Path] = ...,
     ir: bool = ...,
@@ -287,6 +289,7 @@ def plan(
     async_tp: bool = ...,
     sdpa: Optional[str] = ...,
     float8_recipe: Optional[str] = ...,
+    float8_all_gather: bool = ...,
     top: Optional[int] = ...,
     simulate: Optional[int] = ...,
     threads: Optional[int] = ...,

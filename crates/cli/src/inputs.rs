@@ -112,6 +112,11 @@ pub struct WorkloadArgs {
     /// torchtitan)
     #[arg(long, value_parser = parse_keyword::<Float8Recipe>)]
     pub float8_recipe: Option<Float8Recipe>,
+    /// FSDP gathers the float8 linears' weights in fp8 (torchtitan's
+    /// enable_fsdp_float8_all_gather; allowed with --dtype fp8 --engine torchtitan and the
+    /// tensorwise recipe)
+    #[arg(long)]
+    pub float8_all_gather: bool,
 }
 
 /// The degree, micro-batch and ZeRO flags, shared by the commands that take a configuration
@@ -460,6 +465,7 @@ impl WorkloadArgs {
                 }
                 None => Float8Recipe::Tensorwise,
             },
+            float8_all_gather: self.float8_all_gather,
             ..TrainSpec::new(positive("gbs", self.gbs)?, sequence(self.seq)?)
         };
         if train.sdpa == Sdpa::Cudnn && !train.engine.calls_sdpa() {
@@ -476,6 +482,18 @@ impl WorkloadArgs {
                 train.float8_recipe,
                 train.dtype,
                 train.engine.keyword()
+            );
+        }
+        if train.float8_all_gather
+            && (train.dtype != plait_spec::Dtype::Fp8
+                || !train.engine.runs_torchao_float8()
+                || train.float8_recipe != Float8Recipe::Tensorwise)
+        {
+            bail!(
+                "--float8-all-gather: torchao gathers fp8 weights under the tensorwise recipe alone (allowed with --dtype fp8 --engine torchtitan --float8-recipe tensorwise; got --dtype {} --engine {} --float8-recipe {})",
+                train.dtype,
+                train.engine.keyword(),
+                train.float8_recipe
             );
         }
         if train.async_tp && !train.compile {

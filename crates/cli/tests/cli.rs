@@ -411,6 +411,10 @@ fn compile_fuses_torchtitan_and_is_refused_elsewhere() {
         "--float8-recipe: rowwise is torchao's float8 recipe, for --dtype fp8 under an engine that quantises with torchao (allowed: tensorwise; rowwise or rowwise-gw-hp with --dtype fp8 --engine torchtitan; got --dtype bf16 --engine torchtitan)",
     );
     common::check(
+        &["estimate", "--engine", "torchtitan", "--dtype", "fp8", "--cluster", "dgx-h100", "--float8-recipe", "rowwise", "--float8-all-gather"],
+        "--float8-all-gather: torchao gathers fp8 weights under the tensorwise recipe alone (allowed with --dtype fp8 --engine torchtitan --float8-recipe tensorwise; got --dtype fp8 --engine torchtitan --float8-recipe rowwise)",
+    );
+    common::check(
         &["estimate", "--dtype", "fp8", "--cluster", "dgx-h100", "--float8-recipe", "columnwise"],
         "invalid value 'columnwise' for '--float8-recipe <FLOAT8_RECIPE>': `columnwise` is not one of tensorwise|rowwise|rowwise-gw-hp",
     );

@@ -328,8 +328,9 @@ pub struct EngineProfile {
     /// lines 70 and 101, `bf16_with_fp8_mixed`, `bf16_with_mxfp8_mixed`; it has no NVFP4
     /// recipe), so Megatron's distributed optimizer gathers the Transformer Engine fp8
     /// weights (Megatron-LM d98e8a6 `--fp8-param-gather`). Off in Megatron-LM's
-    /// own defaults, Composer's FSDP, DeepSpeed and torchtitan
-    /// (`enable_fsdp_float8_all_gather = False`, `config/job_config.py`).
+    /// own defaults, Composer's FSDP, DeepSpeed and torchtitan's
+    /// (`enable_fsdp_float8_all_gather = False`, `config/job_config.py`), which a run turns
+    /// on with `TrainSpec::float8_all_gather` (`for_run`).
     pub fp8_param_gather: bool,
     /// The local experts' GEMMs run as one grouped GEMM (tiles of all experts share the
     /// waves over the SMs) rather than one GEMM per expert. Megatron-Core's field defaults
@@ -470,6 +471,13 @@ impl EngineProfile {
         // PyTorch's SDPA backend, where the engine calls it.
         if t.sdpa == Sdpa::Cudnn && engine.calls_sdpa() {
             eager.attention = AttentionKernel::CudnnSdpa;
+        }
+        // torchao's float8 all-gather under FSDP (tensor-wise only).
+        if t.float8_all_gather
+            && engine.runs_torchao_float8()
+            && t.float8_recipe == plait_spec::Float8Recipe::Tensorwise
+        {
+            eager.fp8_param_gather = true;
         }
         if !compile || !engine.compiles() {
             return eager;

@@ -67,7 +67,7 @@ fn published_tables_within_their_bounds() {
     // the H200's FlashAttention-2), the other eight check it.
     check(&r, "NeMo long context", 0.02, 0.02);
     // torchtitan's benchmarks: 7.5 %, signed −5.7 %, over 32 runs. On the H200 (compiled,
-    // float8, op-level selective recompute) −2.6 % and −4.1 %. On Grand Teton's 500 W H100s
+    // float8 with FSDP's fp8 all-gather, op-level selective recompute) −3.4 % and −5.0 %. On Grand Teton's 500 W H100s
     // (peak taken midway between the SXM's and the NVL's, as torchtitan's documents place
     // it): 70B and 405B without context parallelism −6.4 … +5.9 %, 8B −3.4 … −14.4 %,
     // 405B with context parallelism over nodes −3.9 … −12.5 %, 8B with it on one node

@@ -142,6 +142,18 @@ fn engine_limits_are_refused_with_their_reason() {
         !toml.contains("recipe_name"),
         "tensor-wise is 0.2's default: {toml}"
     );
+    assert!(!toml.contains("enable_fsdp_float8_all_gather"), "{toml}");
+    // FSDP's float8 all-gather, with its scales precomputed, as torchao's best settings.
+    k.train.float8_all_gather = true;
+    let tt = run(Engine::TorchtitanToml, &k).unwrap();
+    let toml = file(&tt, "torchtitan.toml");
+    assert!(
+        toml.contains(
+            "enable_fsdp_float8_all_gather = true\nprecompute_float8_dynamic_scale_for_fsdp = true\n"
+        ),
+        "{toml}"
+    );
+    k.train.float8_all_gather = false;
     // torchtitan 0.3's float8 converter has no tensor-wise recipe: a plan costed with it is
     // refused, a row-wise one written with its recipe (0.2 names it too).
     let e = run(Engine::Torchtitan, &k).unwrap_err();

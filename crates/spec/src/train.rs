@@ -415,6 +415,11 @@ pub struct TrainSpec {
     /// (torchtitan).
     #[serde(default = "default_float8_recipe")]
     pub float8_recipe: Float8Recipe,
+    /// torchtitan's `enable_fsdp_float8_all_gather`: FSDP gathers the float8 linears'
+    /// weights cast to fp8 (tensor-wise recipe only; torchtitan b0902b2
+    /// `components/quantization/float8.py:60-98`).
+    #[serde(default)]
+    pub float8_all_gather: bool,
 }
 
 fn default_float8_recipe() -> Float8Recipe {
@@ -509,6 +514,7 @@ impl TrainSpec {
             async_tp: false,
             sdpa: Sdpa::Flash,
             float8_recipe: Float8Recipe::Tensorwise,
+            float8_all_gather: false,
         }
     }
 }

@@ -33,6 +33,7 @@ pub fn torchtitan_benchmarks(text: &str) -> Result<Table, SpecError> {
             ),
         };
         let async_tp = row.flag("async_tp")?;
+        let float8_all_gather = row.flag("float8_all_gather")?;
         let (config, dp) = parse_config_items(row.str("config")?).map_err(|problem| {
             SpecError::new(
                 SOURCE,
@@ -42,7 +43,7 @@ pub fn torchtitan_benchmarks(text: &str) -> Result<Table, SpecError> {
             )
         })?;
         let label = format!(
-            "{} {} {config} on {gpus}{}{}{}",
+            "{} {} {config} on {gpus}{}{}{}{}",
             row.str("source")?,
             row.str("model")?,
             match (compile, compile_loss) {
@@ -55,6 +56,11 @@ pub fn torchtitan_benchmarks(text: &str) -> Result<Table, SpecError> {
                 "bf16" => "",
                 "fp8" => " float8",
                 _ => " float8 rowwise",
+            },
+            if float8_all_gather {
+                " (fp8 all-gather)"
+            } else {
+                ""
             },
         );
         let (dtype, float8_recipe) = match row.str("dtype")? {
@@ -87,6 +93,7 @@ pub fn torchtitan_benchmarks(text: &str) -> Result<Table, SpecError> {
                 engine: Engine::Torchtitan,
                 dtype,
                 float8_recipe,
+                float8_all_gather,
                 compile,
                 compile_loss,
                 async_tp,

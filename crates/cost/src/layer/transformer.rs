@@ -119,7 +119,11 @@ fn attention_core(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> AttentionCore
 /// 23.267 ms / 2.7452 G together. The two shapes differ 4× in GEMM work and 8× in weights,
 /// and the one rate holds both within 0.2 %: the cost follows the quantised elements, not
 /// the GEMMs. The kernels behind it are not identified: a column-wise cast into the
-/// transposed layout timed alone moves 1.56 TB/s (1.9 ps per element of bf16 input).
+/// transposed layout timed alone moves 1.56 TB/s (1.9 ps per element of bf16 input). It is
+/// what torchtitan's own analysis found (pytorch/torchtitan#1207, June 2025: row-wise float8
+/// with plain tp no faster than bf16, because `wk` and `wv`, whose inputs are as large as
+/// `wq`'s and whose GEMMs are small, ran about 40 % slower converted; its fix filters such
+/// linears out, `filter_fqns = ["auto_filter_small_kn"]`, which plait does not model).
 pub(crate) const ROWWISE_BACKWARD_QUANTISE_S_PER_ELEMENT: f64 = 23.267e-3 / 2.7452e9;
 
 /// A transformer block, or its attention or MLP half alone: kernel by kernel, collective

@@ -26,7 +26,8 @@
 //! * `[compile]` `enable`, `components` (`["model", "loss"]`), written when the plan was
 //!   costed compiled (`TrainSpec::compile`).
 //! * `[quantize.linear.float8]` `filter_fqns`, `recipe_name` (`tensorwise` when unset,
-//!   `rowwise`, `rowwise_with_gw_hp`).
+//!   `rowwise`, `rowwise_with_gw_hp`), `enable_fsdp_float8_all_gather` and
+//!   `precompute_float8_dynamic_scale_for_fsdp` (tensor-wise only).
 //!
 //! What torchtitan cannot run, and where that was read:
 //! * ZeRO-0 data parallelism beside other dimensions: `models/llama3/infra/parallelize.py`
@@ -574,7 +575,12 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     if train.dtype == Dtype::Fp8 {
         out.push_str("\n[quantize.linear.float8]\n");
         out.push_str("filter_fqns = [\"output\"]\n");
-        // `recipe_name` unset is torchao's tensor-wise recipe.
+        // `recipe_name` unset is torchao's tensor-wise recipe, the only one whose weights
+        // FSDP gathers in fp8 (with their scales precomputed in one all-reduce).
+        if train.float8_all_gather {
+            out.push_str("enable_fsdp_float8_all_gather = true\n");
+            out.push_str("precompute_float8_dynamic_scale_for_fsdp = true\n");
+        }
         if train.float8_recipe != plait_spec::Float8Recipe::Tensorwise {
             out.push_str(&format!(
                 "recipe_name = {}\n",
