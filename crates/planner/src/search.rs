@@ -275,10 +275,19 @@ fn step_sp(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
     each(c, req.pins.sp, sps.iter().copied(), |c, v| c.sp = v)
 }
 
-/// Schedules with their chunks per rank (`schedules` applies the pins).
+/// Schedules with their chunks per rank (`schedules` applies the pins), less those the
+/// engine refuses whatever the rest of the plan.
 fn step_schedule(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
     let micro = req.train.gbs / c.dp / c.mbs;
-    let pairs = schedules(req.model.layers, c.pp, micro, &req.pins);
+    let pairs = schedules(req.model.layers, c.pp, micro, &req.pins)
+        .into_iter()
+        .filter(|&(schedule, vp)| {
+            // Not a struct update: see `shards` on rustc 1.95.0's internal error.
+            let mut probe = c;
+            probe.schedule = schedule;
+            probe.vp = vp;
+            !crate::export::refuses_schedule(req.train.engine, &probe, micro)
+        });
     each(c, None, pairs, |c, (schedule, vp)| {
         c.schedule = schedule;
         c.vp = vp;

@@ -57,8 +57,8 @@ pub(super) const NOTES: &str = "ds_notes.txt";
 /// The regex `PipelineModule(partition_method="type:…")` matches block class names with.
 const PARTITION: &str = "type:transformer";
 
-pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
-    let (c, map) = (&plan.config, &plan.stage_map);
+/// Why DeepSpeed's pipeline engine cannot run `c`'s schedule, if it cannot.
+pub(super) fn schedule_reasons(c: &plait_spec::ParallelConfig) -> Vec<String> {
     let mut out = Vec::new();
     let only_1f1b =
         "DeepSpeed's pipeline engine has only its 1F1B TrainSchedule, one stage per rank";
@@ -77,6 +77,12 @@ pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
         Pipe::Other(kind) => out.push(super::unknown_schedule("DeepSpeed", kind)),
         Pipe::None | Pipe::OneFOneB => {}
     }
+    out
+}
+
+pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
+    let (c, map) = (&plan.config, &plan.stage_map);
+    let mut out = schedule_reasons(c);
     if c.tp > 1 {
         if c.pp > 1 {
             out.push(format!(

@@ -146,6 +146,19 @@ pub fn export_target(engine: plait_spec::Engine) -> Option<Engine> {
     }
 }
 
+/// Whether `engine` refuses `c`'s pipeline schedule over `microbatches` micro-batches
+/// whatever the rest of the plan (the search drops such a kind before it costs anything).
+pub fn refuses_schedule(engine: plait_spec::Engine, c: &ParallelConfig, microbatches: u64) -> bool {
+    match export_target(engine) {
+        Some(Engine::Megatron) => !megatron::schedule_reasons(c).is_empty(),
+        Some(Engine::DeepSpeed) => !deepspeed::schedule_reasons(c).is_empty(),
+        Some(Engine::Torchtitan | Engine::TorchtitanToml) => {
+            !torchtitan::schedule_reasons(c, microbatches).is_empty()
+        }
+        None => false,
+    }
+}
+
 /// Why `engine` cannot run `layout`, or `Ok`: the export targets' checks, and for FSDP1 as
 /// llm-foundry runs it, data parallelism only (no tensor, pipeline, context or expert
 /// parallelism in its MPT models, `llmfoundry/models/mpt/modeling_mpt.py`). plait's own

@@ -59,8 +59,9 @@ const LLAMA3_FLAVORS: &[(&str, u64, u64, u64, u64, u64, u64)] = &[
     ("405B", 16384, 126, 128, 8, 53248, 128256),
 ];
 
-pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
-    let c = &plan.config;
+/// Why torchtitan cannot run `c`'s pipeline schedule over `microbatches` micro-batches, if
+/// it cannot.
+pub(super) fn schedule_reasons(c: &plait_spec::ParallelConfig, microbatches: u64) -> Vec<String> {
     let mut out = Vec::new();
     match pipe(c) {
         Pipe::Scp => out.push(
@@ -70,7 +71,7 @@ pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
         ),
         Pipe::ZbH1 => {
             // ScheduleInterleavedZeroBubble runs rounds of pp micro-batches.
-            let m = plan.microbatches;
+            let m = microbatches;
             let rounds = (m / c.pp).max(1);
             if !m.is_multiple_of(rounds) {
                 out.push(format!(
@@ -87,6 +88,12 @@ pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
         | Pipe::ZbV
         | Pipe::DualPipeV => {}
     }
+    out
+}
+
+pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
+    let c = &plan.config;
+    let mut out = schedule_reasons(c, plan.microbatches);
     if c.zero == 0 && c.dp > 1 && (c.tp > 1 || c.pp > 1 || c.cp > 1) {
         out.push(format!(
             "replicated data parallelism (ZeRO-0, dp = {}) beside tp/pp/cp: torchtitan's DDP \

@@ -83,8 +83,9 @@ mod model;
 
 pub(super) const FILE: &str = "megatron_args.sh";
 
-pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
-    let c = &plan.config;
+/// Why Megatron-LM cannot run `c`'s pipeline schedule, if it cannot: it runs 1F1B and
+/// interleaved 1F1B.
+pub(super) fn schedule_reasons(c: &plait_spec::ParallelConfig) -> Vec<String> {
     let mut out = Vec::new();
     match pipe(c) {
         Pipe::Gpipe => out.push(
@@ -115,6 +116,12 @@ pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
         Pipe::Other(kind) => out.push(super::unknown_schedule("Megatron-LM", kind)),
         Pipe::None | Pipe::OneFOneB | Pipe::Interleaved => {}
     }
+    out
+}
+
+pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
+    let c = &plan.config;
+    let mut out = schedule_reasons(c);
     if c.zero == 3 && c.pp > 1 {
         out.push(format!(
             "ZeRO-3 is Megatron-FSDP (--use-megatron-fsdp), which upstream runs without \
