@@ -125,6 +125,13 @@ fn attention_core(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> AttentionCore
 /// `wq`'s and whose GEMMs are small, ran about 40 % slower converted; its fix filters such
 /// linears out, `filter_fqns = ["auto_filter_small_kn"]`, which plait does not model).
 pub(crate) const ROWWISE_BACKWARD_QUANTISE_S_PER_ELEMENT: f64 = 23.267e-3 / 2.7452e9;
+/// The same cost in an older stack, the band's optimistic end: torchao's own 8 × H100 rows
+/// (torchao b8708a2 `docs/source/workflows/training.md`, torch 2.7.0a0, torchao 0.10:
+/// Llama 3 8B, FSDP, one 8,192-token sequence per GPU, compiled, per-op recompute) ran
+/// row-wise at 6,768 tokens/s per GPU and tensor-wise at 7,689.5, 0.1451 s a step longer
+/// over 28.45 G quantised elements: at most 5.10 ps, since that tensor-wise run also
+/// gathered its weights in fp8.
+pub(crate) const ROWWISE_BACKWARD_QUANTISE_S_PER_ELEMENT_LOW: f64 = 0.14505 / 28.454e9;
 
 /// A transformer block, or its attention or MLP half alone: kernel by kernel, collective
 /// by collective, saved tensor by saved tensor.
@@ -417,7 +424,11 @@ pub(super) fn transformer_block_cost(
                 .map(|&(i, g)| operands(&g, modules(i)))
                 .chain(extra_linears.iter().map(|g| operands(g, 1)))
                 .sum::<f64>();
-            bwd.gpu_s += ROWWISE_BACKWARD_QUANTISE_S_PER_ELEMENT * elements;
+            let per_element = match w.level {
+                0 => ROWWISE_BACKWARD_QUANTISE_S_PER_ELEMENT_LOW,
+                _ => ROWWISE_BACKWARD_QUANTISE_S_PER_ELEMENT,
+            };
+            bwd.gpu_s += per_element * elements;
         }
     }
 
