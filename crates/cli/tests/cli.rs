@@ -433,18 +433,17 @@ fn compile_fuses_torchtitan_and_is_refused_elsewhere() {
     assert_eq!(megatron["what_if"].as_array().unwrap().len(), 0);
     // `--export torchtitan` plans under torchtitan, so it may compile; the export says so.
     let dir = std::env::temp_dir().join(format!("plait-compile-export-{}", std::process::id()));
-    let mut args = vec!["plan"];
-    args.extend_from_slice(&WORKLOAD);
-    args.extend_from_slice(&[
-        "--compile",
-        "--async-tp",
-        "--export",
-        "torchtitan-0.2",
-        "--out",
-        dir.to_str().unwrap(),
-    ]);
-    let (code, _, err) = plait(&args);
-    assert_eq!(code, 0, "{err}");
+    // `plan` of the workload with `extra` flags, its files in `dir`: its text.
+    let plan_into = |extra: &[&str]| {
+        let mut args = vec!["plan"];
+        args.extend_from_slice(&WORKLOAD);
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--out", dir.to_str().unwrap()]);
+        let (code, out, err) = plait(&args);
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    plan_into(&["--compile", "--async-tp", "--export", "torchtitan-0.2"]);
     let toml = std::fs::read_to_string(dir.join("torchtitan.toml")).unwrap();
     assert!(toml.contains("[compile]\nenable = true\n"), "{toml}");
     assert!(
@@ -454,18 +453,7 @@ fn compile_fuses_torchtitan_and_is_refused_elsewhere() {
     std::fs::remove_dir_all(&dir).ok();
     // An fp8 plan for torchtitan 0.3 is costed with the recipe its float8 converter runs,
     // row-wise, unless told otherwise; and says so.
-    let mut args = vec!["plan"];
-    args.extend_from_slice(&WORKLOAD);
-    args.extend_from_slice(&[
-        "--dtype",
-        "fp8",
-        "--export",
-        "torchtitan",
-        "--out",
-        dir.to_str().unwrap(),
-    ]);
-    let (code, out, err) = plait(&args);
-    assert_eq!(code, 0, "{err}");
+    let out = plan_into(&["--dtype", "fp8", "--export", "torchtitan"]);
     assert!(
         out.lines().next().unwrap().contains("fp8 (rowwise float8)"),
         "{out}"
