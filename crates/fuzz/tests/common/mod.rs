@@ -160,6 +160,10 @@ fn flag_seeds() -> Vec<Vec<u8>> {
             .into(),
         "schedule\n--stages\n4\n--microbatches\n8\n--schedule\ninterleaved\n--virtual\n2\n--comm\n0.1"
             .into(),
+        "schedule\n--stages\n4\n--microbatches\n8\n--schedule\ndualpipe-v\n--backward\n2\n--weight\n1"
+            .into(),
+        "estimate\n--model\nllama3-8b\n--cluster\ndgx-h100\n--gpus\n16\n--tp\n2\n--sp\n--engine\ntorchtitan\n--dtype\nfp8\n--float8-recipe\nrowwise\n--compile"
+            .into(),
         "simulate\n--model\ngpt-1.7b\n--gpus\n8\n--tp\n2\n--pp\n2".into(),
         "plan\n--model\ngpt-1.7b\n--gpus\n8\n--gbs\n64\n--top\n2\n--simulate\n2".into(),
         "plan\n--model\ngpt-1.7b\n--gpus\n16\n--gbs\n128\n--seq\n4096\n--cluster\ndgx-h100\n--top\n1\n--simulate\n1\n--threads\n1"
@@ -425,6 +429,7 @@ fn plan_string_seeds() -> Vec<Vec<u8>> {
         "pp4 mbs1 recompute=full scp",
         "dp2 tp2 cp2 cp-comm=a2a mbs1 1f1b",
         "tp2 cp4 cp-comm=allgather mbs1 zero1 sp 1f1b",
+        "dp2 pp4 vp2 mbs1 zero1 dualpipe-v",
     ]
     .iter()
     .map(|s| s.as_bytes().to_vec())
