@@ -58,8 +58,8 @@ fn published_tables_within_their_bounds() {
     // measured throughput equals pre-training's despite a sixth less work); Mixtral on
     // Blackwell −11 … −26 %. A regression guard, not yet the target of 5 %.
     check(&r, "NeMo (", 0.07, 0.06);
-    // NeMo's dense FP8 pre-training on Blackwell: 12.0 %, signed −11.1 %: 25.02 on B200
-    // −2.5 … −22.5 % (mean −13 %), 25.04 on GB200 −18.4 … +5.5 % (mean −9 %). Too fast;
+    // NeMo's dense FP8 pre-training on Blackwell: 11.9 %, signed −11.0 %: 25.02 on B200
+    // −2.3 … −22.1 % (mean −13 %), 25.04 on GB200 −18.3 … +5.6 % (mean −9 %). Too fast;
     // a regression guard.
     check(&r, "NeMo dense on Blackwell", 0.13, 0.12);
     // NeMo's long-context runs (4K–1,024K tokens): 1.3 %, signed +0.9 %; the 1,024K row is

@@ -296,8 +296,11 @@ const B200_MATMUL_EFFICIENCY: f64 = 1745.0 / 2250.0;
 const B200_FP8_MATMUL_EFFICIENCY: f64 = 3432.5 / 4500.0;
 
 /// B200 (DGX B200). Peaks: NVIDIA DGX B200 datasheet, per GPU, dense (half the quoted
-/// sparse figures): 2.25 PFLOP/s bf16, 4.5 PFLOP/s fp8; 180 GB HBM3e at 8 TB/s; 148 SMs.
-/// MAMF measured by Bekman (`B200_MATMUL_EFFICIENCY`, `B200_FP8_MATMUL_EFFICIENCY`).
+/// sparse figures): 2.25 PFLOP/s bf16, 4.5 PFLOP/s fp8; 180 GB HBM3e; 148 SMs. Its memory
+/// bandwidth is not the datasheet's 8 TB/s but what the driver reports: a 7,680-bit bus at
+/// 3,996 MHz, double data rate, 7.672 TB/s (pytorch/ao#4002, March 2026, from
+/// `cudaGetDeviceProperties` and nvidia-smi on a B200). MAMF measured by Bekman
+/// (`B200_MATMUL_EFFICIENCY`, `B200_FP8_MATMUL_EFFICIENCY`).
 pub fn b200() -> GpuSpec {
     GpuSpec {
         name: "B200-180GB".into(),
@@ -308,10 +311,13 @@ pub fn b200() -> GpuSpec {
         peak_fp4_flops_per_s: Some(9000.0 * TERA),
         matmul_efficiency: B200_MATMUL_EFFICIENCY,
         fp8_matmul_efficiency: Some(B200_FP8_MATMUL_EFFICIENCY),
-        // No public measurement: assumes Hopper's.
+        // Hopper's, which the one public B200 measurement matches: kernels run back to
+        // back (FlashAttention-4, bf16) fell from 1,450 to 1,237 TFLOP/s, 0.853, the SM
+        // clock from 1,965 to about 1,580 MHz at about 1,000 W (flashinfer-ai/flashinfer#2899,
+        // March 2026).
         sustained_clock_ratio: HOPPER_SUSTAINED_CLOCK_RATIO,
         memory_bytes: 180.0 * GB,
-        memory_bandwidth_bytes_per_s: 8000.0 * GB,
+        memory_bandwidth_bytes_per_s: 7680.0 / 8.0 * 3996e6 * 2.0,
         sms: 148,
     }
 }
@@ -320,7 +326,8 @@ pub fn b200() -> GpuSpec {
 /// bf16 2.5 PFLOP/s and fp8 5 PFLOP/s (half the sparse 360 / 720 PFLOP/s per rack ÷ 72),
 /// HBM3e 13.4 TB / 72 = 186 GB at 576 TB/s / 72 = 8 TB/s); 148 SMs as B200. MAMF measured
 /// by Bekman (see `B200_MATMUL_EFFICIENCY`): 72.9 % bf16, 72.3 % fp8 of these peaks; the
-/// sustained clock assumed Hopper's.
+/// sustained clock as [`b200`]'s. The memory bandwidth stays the datasheet's: the driver's
+/// narrower bus was read on a B200, not on a GB200.
 pub fn gb200() -> GpuSpec {
     GpuSpec {
         name: "B200-GB200-186GB".into(),
@@ -332,6 +339,7 @@ pub fn gb200() -> GpuSpec {
         matmul_efficiency: 1822.0 / 2500.0,
         fp8_matmul_efficiency: Some(3615.6 / 5000.0),
         memory_bytes: 186.0 * GB,
+        memory_bandwidth_bytes_per_s: 8000.0 * GB,
         ..b200()
     }
 }
