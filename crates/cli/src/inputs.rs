@@ -239,9 +239,8 @@ pub(crate) fn schedule_help(chunks: &str, ranks: &str) -> String {
                 None if k.accepts_chunks(2) => rules.push(format!("implied by {chunks} > 1")),
                 None => {}
             }
-            if k.microbatches_allowed() != Schedule::OneFOneB.microbatches_allowed() {
-                let allowed = k.microbatches_allowed().replace("pp", ranks);
-                rules.push(format!("micro-batches: {allowed}"));
+            if let Some(allowed) = k.microbatches_allowed() {
+                rules.push(format!("micro-batches: {}", allowed.replace("pp", ranks)));
             }
             format!("{} ({})", k.keyword(), rules.join("; "))
         })
@@ -401,7 +400,7 @@ impl WorkloadArgs {
     ) -> Result<Resolved> {
         let model = load_model(&self.model)?;
         let cluster = load_cluster(&self.cluster)?;
-        let train = TrainSpec {
+        let mut train = TrainSpec {
             dtype: self.dtype,
             attention: self.attention,
             dropout: self.dropout,
@@ -456,27 +455,21 @@ impl WorkloadArgs {
             },
             async_tp: self.async_tp,
             sdpa: self.sdpa,
-            float8_recipe: match self.float8_recipe {
-                Some(recipe) => recipe,
-                None if self.dtype == plait_spec::Dtype::Fp8
-                    && self.engine.unwrap_or(default_engine).runs_torchao_float8() =>
-                {
-                    default_float8
-                }
-                None => Float8Recipe::Tensorwise,
-            },
+            float8_recipe: self.float8_recipe.unwrap_or(Float8Recipe::Tensorwise),
             float8_all_gather: self.float8_all_gather,
             ..TrainSpec::new(positive("gbs", self.gbs)?, sequence(self.seq)?)
         };
+        // An fp8 run under torchao that names no recipe runs the one the caller expects.
+        if self.float8_recipe.is_none() && train.torchao_float8().is_some() {
+            train.float8_recipe = default_float8;
+        }
         if train.sdpa == Sdpa::Cudnn && !train.engine.calls_sdpa() {
             bail!(
                 "--sdpa: engine {} does not call PyTorch's scaled_dot_product_attention (allowed: flash; cudnn with --engine torchtitan)",
                 train.engine.keyword()
             );
         }
-        if train.float8_recipe != Float8Recipe::Tensorwise
-            && (train.dtype != plait_spec::Dtype::Fp8 || !train.engine.runs_torchao_float8())
-        {
+        if train.float8_recipe != Float8Recipe::Tensorwise && train.torchao_float8().is_none() {
             bail!(
                 "--float8-recipe: {} is torchao's float8 recipe, for --dtype fp8 under an engine that quantises with torchao (allowed: tensorwise; rowwise or rowwise-gw-hp with --dtype fp8 --engine torchtitan; got --dtype {} --engine {})",
                 train.float8_recipe,
@@ -484,11 +477,7 @@ impl WorkloadArgs {
                 train.engine.keyword()
             );
         }
-        if train.float8_all_gather
-            && (train.dtype != plait_spec::Dtype::Fp8
-                || !train.engine.runs_torchao_float8()
-                || train.float8_recipe != Float8Recipe::Tensorwise)
-        {
+        if train.float8_all_gather && !train.gathers_float8() {
             bail!(
                 "--float8-all-gather: torchao gathers fp8 weights under the tensorwise recipe alone (allowed with --dtype fp8 --engine torchtitan --float8-recipe tensorwise; got --dtype {} --engine {} --float8-recipe {})",
                 train.dtype,

@@ -473,10 +473,7 @@ impl EngineProfile {
             eager.attention = AttentionKernel::CudnnSdpa;
         }
         // torchao's float8 all-gather under FSDP (tensor-wise only).
-        if t.float8_all_gather
-            && engine.runs_torchao_float8()
-            && t.float8_recipe == plait_spec::Float8Recipe::Tensorwise
-        {
+        if t.gathers_float8() {
             eager.fp8_param_gather = true;
         }
         if !compile || !engine.compiles() {

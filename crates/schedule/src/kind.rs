@@ -155,13 +155,19 @@ impl ScheduleKind {
     }
 
     /// The micro-batch counts [`ScheduleKind::accepts_microbatches`] allows, in words, with
-    /// the pipeline ranks called `pp` (for error messages).
-    pub fn microbatches_allowed(self) -> &'static str {
+    /// the pipeline ranks called `pp` (for messages); `None` where it allows any.
+    pub fn microbatches_allowed(self) -> Option<&'static str> {
         match self {
-            ScheduleKind::Interleaved => "a multiple of pp",
-            ScheduleKind::DualPipeV => "at least 2 × pp",
-            _ => "any number",
+            ScheduleKind::Interleaved => Some("a multiple of pp"),
+            ScheduleKind::DualPipeV => Some("at least 2 × pp"),
+            _ => None,
         }
+    }
+
+    /// The rule, in words, that `microbatches` on `ranks` ranks breaks; `None` if it runs.
+    pub fn microbatches_refused(self, microbatches: u64, ranks: u64) -> Option<&'static str> {
+        self.microbatches_allowed()
+            .filter(|_| !self.accepts_microbatches(microbatches, ranks))
     }
 
     /// Whether the stages finish their share of the pipeline in turn, the last first, as

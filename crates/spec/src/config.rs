@@ -448,10 +448,8 @@ impl ParallelConfig {
                 format!("multiples of {}", self.mbs * self.dp),
             );
         }
-        let m = self.microbatches(train);
-        if !self.schedule.accepts_microbatches(m, self.pp) {
-            let (kind, allowed, pp) =
-                (self.schedule, self.schedule.microbatches_allowed(), self.pp);
+        let (m, kind, pp) = (self.microbatches(train), self.schedule, self.pp);
+        if let Some(allowed) = kind.microbatches_refused(m, pp) {
             return err(
                 "schedule",
                 format!("{kind} needs the micro-batch count (gbs/(mbs·dp) = {m}) to be {allowed} (pp = {pp})"),

@@ -479,6 +479,19 @@ impl TrainSpec {
             .map_or(self.seq, |p| p.clamp(1, self.seq.max(1)))
     }
 
+    /// torchao's float8 recipe in force: the run's, for an fp8 run under an engine that
+    /// quantises with torchao; otherwise none.
+    pub fn torchao_float8(&self) -> Option<Float8Recipe> {
+        (self.dtype == Dtype::Fp8 && self.engine.runs_torchao_float8())
+            .then_some(self.float8_recipe)
+    }
+
+    /// Whether FSDP gathers the float8 weights in fp8: asked for, and torchao's tensor-wise
+    /// recipe in force (the only one that can).
+    pub fn gathers_float8(&self) -> bool {
+        self.float8_all_gather && self.torchao_float8() == Some(Float8Recipe::Tensorwise)
+    }
+
     /// The LoRA adapters when the task trains them.
     pub fn lora_adapters(&self) -> Option<Lora> {
         (self.task == Task::Lora).then_some(self.lora)

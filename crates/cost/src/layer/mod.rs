@@ -153,8 +153,9 @@ pub struct Workload {
     pub e: f64,
     /// The format of the block linears' GEMM operands.
     pub linear_format: plait_spec::Dtype,
-    /// torchao's float8 recipe where the engine quantises with torchao (fp8 runs).
-    pub float8_recipe: plait_spec::Float8Recipe,
+    /// torchao's float8 recipe in force (`TrainSpec::torchao_float8`): none unless the
+    /// engine quantises fp8 linears with torchao.
+    pub torchao_float8: Option<plait_spec::Float8Recipe>,
     pub engine: EngineProfile,
     /// Assumption level of the uncertain mechanisms: 0 optimistic, 1 central, 2 pessimistic.
     pub level: usize,
@@ -190,7 +191,7 @@ impl Workload {
             dropout: t.dropout,
             e: t.dtype.activation_bytes(),
             linear_format: t.dtype,
-            float8_recipe: t.float8_recipe,
+            torchao_float8: t.torchao_float8(),
             engine: EngineProfile::for_run(t),
             level: 1,
             moe_skew: t.moe_skew.max(1.0),
@@ -231,19 +232,12 @@ impl Workload {
         self.linear_format.low_precision_linears()
     }
 
-    /// torchao's float8 recipe in force: the run's, for an fp8 run under an engine that
-    /// quantises with torchao; otherwise none.
-    pub fn torchao_float8(&self) -> Option<plait_spec::Float8Recipe> {
-        (self.linear_format == plait_spec::Dtype::Fp8 && self.engine.engine.runs_torchao_float8())
-            .then_some(self.float8_recipe)
-    }
-
     /// Whether the weight-gradient GEMMs of a low-precision run stay 16-bit (torchao's
     /// `rowwise_with_gw_hp`: `cast_config_input_for_grad_weight` and
     /// `cast_config_grad_output_for_grad_weight` disabled, torchao 36027d8
     /// `float8/config.py`).
     pub fn weight_grad_sixteen_bit(&self) -> bool {
-        self.torchao_float8() == Some(plait_spec::Float8Recipe::RowwiseGwHp)
+        self.torchao_float8 == Some(plait_spec::Float8Recipe::RowwiseGwHp)
     }
 
     /// Bytes per element read and written by the quantisation of one GEMM operand: the

@@ -159,7 +159,7 @@ pub(super) fn transformer_block_cost(
     // the row-wise ones run plain tp with 16-bit gathers (torchtitan b0902b2
     // `models/llama3/infra/parallelize.py:73-76`, `enable_float8_tensorwise_tp`).
     let fp8_tp = w.engine.fp8_tp_all_gather
-        && w.torchao_float8() == Some(plait_spec::Float8Recipe::Tensorwise)
+        && w.torchao_float8 == Some(plait_spec::Float8Recipe::Tensorwise)
         && w.tp > 1
         && w.sp;
     let forward_gather_bytes = if fp8_tp {
@@ -365,6 +365,14 @@ pub(super) fn transformer_block_cost(
         .enumerate()
         .filter(|&(i, _)| if i < 2 { has_attn } else { has_mlp })
         .collect();
+    // The relative widths of the separate linears each of those runs as.
+    let widths_of = |i: usize| -> &[f64] {
+        match i {
+            0 => qkv_widths,
+            2 => up_widths,
+            _ => &[1.0],
+        }
+    };
 
     if w.low_precision() {
         // Quantisation of the fp8 GEMM operands, per micro-batch: the inputs of the four
@@ -410,12 +418,8 @@ pub(super) fn transformer_block_cost(
         // the tensor-wise recipe costs. Each of the engine's modules quantises its own, so
         // the separate q, k and v projections (gate and up) count their shared input once
         // each.
-        if w.torchao_float8() == Some(plait_spec::Float8Recipe::Rowwise) {
-            let modules = |i: usize| match i {
-                0 => qkv_widths.len(),
-                2 => up_widths.len(),
-                _ => 1,
-            } as u64;
+        if w.torchao_float8 == Some(plait_spec::Float8Recipe::Rowwise) {
+            let modules = |i: usize| widths_of(i).len() as u64;
             let operands = |g: &Gemm, modules: u64| {
                 ((g.m * (g.k * modules + g.n) + g.k * g.n) * g.count) as f64
             };
@@ -451,11 +455,7 @@ pub(super) fn transformer_block_cost(
     let tp_pairs =
         f64::from(u8::from(has_attn)) + f64::from(u8::from(has_mlp && !moe_dispatch_over_tp));
     for &(i, ref gm) in &linears {
-        let widths = match i {
-            0 => qkv_widths,
-            2 => up_widths,
-            _ => &[1.0],
-        };
+        let widths = widths_of(i);
         let (mut dg_s, mut wg_s) = (0.0, 0.0);
         for part in column_parts(gm, widths) {
             let (dg, wg) = backward_gemms(&part);

@@ -351,6 +351,15 @@ pub(super) fn batch(plan: &Plan) -> Batch {
     }
 }
 
+/// torchao's name of a float8 `recipe` (`Float8LinearRecipeName`).
+pub(super) fn torchao_recipe_name(recipe: plait_spec::Float8Recipe) -> &'static str {
+    match recipe {
+        plait_spec::Float8Recipe::Tensorwise => "tensorwise",
+        plait_spec::Float8Recipe::Rowwise => "rowwise",
+        plait_spec::Float8Recipe::RowwiseGwHp => "rowwise_with_gw_hp",
+    }
+}
+
 /// `parallelism.pipeline_parallel_schedule` (PyTorch's `get_schedule_class` names).
 pub(super) fn schedule_name(c: &plait_spec::ParallelConfig) -> &'static str {
     match pipe(c) {
@@ -591,9 +600,7 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
         if train.float8_recipe != plait_spec::Float8Recipe::Tensorwise {
             out.push_str(&format!(
                 "recipe_name = {}\n",
-                quote(super::torchtitan_py::torchao_recipe_name(
-                    train.float8_recipe
-                ))
+                quote(torchao_recipe_name(train.float8_recipe))
             ));
         }
     }

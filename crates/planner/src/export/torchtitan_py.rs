@@ -34,7 +34,9 @@
 
 use plait_spec::{Dtype, Float8Recipe, ModelSpec, TrainSpec};
 
-use super::torchtitan::{batch, flavor, mlp_args, model_parts, quote, schedule_name, shared_notes};
+use super::torchtitan::{
+    batch, flavor, mlp_args, model_parts, quote, schedule_name, shared_notes, torchao_recipe_name,
+};
 use super::{commented, recompute, summary_lines, ExportFile, Rc};
 use crate::Plan;
 
@@ -60,6 +62,7 @@ fn docstring_safe(name: &str) -> String {
 /// What the 0.3 export cannot write of `train`: torchao's tensor-wise float8 recipe, which
 /// its float8 converter no longer offers.
 pub(super) fn recipe_reasons(train: &TrainSpec) -> Vec<String> {
+    // The dtype and recipe alone: the plan may have been costed under another engine.
     if train.dtype == Dtype::Fp8 && train.float8_recipe == Float8Recipe::Tensorwise {
         vec![
             "fp8 costed with torchao's tensor-wise float8 recipe: torchtitan 0.3.0's float8 \
@@ -69,15 +72,6 @@ pub(super) fn recipe_reasons(train: &TrainSpec) -> Vec<String> {
         ]
     } else {
         Vec::new()
-    }
-}
-
-/// torchao's name of a row-wise `recipe` (`Float8LinearRecipeName`).
-pub(super) fn torchao_recipe_name(recipe: Float8Recipe) -> &'static str {
-    match recipe {
-        Float8Recipe::Tensorwise => "tensorwise",
-        Float8Recipe::Rowwise => "rowwise",
-        Float8Recipe::RowwiseGwHp => "rowwise_with_gw_hp",
     }
 }
 
