@@ -82,12 +82,14 @@ fn seconds(s: f64) -> String {
     }
 }
 
-/// The run's numeric format as the headers print it: the dtype, and torchao's float8 recipe
-/// where it is not the tensor-wise default.
+/// The run's numeric format as the headers print it: the dtype, and the fp8 recipe where
+/// it is not the engine's default.
 pub fn format_name(t: &plait_spec::TrainSpec) -> String {
-    match t.float8_recipe {
-        plait_spec::Float8Recipe::Tensorwise => t.dtype.to_string(),
-        recipe => format!("{} ({recipe} float8)", t.dtype),
+    match t.fp8_recipe() {
+        Some(recipe) if recipe != t.engine.float8_recipes()[0] => {
+            format!("{} ({recipe} scaling)", t.dtype)
+        }
+        _ => t.dtype.to_string(),
     }
 }
 

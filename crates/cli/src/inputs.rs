@@ -105,11 +105,14 @@ pub struct WorkloadArgs {
     /// --engine torchtitan)
     #[arg(long, default_value = "flash", value_parser = parse_keyword::<Sdpa>)]
     pub sdpa: Sdpa,
-    /// torchao's float8 recipe of an fp8 torchtitan run: tensorwise (one scale per tensor;
-    /// the default, except under `plan --export torchtitan`, whose float8 converter runs
-    /// rowwise), rowwise (a power-of-two scale per row of every GEMM operand) or
-    /// rowwise-gw-hp (the weight-gradient GEMM in 16-bit) (allowed with --dtype fp8 --engine
-    /// torchtitan)
+    /// How an fp8 run scales its tensors. Transformer Engine's (megatron, deepspeed, fsdp,
+    /// plait): delayed (the default: scales from earlier steps' amax), tensorwise (current
+    /// scaling: each tensor's own amax this step, as NeMo's 25.04 and later performance
+    /// runs) or blockwise (a scale per 1x128 tile, 128x128 for weights: DeepSeek-V3's).
+    /// torchao's (torchtitan): tensorwise (the default, except under `plan --export
+    /// torchtitan`, whose float8 converter runs rowwise), rowwise (a power-of-two scale per
+    /// row of every GEMM operand) or rowwise-gw-hp (the weight-gradient GEMM in 16-bit)
+    /// (allowed with --dtype fp8)
     #[arg(long, value_parser = parse_keyword::<Float8Recipe>)]
     pub float8_recipe: Option<Float8Recipe>,
     /// FSDP gathers the float8 linears' weights in fp8 (torchtitan's
@@ -387,16 +390,16 @@ impl WorkloadArgs {
     }
 
     pub fn resolve(&self) -> Result<Resolved> {
-        self.resolve_under(Engine::Megatron, Float8Recipe::Tensorwise)
+        self.resolve_under(Engine::Megatron, None)
     }
 
     /// As [`WorkloadArgs::resolve`], with `default_engine` where no --engine is given and
-    /// `default_float8` where an fp8 run under a torchao engine gives no --float8-recipe
-    /// (`plan --export X` plans under X's engine and the recipe X's converter runs).
+    /// `default_float8` where an fp8 run gives no --float8-recipe (`plan --export X` plans
+    /// under X's engine and the recipe X's converter runs; `None`: the engine's default).
     pub fn resolve_under(
         &self,
         default_engine: Engine,
-        default_float8: Float8Recipe,
+        default_float8: Option<Float8Recipe>,
     ) -> Result<Resolved> {
         let model = load_model(&self.model)?;
         let cluster = load_cluster(&self.cluster)?;
@@ -455,12 +458,12 @@ impl WorkloadArgs {
             },
             async_tp: self.async_tp,
             sdpa: self.sdpa,
-            float8_recipe: self.float8_recipe.unwrap_or(Float8Recipe::Tensorwise),
+            float8_recipe: self.float8_recipe,
             float8_all_gather: self.float8_all_gather,
             ..TrainSpec::new(positive("gbs", self.gbs)?, sequence(self.seq)?)
         };
-        // An fp8 run under torchao that names no recipe runs the one the caller expects.
-        if self.float8_recipe.is_none() && train.torchao_float8().is_some() {
+        // An fp8 run that names no recipe runs the one the caller expects.
+        if self.float8_recipe.is_none() && train.dtype == Dtype::Fp8 {
             train.float8_recipe = default_float8;
         }
         if train.sdpa == Sdpa::Cudnn && !train.engine.calls_sdpa() {
@@ -469,20 +472,15 @@ impl WorkloadArgs {
                 train.engine.keyword()
             );
         }
-        if train.float8_recipe != Float8Recipe::Tensorwise && train.torchao_float8().is_none() {
-            bail!(
-                "--float8-recipe: {} is torchao's float8 recipe, for --dtype fp8 under an engine that quantises with torchao (allowed: tensorwise; rowwise or rowwise-gw-hp with --dtype fp8 --engine torchtitan; got --dtype {} --engine {})",
-                train.float8_recipe,
-                train.dtype,
-                train.engine.keyword()
-            );
+        if let Some(why) = train.float8_recipe_refused() {
+            bail!("--float8-recipe: {why}");
         }
         if train.float8_all_gather && !train.gathers_float8() {
             bail!(
                 "--float8-all-gather: torchao gathers fp8 weights under the tensorwise recipe alone (allowed with --dtype fp8 --engine torchtitan --float8-recipe tensorwise; got --dtype {} --engine {} --float8-recipe {})",
                 train.dtype,
                 train.engine.keyword(),
-                train.float8_recipe
+                train.fp8_recipe().map_or("none", Float8Recipe::keyword)
             );
         }
         if train.async_tp && !train.compile {

@@ -223,10 +223,9 @@ pub fn run(args: &PlanArgs) -> Result<String> {
     }
     // `--export X` plans under engine X, and an fp8 run under the float8 recipe X runs.
     let mut engine = plait_spec::Engine::Megatron;
-    let float8 = args.export.map_or(
-        plait_spec::Float8Recipe::Tensorwise,
-        plait_planner::export::float8_recipe_of,
-    );
+    let float8 = args
+        .export
+        .and_then(plait_planner::export::float8_recipe_of);
     if let Some(export) = args.export {
         let under = plait_planner::export::runs_under(export);
         match args.workload.engine {

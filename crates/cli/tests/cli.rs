@@ -405,10 +405,24 @@ fn compile_fuses_torchtitan_and_is_refused_elsewhere() {
         &["estimate", "--sdpa", "cudnn"],
         "--sdpa: engine megatron does not call PyTorch's scaled_dot_product_attention (allowed: flash; cudnn with --engine torchtitan)",
     );
-    // torchao's float8 recipes are torchtitan's and fp8's alone.
+    // An fp8 recipe is fp8's alone, and each engine's quantiser runs its own.
     common::check(
-        &["estimate", "--engine", "torchtitan", "--float8-recipe", "rowwise"],
-        "--float8-recipe: rowwise is torchao's float8 recipe, for --dtype fp8 under an engine that quantises with torchao (allowed: tensorwise; rowwise or rowwise-gw-hp with --dtype fp8 --engine torchtitan; got --dtype bf16 --engine torchtitan)",
+        &[
+            "estimate",
+            "--engine",
+            "torchtitan",
+            "--float8-recipe",
+            "rowwise",
+        ],
+        "--float8-recipe: rowwise is an fp8 recipe and the run is bf16 (allowed with fp8)",
+    );
+    common::check(
+        &["estimate", "--dtype", "fp8", "--cluster", "dgx-h100", "--float8-recipe", "rowwise"],
+        "--float8-recipe: engine megatron does not run the rowwise recipe (allowed: delayed, tensorwise, blockwise)",
+    );
+    common::check(
+        &["estimate", "--engine", "torchtitan", "--dtype", "fp8", "--cluster", "dgx-h100", "--float8-recipe", "delayed"],
+        "--float8-recipe: engine torchtitan does not run the delayed recipe (allowed: tensorwise, rowwise, rowwise-gw-hp)",
     );
     common::check(
         &["estimate", "--engine", "torchtitan", "--dtype", "fp8", "--cluster", "dgx-h100", "--float8-recipe", "rowwise", "--float8-all-gather"],
@@ -416,7 +430,7 @@ fn compile_fuses_torchtitan_and_is_refused_elsewhere() {
     );
     common::check(
         &["estimate", "--dtype", "fp8", "--cluster", "dgx-h100", "--float8-recipe", "columnwise"],
-        "invalid value 'columnwise' for '--float8-recipe <FLOAT8_RECIPE>': `columnwise` is not one of tensorwise|rowwise|rowwise-gw-hp",
+        "invalid value 'columnwise' for '--float8-recipe <FLOAT8_RECIPE>': `columnwise` is not one of delayed|tensorwise|blockwise|rowwise|rowwise-gw-hp",
     );
     // An eager torchtitan plan says what compiling would save, as text and as data.
     let mut args = vec!["plan"];
@@ -455,7 +469,10 @@ fn compile_fuses_torchtitan_and_is_refused_elsewhere() {
     // row-wise, unless told otherwise; and says so.
     let out = plan_into(&["--dtype", "fp8", "--export", "torchtitan"]);
     assert!(
-        out.lines().next().unwrap().contains("fp8 (rowwise float8)"),
+        out.lines()
+            .next()
+            .unwrap()
+            .contains("fp8 (rowwise scaling)"),
         "{out}"
     );
     let py = std::fs::read_to_string(dir.join("torchtitan_config.py")).unwrap();

@@ -412,8 +412,8 @@ fn rowwise_float8_backward_follows_the_activations() {
             };
             titan_8b_block_phases(t, tp, false)
         };
-        let (pt_fwd, pt_bwd) = plait(Float8Recipe::Tensorwise);
-        let (pr_fwd, pr_bwd) = plait(Float8Recipe::Rowwise);
+        let (pt_fwd, pt_bwd) = plait(Some(Float8Recipe::Tensorwise));
+        let (pr_fwd, pr_bwd) = plait(Some(Float8Recipe::Rowwise));
         let (measured_extra, predicted_extra) = (row_bwd - tensor_bwd, (pr_bwd - pt_bwd) * 1e3);
         assert!(
             (predicted_extra / measured_extra - 1.0).abs() < 0.02,

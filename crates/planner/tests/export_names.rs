@@ -79,6 +79,7 @@ const MEGATRON_FLAGS: &[&str] = &[
     "--bf16",
     "--fp16",
     "--fp8-format",
+    "--fp8-recipe",
     "--fp8-param-gather",
     // Hybrids (arguments.py `_add_experimental_args` and `--squared-relu`; the Mamba sizes
     // are `TransformerConfig` fields).

@@ -135,6 +135,23 @@ fn engine_limits_are_refused_with_their_reason() {
         "megatron_args.sh",
     ));
     assert_eq!(f["--fp8-format"], "hybrid");
+    assert_eq!(f["--fp8-recipe"], "delayed");
+    // Transformer Engine's block scaling runs E4M3 throughout; torchao has no such recipe.
+    k.train.float8_recipe = Some(Float8Recipe::Blockwise);
+    let f = megatron_flags(file(
+        &run(Engine::Megatron, &k).unwrap(),
+        "megatron_args.sh",
+    ));
+    assert_eq!(
+        (f["--fp8-format"].as_str(), f["--fp8-recipe"].as_str()),
+        ("e4m3", "blockwise")
+    );
+    let e = run(Engine::TorchtitanToml, &k).unwrap_err();
+    assert!(
+        e.contains("blockwise") && e.contains("allowed: tensorwise, rowwise"),
+        "{e}"
+    );
+    k.train.float8_recipe = None;
     let tt = run(Engine::TorchtitanToml, &k).unwrap();
     let toml = file(&tt, "torchtitan.toml");
     assert!(toml.contains("converters = [\"quantize.linear.float8\"]"));
@@ -158,13 +175,13 @@ fn engine_limits_are_refused_with_their_reason() {
     // refused, a row-wise one written with its recipe (0.2 names it too).
     let e = run(Engine::Torchtitan, &k).unwrap_err();
     assert!(e.contains("tensor-wise") && e.contains("rowwise"), "{e}");
-    k.train.float8_recipe = Float8Recipe::Rowwise;
+    k.train.float8_recipe = Some(Float8Recipe::Rowwise);
     let tt = run(Engine::Torchtitan, &k).unwrap();
     let py = file(&tt, "torchtitan_config.py");
     let v = torchtitan_py(py);
     assert_eq!(v.get("converter"), Some("float8"));
     assert!(py.contains("recipe_name=\"rowwise\""), "{py}");
-    k.train.float8_recipe = Float8Recipe::RowwiseGwHp;
+    k.train.float8_recipe = Some(Float8Recipe::RowwiseGwHp);
     let tt = run(Engine::TorchtitanToml, &k).unwrap();
     assert!(file(&tt, "torchtitan.toml").contains("recipe_name = \"rowwise_with_gw_hp\""));
 }

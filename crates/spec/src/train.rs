@@ -184,14 +184,25 @@ keyword_enum!(
 );
 
 keyword_enum!(
-    /// torchao's float8 training recipe, where the engine quantises its linears with torchao
-    /// (torchtitan's `[float8] recipe_name`; torchao 36027d8 `float8/config.py`,
-    /// `Float8LinearConfig.from_recipe_name`): `tensorwise`, one scale per tensor (the
-    /// default); `rowwise`, one scale per row of every operand of all three GEMMs, rounded
-    /// to a power of two; `rowwise-gw-hp` (`rowwise_with_gw_hp`), row-wise forward and
-    /// input-gradient GEMMs with the weight-gradient GEMM in 16-bit.
+    /// How an fp8 run scales its tensors, as the engine's quantiser runs it (`--dtype fp8`
+    /// only; the block formats `mxfp8`/`nvfp4` are dtypes of their own). Transformer
+    /// Engine's recipes (Megatron-Core's `fp8_recipe`, Megatron-LM d98e8a6
+    /// `transformer_config.py:594`, default `delayed`; TE d0067d0 `common/recipe`):
+    /// `delayed` (`DelayedScaling`: each tensor cast with a scale from earlier steps' amax
+    /// history, the cast fused into the norm before qkv and fc1), `tensorwise`
+    /// (`Float8CurrentScaling`: one scale per tensor from its own amax this step) and
+    /// `blockwise` (`Float8BlockScaling`: a scale per 1×128 tile of activations and
+    /// gradients and per 128×128 block of weights, DeepSeek-V3's). torchao's float8
+    /// training (torchtitan's `[float8] recipe_name`; torchao 36027d8 `float8/config.py`,
+    /// `Float8LinearConfig.from_recipe_name`): `tensorwise` (its default: dynamic scaling,
+    /// one scale per tensor), `rowwise` (one scale per row of every operand of all three
+    /// GEMMs, rounded to a power of two) and `rowwise-gw-hp` (`rowwise_with_gw_hp`:
+    /// row-wise forward and input-gradient GEMMs, the weight-gradient GEMM in 16-bit).
+    /// [`Engine::float8_recipes`] lists which an engine runs.
     Float8Recipe {
+        Delayed => "delayed",
         Tensorwise => "tensorwise",
+        Blockwise => "blockwise",
         Rowwise => "rowwise",
         RowwiseGwHp => "rowwise-gw-hp",
     }
@@ -237,10 +248,31 @@ impl Engine {
     }
 
     /// Whether the engine's fp8 linears are torchao's float8 training, whose recipe
-    /// `TrainSpec::float8_recipe` picks: torchtitan's; Megatron-Core and DeepSpeed run
-    /// Transformer Engine's recipes.
+    /// `TrainSpec::float8_recipe` picks: torchtitan's; Megatron-Core, DeepSpeed and
+    /// llm-foundry's FSDP run Transformer Engine's linears and recipes, as plait models
+    /// its own runtime's fp8.
     pub fn runs_torchao_float8(self) -> bool {
         self == Engine::Torchtitan
+    }
+
+    /// The fp8 recipes the engine's quantiser runs, its default first: torchao's for
+    /// torchtitan (default `tensorwise`, torchao 36027d8 `Float8LinearConfig`), Transformer
+    /// Engine's for the others (default `delayed`, Megatron-Core's `fp8_recipe` and TE's
+    /// `fp8_autocast` recipe, which llm-foundry's Composer leaves at `DelayedScaling`).
+    pub fn float8_recipes(self) -> &'static [Float8Recipe] {
+        if self.runs_torchao_float8() {
+            &[
+                Float8Recipe::Tensorwise,
+                Float8Recipe::Rowwise,
+                Float8Recipe::RowwiseGwHp,
+            ]
+        } else {
+            &[
+                Float8Recipe::Delayed,
+                Float8Recipe::Tensorwise,
+                Float8Recipe::Blockwise,
+            ]
+        }
     }
 
     /// Whether the engine runs Megatron-Core's choice of selective recompute modules
@@ -411,19 +443,15 @@ pub struct TrainSpec {
     /// The SDPA backend an engine that calls PyTorch's attention runs (torchtitan).
     #[serde(default = "default_sdpa")]
     pub sdpa: Sdpa,
-    /// torchao's float8 recipe of an fp8 run under an engine that quantises with torchao
-    /// (torchtitan).
-    #[serde(default = "default_float8_recipe")]
-    pub float8_recipe: Float8Recipe,
+    /// The fp8 recipe of an fp8 run; `None` = the engine's default
+    /// ([`Engine::float8_recipes`]). [`TrainSpec::fp8_recipe`] gives the one in force.
+    #[serde(default)]
+    pub float8_recipe: Option<Float8Recipe>,
     /// torchtitan's `enable_fsdp_float8_all_gather`: FSDP gathers the float8 linears'
     /// weights cast to fp8 (tensor-wise recipe only; torchtitan b0902b2
     /// `components/quantization/float8.py:60-98`).
     #[serde(default)]
     pub float8_all_gather: bool,
-}
-
-fn default_float8_recipe() -> Float8Recipe {
-    Float8Recipe::Tensorwise
 }
 
 fn default_sdpa() -> Sdpa {
@@ -479,11 +507,48 @@ impl TrainSpec {
             .map_or(self.seq, |p| p.clamp(1, self.seq.max(1)))
     }
 
+    /// The fp8 recipe in force: the run's, or its engine's default, for an fp8 run;
+    /// otherwise none.
+    pub fn fp8_recipe(&self) -> Option<Float8Recipe> {
+        self.fp8_recipe_under(self.engine)
+    }
+
+    /// The fp8 recipe the run has under `engine`: the one it names, or `engine`'s default
+    /// (an export writes a plan for an engine other than the one that costed it).
+    pub fn fp8_recipe_under(&self, engine: Engine) -> Option<Float8Recipe> {
+        (self.dtype == Dtype::Fp8).then(|| self.float8_recipe.unwrap_or(engine.float8_recipes()[0]))
+    }
+
     /// torchao's float8 recipe in force: the run's, for an fp8 run under an engine that
     /// quantises with torchao; otherwise none.
     pub fn torchao_float8(&self) -> Option<Float8Recipe> {
-        (self.dtype == Dtype::Fp8 && self.engine.runs_torchao_float8())
-            .then_some(self.float8_recipe)
+        self.fp8_recipe()
+            .filter(|_| self.engine.runs_torchao_float8())
+    }
+
+    /// Where the run names an fp8 recipe its engine does not run, or names one without
+    /// fp8: the recipe and the ones allowed.
+    pub fn float8_recipe_refused(&self) -> Option<String> {
+        let recipe = self.float8_recipe?;
+        let allowed = self.engine.float8_recipes();
+        let names = allowed
+            .iter()
+            .map(|r| r.keyword())
+            .collect::<Vec<_>>()
+            .join(", ");
+        if self.dtype != Dtype::Fp8 {
+            Some(format!(
+                "{recipe} is an fp8 recipe and the run is {} (allowed with fp8)",
+                self.dtype
+            ))
+        } else if !allowed.contains(&recipe) {
+            Some(format!(
+                "engine {} does not run the {recipe} recipe (allowed: {names})",
+                self.engine.keyword()
+            ))
+        } else {
+            None
+        }
     }
 
     /// Whether FSDP gathers the float8 weights in fp8: asked for, and torchao's tensor-wise
@@ -526,7 +591,7 @@ impl TrainSpec {
             compile_loss: true,
             async_tp: false,
             sdpa: Sdpa::Flash,
-            float8_recipe: Float8Recipe::Tensorwise,
+            float8_recipe: None,
             float8_all_gather: false,
         }
     }

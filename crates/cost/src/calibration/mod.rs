@@ -8,8 +8,9 @@
 //! engine's defaults.
 
 use plait_spec::{
-    cluster_preset, model_preset, AttentionImpl, ClusterSpec, CpComm, Dtype, Engine, Lora,
-    ModelSpec, MoeSpec, ParallelConfig, Positions, Recompute, Schedule, SpecError, Task, TrainSpec,
+    cluster_preset, model_preset, AttentionImpl, ClusterSpec, CpComm, Dtype, Engine, Float8Recipe,
+    Lora, ModelSpec, MoeSpec, ParallelConfig, Positions, Recompute, Schedule, SpecError, Task,
+    TrainSpec,
 };
 
 use crate::estimate::{device_for, estimate, Breakdown};
@@ -734,6 +735,16 @@ fn nemo_table(text: &str, source: &'static str, name: &'static str) -> Result<Ta
                 // 0.1, the Llama and Nemotron configs 0.0. The 25.x runs are NeMo 2.0's
                 // recipes, whose `GPTConfig175B` sets 0 (v2.2.0 `gpt/model/base.py`).
                 dropout: release == "24.07" && row.str("model")?.starts_with("GPT3"),
+                // The 25.04 and 25.07 pages state the recipe: "per-tensor FP8 quantization,
+                // leveraging scaling factors computed in the current step", Transformer
+                // Engine's current scaling. 24.07 and 25.02 name none and ran the default,
+                // delayed scaling: NeMo's performance scripts gained a choice (`--fp8_recipe
+                // ds|cs|mxfp8`, default `ds`) only after 25.02 (NeMo 023b82de24, 2025-04-16).
+                float8_recipe: Some(if matches!(release, "24.07" | "25.02") {
+                    Float8Recipe::Delayed
+                } else {
+                    Float8Recipe::Tensorwise
+                }),
                 // NeMo's MoE performance recipes (Mixtral 8x7B and 8x22B, Llama 4 e16, in
                 // `performance_mode`) add `MegatronTokenDropCallback`: capacity factor 1.0,
                 // each expert's input padded to capacity (NeMo 8cfedd7

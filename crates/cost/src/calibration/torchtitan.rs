@@ -92,7 +92,7 @@ pub fn torchtitan_benchmarks(text: &str) -> Result<Table, SpecError> {
             train: TrainSpec {
                 engine: Engine::Torchtitan,
                 dtype,
-                float8_recipe,
+                float8_recipe: Some(float8_recipe),
                 float8_all_gather,
                 compile,
                 compile_loss,

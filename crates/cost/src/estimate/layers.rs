@@ -112,7 +112,7 @@ fn layer_sample_factors(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> Option<
         dropout: false,
         // Measured in 16-bit.
         linear_format: plait_spec::Dtype::Bf16,
-        torchao_float8: None,
+        fp8_recipe: None,
         // The profile layers were measured in eager PyTorch with SDPA's flash kernel.
         engine: EngineProfile::of(plait_spec::Engine::Plait),
         level: 1,

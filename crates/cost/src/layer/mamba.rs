@@ -178,15 +178,13 @@ pub fn mamba_block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload
         // norm under Transformer Engine) and their output gradients, as for the block
         // linears of a transformer block.
         let cast = w.cast_bytes_per_element();
-        let inputs = if w.engine.fp8_cast_fused_into_norm {
-            tokens * d_inner
-        } else {
-            tokens * (h + d_inner)
-        };
-        fwd.stream(d, cast * inputs);
-        fwd.count += 1.0;
+        fwd.stream(
+            d,
+            w.norm_fed_cast_bytes_per_element() * tokens * h + cast * tokens * d_inner,
+        );
+        fwd.count += 1.0 + 2.0 * w.extra_cast_kernels();
         bwd.stream(d, cast * tokens * (in_width + h));
-        bwd.count += 1.0;
+        bwd.count += 1.0 + 2.0 * w.extra_cast_kernels();
     }
 
     // Projections' backward: input and weight gradients (frozen under LoRA: input only),

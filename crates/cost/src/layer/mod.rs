@@ -15,6 +15,7 @@ use crate::engine::{contention_per_overlap_s, nccl_channels, EngineProfile};
 mod context_parallel;
 mod ends;
 mod mamba;
+mod quantise;
 mod selective;
 mod transformer;
 pub use ends::{embedding_cost, head_cost, mtp_projection_cost};
@@ -153,9 +154,8 @@ pub struct Workload {
     pub e: f64,
     /// The format of the block linears' GEMM operands.
     pub linear_format: plait_spec::Dtype,
-    /// torchao's float8 recipe in force (`TrainSpec::torchao_float8`): none unless the
-    /// engine quantises fp8 linears with torchao.
-    pub torchao_float8: Option<plait_spec::Float8Recipe>,
+    /// The fp8 recipe in force (`TrainSpec::fp8_recipe`): none unless the run is fp8.
+    pub fp8_recipe: Option<plait_spec::Float8Recipe>,
     pub engine: EngineProfile,
     /// Assumption level of the uncertain mechanisms: 0 optimistic, 1 central, 2 pessimistic.
     pub level: usize,
@@ -191,7 +191,7 @@ impl Workload {
             dropout: t.dropout,
             e: t.dtype.activation_bytes(),
             linear_format: t.dtype,
-            torchao_float8: t.torchao_float8(),
+            fp8_recipe: t.fp8_recipe(),
             engine: EngineProfile::for_run(t),
             level: 1,
             moe_skew: t.moe_skew.max(1.0),
@@ -225,39 +225,6 @@ impl Workload {
             1 => 1.0,
             _ => 1.0 + crate::device::GEMM_MODEL_MEAN_ERROR,
         }
-    }
-
-    /// Whether the block linears run in a low-precision format (fp8, mxfp8, nvfp4).
-    pub fn low_precision(&self) -> bool {
-        self.linear_format.low_precision_linears()
-    }
-
-    /// Whether the weight-gradient GEMMs of a low-precision run stay 16-bit (torchao's
-    /// `rowwise_with_gw_hp`: `cast_config_input_for_grad_weight` and
-    /// `cast_config_grad_output_for_grad_weight` disabled, torchao 36027d8
-    /// `float8/config.py`).
-    pub fn weight_grad_sixteen_bit(&self) -> bool {
-        self.torchao_float8 == Some(plait_spec::Float8Recipe::RowwiseGwHp)
-    }
-
-    /// Bytes per element read and written by the quantisation of one GEMM operand: the
-    /// engine's per-tensor fp8 cast, or for the block-scaled formats the engine's reads of the
-    /// 16-bit tensor (`EngineProfile::block_cast_reads`; each block's scale comes from the
-    /// block itself) and a row-wise and a column-wise copy with their scales, both quantised
-    /// from the 16-bit input (TE's `MXFP8BlockScaling` and `NVFP4BlockScaling`, one read;
-    /// NVFP4's random Hadamard transform of the column-wise copy runs inside that cast).
-    pub fn cast_bytes_per_element(&self) -> f64 {
-        match self.linear_format {
-            plait_spec::Dtype::Mxfp8 | plait_spec::Dtype::Nvfp4 => {
-                2.0 * self.engine.block_cast_reads + 2.0 * self.quantised_copy_bytes()
-            }
-            _ => self.engine.fp8_cast_bytes_per_element,
-        }
-    }
-
-    /// Bytes per element of one quantised copy: the element and its share of block scales.
-    pub fn quantised_copy_bytes(&self) -> f64 {
-        self.linear_format.gemm_element_bytes() + self.linear_format.scale_bytes_per_element()
     }
 
     /// The same workload at another assumption level.

@@ -6,6 +6,10 @@
 use plait_spec::{Activation, AttentionImpl, CpComm, Gemm, ModelSpec, Positions, Recompute, Shard};
 
 use super::context_parallel::{self, CpShape};
+use super::quantise::{
+    AMAX_BYTES, ROWWISE_BACKWARD_QUANTISE_S_PER_ELEMENT,
+    ROWWISE_BACKWARD_QUANTISE_S_PER_ELEMENT_LOW,
+};
 use super::selective::{megatron_modules, ModuleKernels, Selected};
 use super::{
     backward_gemms, column_parallel_backward_comm, column_parts, elementwise, expert_gemm_s,
@@ -107,32 +111,6 @@ fn attention_core(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> AttentionCore
     }
 }
 
-/// Backward time per element of a float8 linear module's input, weight and output
-/// gradient that torchao's row-wise recipe adds over the tensor-wise one: their second,
-/// column-wise quantisation for the input- and weight-gradient GEMMs, with whatever of the
-/// compiled backward comes with it. Measured on one H200 (torch 2.11, torchao 0.18;
-/// `scripts/h200_kernels.py`, rows `"kind": "block"` of `tests/data/h200_kernels.jsonl`): a
-/// compiled torchtitan Llama 3.1 8B block's backward took 13.209 ms longer row-wise than
-/// tensor-wise at 2 × 8K tokens (tp 1) and 10.058 ms at tp 8's share of 4 × 8K tokens, over
-/// 1.5603 G and 1.1849 G elements of its seven linear modules' inputs, weights and output
-/// gradients (wq, wk, wv, wo, w1, w3, w2, each counting its own): 8.466 and 8.489 ps, so
-/// 23.267 ms / 2.7452 G together. The two shapes differ 4× in GEMM work and 8× in weights,
-/// and the one rate holds both within 0.2 %: the cost follows the quantised elements, not
-/// the GEMMs. The kernels behind it are not identified: a column-wise cast into the
-/// transposed layout timed alone moves 1.56 TB/s (1.9 ps per element of bf16 input). It is
-/// what torchtitan's own analysis found (pytorch/torchtitan#1207, June 2025: row-wise float8
-/// with plain tp no faster than bf16, because `wk` and `wv`, whose inputs are as large as
-/// `wq`'s and whose GEMMs are small, ran about 40 % slower converted; its fix filters such
-/// linears out, `filter_fqns = ["auto_filter_small_kn"]`, which plait does not model).
-pub(crate) const ROWWISE_BACKWARD_QUANTISE_S_PER_ELEMENT: f64 = 23.267e-3 / 2.7452e9;
-/// The same cost in an older stack, the band's optimistic end: torchao's own 8 × H100 rows
-/// (torchao b8708a2 `docs/source/workflows/training.md`, torch 2.7.0a0, torchao 0.10:
-/// Llama 3 8B, FSDP, one 8,192-token sequence per GPU, compiled, per-op recompute) ran
-/// row-wise at 6,768 tokens/s per GPU and tensor-wise at 7,689.5, 0.1451 s a step longer
-/// over 28.45 G quantised elements: at most 5.10 ps, since that tensor-wise run also
-/// gathered its weights in fp8.
-pub(crate) const ROWWISE_BACKWARD_QUANTISE_S_PER_ELEMENT_LOW: f64 = 0.14505 / 28.454e9;
-
 /// A transformer block, or its attention or MLP half alone: kernel by kernel, collective
 /// by collective, saved tensor by saved tensor.
 pub(super) fn transformer_block_cost(
@@ -159,7 +137,7 @@ pub(super) fn transformer_block_cost(
     // the row-wise ones run plain tp with 16-bit gathers (torchtitan b0902b2
     // `models/llama3/infra/parallelize.py:73-76`, `enable_float8_tensorwise_tp`).
     let fp8_tp = w.engine.fp8_tp_all_gather
-        && w.torchao_float8 == Some(plait_spec::Float8Recipe::Tensorwise)
+        && w.torchao_float8() == Some(plait_spec::Float8Recipe::Tensorwise)
         && w.tp > 1
         && w.sp;
     let forward_gather_bytes = if fp8_tp {
@@ -376,10 +354,10 @@ pub(super) fn transformer_block_cost(
 
     if w.low_precision() {
         // Quantisation of the fp8 GEMM operands, per micro-batch: the inputs of the four
-        // block linears (fused into the norm for qkv and fc1 under Transformer Engine) and
+        // block linears (qkv's and fc1's come from the norms, which may run their cast) and
         // the output gradients in the backward; weights are cast once per step (optimizer).
         let cast = w.cast_bytes_per_element();
-        let fused = w.engine.fp8_cast_fused_into_norm;
+        let norm_fed_cast = w.norm_fed_cast_bytes_per_element();
         // Under float8 tp the column-parallel inputs and the row-parallel output gradients
         // are cast on this rank's sequence shard, before their gather (`fp8_tp`).
         let sharded = |i: usize, column_input: bool| {
@@ -390,26 +368,32 @@ pub(super) fn transformer_block_cost(
                 1.0
             }
         };
-        let inputs = linears
+        let input_bytes = linears
             .iter()
-            // Under Transformer Engine the casts of qkv's and fc1's inputs are in the norms.
-            .filter(|(i, _)| !fused || i % 2 == 1)
-            .map(|&(i, g)| (g.m * g.k * g.count) as f64 * sharded(i, true))
-            .chain(extra_linears.iter().map(|g| (g.m * g.k * g.count) as f64))
+            .map(|&(i, g)| {
+                let per_element = if i % 2 == 0 { norm_fed_cast } else { cast };
+                per_element * (g.m * g.k * g.count) as f64 * sharded(i, true)
+            })
+            .chain(
+                extra_linears
+                    .iter()
+                    .map(|g| cast * (g.m * g.k * g.count) as f64),
+            )
             .sum::<f64>();
         let output_grads = linears
             .iter()
             .map(|&(i, g)| (g.m * g.n * g.count) as f64 * sharded(i, false))
             .chain(extra_linears.iter().map(|g| (g.m * g.n * g.count) as f64))
             .sum::<f64>();
-        fwd.stream(d, cast * inputs);
+        fwd.stream(d, input_bytes);
+        let quantised = (linears.len() + extra_linears.len()) as f64;
         fwd.count += if w.engine.fp8_cast_fused_into_norm {
             1.0
         } else {
             3.0
-        };
+        } + w.extra_cast_kernels() * quantised;
         bwd.stream(d, cast * output_grads);
-        bwd.count += 3.0;
+        bwd.count += 3.0 + w.extra_cast_kernels() * quantised;
         // torchao's row-wise recipe scales every GEMM operand along the axis its GEMM
         // keeps, so the backward quantises each linear module's input, weight and output
         // gradient once more, column-wise, for the input- and weight-gradient GEMMs, where
@@ -418,7 +402,7 @@ pub(super) fn transformer_block_cost(
         // the tensor-wise recipe costs. Each of the engine's modules quantises its own, so
         // the separate q, k and v projections (gate and up) count their shared input once
         // each.
-        if w.torchao_float8 == Some(plait_spec::Float8Recipe::Rowwise) {
+        if w.torchao_float8() == Some(plait_spec::Float8Recipe::Rowwise) {
             let modules = |i: usize| widths_of(i).len() as u64;
             let operands = |g: &Gemm, modules: u64| {
                 ((g.m * (g.k * modules + g.n) + g.k * g.n) * g.count) as f64
@@ -624,6 +608,17 @@ pub(super) fn transformer_block_cost(
             // Backward of the row-parallel outputs: identity without sp, all-gather with sp.
             let row_parallel = if w.sp { tp_pairs * ag_fwd } else { 0.0 };
             bwd_phase.tp_comm_s = row_parallel + column_parallel_exposed;
+        }
+        if w.reduces_amax_over_tp() {
+            // Current scaling's amax all-reduces over tp, in line before each cast: the
+            // column-parallel linears' inputs in the forward, the row-parallel ones' output
+            // gradients in the backward (the dense block's; the experts' dispatcher moves
+            // 16-bit tokens).
+            let dense_pairs =
+                f64::from(u8::from(has_attn)) + f64::from(u8::from(has_mlp && m.moe.is_none()));
+            let amax = g.tp.all_reduce_s(AMAX_BYTES);
+            fwd_phase.tp_comm_s += dense_pairs * amax;
+            bwd_phase.tp_comm_s += dense_pairs * amax;
         }
         if gemms.shared.is_some() && has_mlp {
             // Megatron's shared experts are a tensor-parallel MLP of their own

@@ -53,14 +53,15 @@ pub fn runs_under(e: Engine) -> plait_spec::Engine {
     }
 }
 
-/// The torchao float8 recipe `e`'s export runs where the plan names none: torchtitan 0.3's
-/// float8 converter runs `rowwise` by default and has no tensor-wise recipe
+/// The fp8 recipe `e`'s export runs where the plan names none: torchtitan 0.3's float8
+/// converter runs `rowwise` by default and has no tensor-wise recipe
 /// (`components/quantization/float8.py`, `Float8LinearConverter.Config.recipe_name`); the
-/// other exports write what the plan was costed with.
-pub fn float8_recipe_of(e: Engine) -> plait_spec::Float8Recipe {
+/// other exports run their engine's default (`None`) and write what the plan was costed
+/// with.
+pub fn float8_recipe_of(e: Engine) -> Option<plait_spec::Float8Recipe> {
     match e {
-        Engine::Torchtitan => plait_spec::Float8Recipe::Rowwise,
-        _ => plait_spec::Float8Recipe::Tensorwise,
+        Engine::Torchtitan => Some(plait_spec::Float8Recipe::Rowwise),
+        _ => None,
     }
 }
 
@@ -274,6 +275,18 @@ pub fn export(
              which the {} export does not write yet",
             model.name, engine
         ));
+    }
+    // The fp8 recipe the plan was costed with must be one the engine's quantiser runs.
+    let under = runs_under(engine);
+    if let Some(recipe) = train.fp8_recipe_under(under) {
+        if !under.float8_recipes().contains(&recipe) {
+            let allowed: Vec<&str> = under.float8_recipes().iter().map(|r| r.keyword()).collect();
+            reasons.push(format!(
+                "fp8 costed with the {recipe} recipe, which the {engine} export's quantiser \
+                 does not run (allowed: {})",
+                allowed.join(", ")
+            ));
+        }
     }
     reasons.extend(match engine {
         Engine::Megatron => megatron::model_reasons(plan, model, train),

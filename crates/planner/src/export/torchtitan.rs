@@ -351,12 +351,15 @@ pub(super) fn batch(plan: &Plan) -> Batch {
     }
 }
 
-/// torchao's name of a float8 `recipe` (`Float8LinearRecipeName`).
-pub(super) fn torchao_recipe_name(recipe: plait_spec::Float8Recipe) -> &'static str {
-    match recipe {
-        plait_spec::Float8Recipe::Tensorwise => "tensorwise",
-        plait_spec::Float8Recipe::Rowwise => "rowwise",
-        plait_spec::Float8Recipe::RowwiseGwHp => "rowwise_with_gw_hp",
+/// torchao's name of the fp8 recipe `train` was costed with (`Float8LinearRecipeName`):
+/// none for a Transformer Engine recipe (which `export` refuses for torchtitan) or a run
+/// without fp8.
+pub(super) fn torchao_recipe_name(train: &TrainSpec) -> Option<&'static str> {
+    match train.fp8_recipe_under(plait_spec::Engine::Torchtitan)? {
+        plait_spec::Float8Recipe::Tensorwise => Some("tensorwise"),
+        plait_spec::Float8Recipe::Rowwise => Some("rowwise"),
+        plait_spec::Float8Recipe::RowwiseGwHp => Some("rowwise_with_gw_hp"),
+        plait_spec::Float8Recipe::Delayed | plait_spec::Float8Recipe::Blockwise => None,
     }
 }
 
@@ -597,11 +600,8 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
             out.push_str("enable_fsdp_float8_all_gather = true\n");
             out.push_str("precompute_float8_dynamic_scale_for_fsdp = true\n");
         }
-        if train.float8_recipe != plait_spec::Float8Recipe::Tensorwise {
-            out.push_str(&format!(
-                "recipe_name = {}\n",
-                quote(torchao_recipe_name(train.float8_recipe))
-            ));
+        if let Some(name) = torchao_recipe_name(train).filter(|n| *n != "tensorwise") {
+            out.push_str(&format!("recipe_name = {}\n", quote(name)));
         }
     }
 

@@ -63,7 +63,7 @@ fn docstring_safe(name: &str) -> String {
 /// its float8 converter no longer offers.
 pub(super) fn recipe_reasons(train: &TrainSpec) -> Vec<String> {
     // The dtype and recipe alone: the plan may have been costed under another engine.
-    if train.dtype == Dtype::Fp8 && train.float8_recipe == Float8Recipe::Tensorwise {
+    if train.fp8_recipe_under(plait_spec::Engine::Torchtitan) == Some(Float8Recipe::Tensorwise) {
         vec![
             "fp8 costed with torchao's tensor-wise float8 recipe: torchtitan 0.3.0's float8 \
               converter runs only rowwise or rowwise_with_gw_hp (allowed: the float8 \
@@ -111,7 +111,7 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
         notes.push(format!(
             "fp8 is torchtitan's float8 converter with torchao's {} recipe, lm_head kept in \
              bf16; it needs torchao",
-            torchao_recipe_name(train.float8_recipe)
+            torchao_recipe_name(train).unwrap_or("its own")
         ));
     }
     if pipelined {
@@ -190,7 +190,7 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
              recipe_name={},\n                model_compile_enabled=compiled\n            \
              ),\n        ],\n    )\n",
             quote(&flavor_name),
-            quote(torchao_recipe_name(train.float8_recipe))
+            quote(torchao_recipe_name(train).unwrap_or_default())
         ));
     } else {
         out.push_str(&format!(

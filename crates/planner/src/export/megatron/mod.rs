@@ -33,7 +33,8 @@
 //!   `--recompute-granularity {full,selective}`, `--recompute-method {uniform,block}`,
 //!   `--recompute-num-layers`, `--recompute-modules` (selective modules, space-separated),
 //!   `--fp8-format {e4m3,hybrid}` (field `fp8`, its
-//!   `argparse_meta`), `--moe-router-topk`.
+//!   `argparse_meta`), `--fp8-recipe {tensorwise,delayed,mxfp8,blockwise}` (field
+//!   `fp8_recipe`), `--moe-router-topk`.
 //! * Hybrids (`HybridModel`, `pretrain_hybrid.py`): `--hybrid-layer-pattern` and `--spec`
 //!   (arguments.py `_add_experimental_args`; `|` separates pipeline segments, segment
 //!   `vp_stage·pp + pp_rank`, `megatron/core/models/hybrid/hybrid_layer_allocation.py`
@@ -635,7 +636,24 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     let prec: Vec<(&str, String)> = match train.dtype {
         Dtype::Bf16 => vec![flag("--bf16")],
         Dtype::Fp16 => vec![flag("--fp16")],
-        Dtype::Fp8 => vec![flag("--bf16"), ("--fp8-format", "hybrid".into())],
+        // The recipe the plan was costed with (Megatron-Core's `fp8_recipe`: `delayed`,
+        // `tensorwise` or `blockwise`, `transformer_config.py:594`); block scaling runs
+        // E4M3 throughout as DeepSeek-V3 trains (TE `Float8BlockScaling`'s default format).
+        Dtype::Fp8 => {
+            let recipe = train
+                .fp8_recipe_under(plait_spec::Engine::Megatron)
+                .unwrap_or(plait_spec::Float8Recipe::Delayed);
+            let format = if recipe == plait_spec::Float8Recipe::Blockwise {
+                "e4m3"
+            } else {
+                "hybrid"
+            };
+            vec![
+                flag("--bf16"),
+                ("--fp8-format", format.into()),
+                ("--fp8-recipe", recipe.keyword().into()),
+            ]
+        }
         // MXFP8 is E4M3 throughout (TE `MXFP8BlockScaling`); Megatron-Core's
         // `fp8_recipe` and `fp4`/`fp4_recipe` (`transformer_config.py:673-679`).
         Dtype::Mxfp8 => vec![
