@@ -164,6 +164,8 @@ fn flag_seeds() -> Vec<Vec<u8>> {
             .into(),
         "estimate\n--model\nllama3-8b\n--cluster\ndgx-h100\n--gpus\n16\n--tp\n2\n--sp\n--engine\ntorchtitan\n--dtype\nfp8\n--float8-recipe\nrowwise\n--compile"
             .into(),
+        "estimate\n--model\nllama3-8b\n--cluster\ndgx-h100\n--gpus\n16\n--tp\n4\n--sp\n--dtype\nfp8\n--float8-recipe\ntensorwise"
+            .into(),
         "simulate\n--model\ngpt-1.7b\n--gpus\n8\n--tp\n2\n--pp\n2".into(),
         "plan\n--model\ngpt-1.7b\n--gpus\n8\n--gbs\n64\n--top\n2\n--simulate\n2".into(),
         "plan\n--model\ngpt-1.7b\n--gpus\n16\n--gbs\n128\n--seq\n4096\n--cluster\ndgx-h100\n--top\n1\n--simulate\n1\n--threads\n1"
