@@ -25,6 +25,10 @@ pub use torchtitan::torchtitan_benchmarks;
 #[derive(Debug, Clone)]
 pub struct Run {
     pub label: String,
+    /// The software release the run used (NeMo's container, the torchtitan benchmark
+    /// document); empty where the table has one. Only runs of one release are paired: the
+    /// same plan under two releases measures the software, not the plan.
+    pub software: String,
     pub model: ModelSpec,
     pub cluster: ClusterSpec,
     pub train: TrainSpec,
@@ -199,7 +203,8 @@ pub fn evaluate(table: &Table) -> Result<TableResult, SpecError> {
             predicted_memory_bytes: e.peak_memory_bytes,
             breakdown: e.breakdown,
             comparable: format!(
-                "{} on {} × {}, {} × {} tokens, {:?}",
+                "{} {} on {} × {}, {} × {} tokens, {:?}",
+                r.software,
                 r.model.name,
                 r.config.gpus(),
                 r.cluster.name,
@@ -336,6 +341,7 @@ pub fn sc21_table1(text: &str) -> Result<Table, SpecError> {
         let measured = sc21_flops(&m, gbs) / (row.num("tflops_per_gpu")? * 1e12 * gpus as f64);
         runs.push(Run {
             label: format!("{name} tp{tp} pp{pp} vp{vp} mbs{mbs} on {gpus}"),
+            software: String::new(),
             model: m,
             cluster: cluster.clone(),
             train: TrainSpec {
@@ -403,6 +409,7 @@ pub fn sc21_table2(text: &str) -> Result<Table, SpecError> {
         };
         runs.push(Run {
             label: format!("{scheme} tp{tp} pp{pp} mbs{mbs} on {gpus}"),
+            software: String::new(),
             model: m.clone(),
             cluster: cluster.clone(),
             train: TrainSpec {
@@ -534,6 +541,7 @@ fn llmfoundry_table(
                 },
                 if dtype == Dtype::Fp8 { " fp8" } else { "" }
             ),
+            software: String::new(),
             model,
             cluster: cluster.clone(),
             train: TrainSpec {
@@ -725,6 +733,7 @@ fn nemo_table(text: &str, source: &'static str, name: &'static str) -> Result<Ta
         let moe_capacity = model.moe.map(|_| 1.0);
         runs.push(Run {
             label,
+            software: release.to_string(),
             model,
             cluster,
             train: TrainSpec {

@@ -87,6 +87,7 @@ pub fn torchtitan_benchmarks(text: &str) -> Result<Table, SpecError> {
         })?;
         runs.push(Run {
             label,
+            software: row.str("source")?.to_string(),
             model: model_preset(row.str("model")?)?,
             cluster: cluster_preset(row.str("cluster")?)?,
             train: TrainSpec {
