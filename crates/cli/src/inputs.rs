@@ -155,7 +155,8 @@ pub struct KnobArgs {
     pub ep: Option<i64>,
     /// Tensor parallelism of the expert MLPs (MoE models), a divisor of tp; below tp, ep
     /// may take the rest of the tp ranks (Megatron's --expert-tensor-parallel-size;
-    /// default: = tp; plan: tp or 1, searched).
+    /// default: 1 as NVIDIA's MoE recipes and torchtitan run it, or tp where tp > 1 runs
+    /// without --sp; plan: tp or 1, searched).
     #[arg(long, allow_negative_numbers = true)]
     pub etp: Option<i64>,
     /// Data-parallel ranks the ZeRO states are sharded over, a divisor of dp (hybrid

@@ -128,9 +128,10 @@ impl Group {
 
     /// A ring collective of `rounds` passes (2 for all-reduce, 1 for reduce-scatter or
     /// all-gather) moving `bytes` of bus traffic per rank: the fastest NCCL protocol's
-    /// latency plus bandwidth time.
+    /// latency plus bandwidth time. Nothing to move is no collective (an engine issues none
+    /// for a group of parameters it does not have, e.g. a dense model's experts).
     fn ring_s(&self, rounds: f64, bytes: f64) -> f64 {
-        if self.size <= 1 {
+        if self.size <= 1 || bytes <= 0.0 {
             return 0.0;
         }
         let steps = rounds * (self.size - 1) as f64;
@@ -311,10 +312,14 @@ mod tests {
 
     #[test]
     fn expert_groups_follow_megatrons_expert_rank_order() {
-        // tp 2 × cp 8 with ep 8 on 8-GPU nodes: the expert group is every tp-th rank (cp is
-        // folded into ep × expert-dp), 16 ranks on two nodes, not every (tp·cp)-th rank.
+        // tp 2 × cp 8 with ep 8 and the experts split as the dense layers (Megatron-Core's
+        // own default, expert tp = tp) on 8-GPU nodes: the expert group is every tp-th rank
+        // (cp is folded into ep × expert-dp), 16 ranks on two nodes, not every (tp·cp)-th
+        // rank.
         let c = cluster_preset("dgx-b200").unwrap();
-        let cfg: ParallelConfig = "dp4 tp2 pp4 vp14 cp8 ep8 mbs1 zero1 sp".parse().unwrap();
+        let cfg: ParallelConfig = "dp4 tp2 pp4 vp14 cp8 ep8 etp2 mbs1 zero1 sp"
+            .parse()
+            .unwrap();
         let g = Groups::new(&c, &cfg);
         assert_eq!((g.ep.size, g.ep.nodes, g.ep.local), (8, 2, 4));
         // On an NVL72 rack the same group stays inside the NVLink domain.

@@ -18,14 +18,14 @@ fn unsplit_experts_keep_the_expert_group_in_a_node_and_hold_more_weights() {
         dp: 8,
         tp: 2,
         ep: 8,
+        etp: Some(2),
         zero: 1,
         sp: true,
         ..ParallelConfig::default()
     };
-    let unsplit = ParallelConfig {
-        etp: Some(1),
-        ..split
-    };
+    // Expert tp 1 is the default (NVIDIA's recipes, torchtitan).
+    let unsplit = ParallelConfig { etp: None, ..split };
+    assert_eq!(unsplit.expert_tp(), 1);
     let a = estimate(&m, &cluster, &t, &split, &d).unwrap();
     let b = estimate(&m, &cluster, &t, &unsplit, &d).unwrap();
     assert!(

@@ -200,10 +200,12 @@ fn step_ep(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
     let Some(moe) = req.model.moe else {
         return each(c, req.pins.ep, [1], |c, v| c.ep = v);
     };
-    // A pinned expert tp equal to tp is the default.
+    // A pinned expert tp equal to the default is the default; unpinned, the search tries
+    // the default and, above tp 1, the other of 1 and tp.
+    let default = c.default_expert_tp();
     let etps: Vec<Option<u64>> = match req.pins.etp {
-        Some(pin) => vec![pin.filter(|&v| v != c.tp)],
-        None if c.tp > 1 => vec![None, Some(1)],
+        Some(pin) => vec![pin.filter(|&v| v != default)],
+        None if c.tp > 1 => vec![None, Some(if default == 1 { c.tp } else { 1 })],
         None => vec![None],
     };
     // `enumerate` drops the expert tps `validate` refuses (not dividing tp).

@@ -64,10 +64,14 @@ fn check_megatron(k: &Case, files: &[ExportFile]) {
     assert_eq!(num(&f, "--pipeline-model-parallel-size", 1), c.pp);
     assert_eq!(num(&f, "--context-parallel-size", 1), c.cp);
     assert_eq!(num(&f, "--expert-model-parallel-size", 1), c.ep);
-    assert_eq!(
-        num(&f, "--expert-tensor-parallel-size", c.tp),
+    // The experts' tp, written where it is not Megatron-Core's default (tp); a dense model
+    // has none.
+    let etp = if k.model.moe.is_some() {
         c.expert_tp()
-    );
+    } else {
+        c.tp
+    };
+    assert_eq!(num(&f, "--expert-tensor-parallel-size", c.tp), etp);
     // Megatron derives dp from the world size the header states.
     assert!(text.contains(&format!(
         "world size = dp×tp×pp×cp = {}×{}×{}×{} = {}",

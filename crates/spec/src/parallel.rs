@@ -75,10 +75,9 @@ pub struct Parallel<F: Form> {
     pub cp_comm: F::Of<CpComm>,
     /// Expert parallel degree (MoE), carved out of the data-parallel ranks.
     pub ep: F::Of<u64>,
-    /// Tensor parallelism of the expert MLPs (MoE), a divisor of tp; `None` = tp, as in
-    /// Megatron-Core (`expert_tensor_parallel_size` defaults to the tensor-parallel size,
-    /// Megatron-LM d98e8a6 `arguments.py`). Below tp, the expert layers' rank order
-    /// (expert-tp, ep, expert-dp) lets ep take the rest of the tp ranks.
+    /// Tensor parallelism of the expert MLPs (MoE), a divisor of tp; `None` = the default,
+    /// [`Parallel::default_expert_tp`]. Below tp, the expert layers' rank order (expert-tp,
+    /// ep, expert-dp) lets ep take the rest of the tp ranks.
     pub etp: F::Of<Option<u64>>,
     /// Data-parallel ranks the ZeRO states are sharded over; `None` = all of dp. Below dp,
     /// the dp / shard groups of ranks each hold a whole sharded copy and all-reduce their
@@ -245,9 +244,24 @@ impl Parallel<Exact> {
 }
 
 impl Parallel<Exact> {
-    /// The expert MLPs' tensor-parallel degree ([`Parallel::etp`]; tp unless set).
+    /// The expert MLPs' tensor-parallel degree ([`Parallel::etp`], or the default).
     pub fn expert_tp(&self) -> u64 {
-        self.etp.unwrap_or(self.tp)
+        self.etp.unwrap_or_else(|| self.default_expert_tp())
+    }
+
+    /// The expert tp a configuration runs without naming one: 1, the experts whole on each
+    /// rank, as NVIDIA's performance recipes run every MoE model (Megatron-Bridge 067f987
+    /// `perf_recipes/*`, `expert_tensor_parallel_size = 1`; NeMo's Mixtral 8x22B, `etp_size`
+    /// 1), torchtitan (`ParallelDims.etp` = 1) and DeepSpeed-MoE (expert tensor parallelism
+    /// off unless enabled); tp where tp > 1 runs without sequence parallelism, which
+    /// Megatron-Core needs for an expert tp other than tp (its own default is tp,
+    /// Megatron-LM d98e8a6 `arguments.py`).
+    pub fn default_expert_tp(&self) -> u64 {
+        if self.sp || self.tp == 1 {
+            1
+        } else {
+            self.tp
+        }
     }
 
     /// Ranks of one pipeline stage that the expert layers' ep × expert-dp dimensions share:

@@ -569,8 +569,10 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
         par.push(("--expert-model-parallel-size", c.ep.to_string()));
     }
     // Megatron-Core's expert tp defaults to tp (`ModelParallelConfig.
-    // expert_tensor_parallel_size`, `arguments.py:587-588`): written only where it differs.
-    if let Some(etp) = c.etp.filter(|&e| e != c.tp) {
+    // expert_tensor_parallel_size`, `arguments.py:587-588`), not plait's default: written
+    // wherever the plan's differs from tp.
+    if model.moe.is_some() && c.expert_tp() != c.tp {
+        let etp = c.expert_tp();
         par.push(("--expert-tensor-parallel-size", etp.to_string()));
     }
     if c.sp && c.tp > 1 {
