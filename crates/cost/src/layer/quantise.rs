@@ -83,7 +83,7 @@ impl Workload {
     /// Transformer Engine's fp8 recipes (TE d0067d0 `pytorch/csrc/quantizer.cpp`): delayed
     /// scaling casts with a scale it already has (the profile's cast); current scaling
     /// (`Float8CurrentScalingQuantizer::quantize_impl`) first reads the tensor for its
-    /// amax ([`AMAX_READ_BYTES_PER_ELEMENT`]), then casts; block scaling
+    /// amax (2 bytes per element of the 16-bit tensor), then casts; block scaling
     /// (`Float8BlockQuantizer`) writes both copies with their 1×128 scales in one pass.
     pub fn cast_bytes_per_element(&self) -> f64 {
         match (self.linear_format, self.te_float8()) {
