@@ -372,6 +372,7 @@ _WORKLOAD: Dict[str, Any] = {
     "sdpa": _check_str,
     "float8_recipe": _check_str,
     "float8_all_gather": bool,
+    "moe_a2a_overlap": bool,
 }
 
 _CONFIG: Dict[str, Any] = {
@@ -565,6 +566,7 @@ def estimate(
     sdpa: Optional[str] = None,
     float8_recipe: Optional[str] = None,
     float8_all_gather: bool = False,
+    moe_a2a_overlap: bool = False,
     simulate: bool = False,
 ) -> Estimate:
     """``plait estimate --json``: one parallel configuration's time, throughput and memory.
@@ -618,6 +620,7 @@ def simulate(
     sdpa: Optional[str] = None,
     float8_recipe: Optional[str] = None,
     float8_all_gather: bool = False,
+    moe_a2a_overlap: bool = False,
     svg: Any = None,
     trace: Any = None,
     ir: bool = False,
@@ -675,6 +678,7 @@ def plan(
     sdpa: Optional[str] = None,
     float8_recipe: Optional[str] = None,
     float8_all_gather: bool = False,
+    moe_a2a_overlap: bool = False,
     top: Optional[int] = None,
     simulate: Optional[int] = None,
     threads: Optional[int] = None,

@@ -202,6 +202,7 @@ def estimate(
     sdpa: Optional[str] = ...,
     float8_recipe: Optional[str] = ...,
     float8_all_gather: bool = ...,
+    moe_a2a_overlap: bool = ...,
     simulate: bool = ...,
 ) -> Estimate: ...
 def simulate(
@@ -246,6 +247,7 @@ def simulate(
     sdpa: Optional[str] = ...,
     float8_recipe: Optional[str] = ...,
     float8_all_gather: bool = ...,
+    moe_a2a_overlap: bool = ...,
     svg: Optional[_Path] = ...,
     trace: Optional[_Path] = ...,
     ir: bool = ...,
@@ -290,6 +292,7 @@ def plan(
     sdpa: Optional[str] = ...,
     float8_recipe: Optional[str] = ...,
     float8_all_gather: bool = ...,
+    moe_a2a_overlap: bool = ...,
     top: Optional[int] = ...,
     simulate: Optional[int] = ...,
     threads: Optional[int] = ...,

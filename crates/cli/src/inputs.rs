@@ -120,6 +120,12 @@ pub struct WorkloadArgs {
     /// tensorwise recipe)
     #[arg(long)]
     pub float8_all_gather: bool,
+    /// Megatron-Core's overlap of the expert all-to-alls with another micro-batch's compute
+    /// in the 1F1B steady state (--overlap-moe-expert-parallel-comm, as NVIDIA's MoE
+    /// performance recipes run; allowed with --engine megatron, --ep > 1, interleaving
+    /// wherever --pp > 1, and no full recompute)
+    #[arg(long)]
+    pub moe_a2a_overlap: bool,
 }
 
 /// The degree, micro-batch and ZeRO flags, shared by the commands that take a configuration
@@ -461,6 +467,7 @@ impl WorkloadArgs {
             sdpa: self.sdpa,
             float8_recipe: self.float8_recipe,
             float8_all_gather: self.float8_all_gather,
+            moe_a2a_overlap: self.moe_a2a_overlap,
             ..TrainSpec::new(positive("gbs", self.gbs)?, sequence(self.seq)?)
         };
         // An fp8 run that names no recipe runs the one the caller expects.
@@ -482,6 +489,12 @@ impl WorkloadArgs {
                 train.dtype,
                 train.engine.keyword(),
                 train.fp8_recipe().map_or("none", Float8Recipe::keyword)
+            );
+        }
+        if train.moe_a2a_overlap && !train.engine.runs_combined_1f1b() {
+            bail!(
+                "--moe-a2a-overlap: the overlap is Megatron-Core's combined 1F1B, not engine {}'s (allowed with --engine megatron)",
+                train.engine.keyword()
             );
         }
         if train.async_tp && !train.compile {

@@ -405,6 +405,15 @@ fn compile_fuses_torchtitan_and_is_refused_elsewhere() {
         &["estimate", "--sdpa", "cudnn"],
         "--sdpa: engine megatron does not call PyTorch's scaled_dot_product_attention (allowed: flash; cudnn with --engine torchtitan)",
     );
+    // Megatron-Core's all-to-all overlap is its engine's, with experts spread over ep.
+    common::check(
+        &["estimate", "--engine", "torchtitan", "--moe-a2a-overlap"],
+        "--moe-a2a-overlap: the overlap is Megatron-Core's combined 1F1B, not engine torchtitan's (allowed with --engine megatron)",
+    );
+    common::check(
+        &["estimate", "--moe-a2a-overlap"],
+        "--moe-a2a-overlap: `moe_a2a_overlap`: gpt3-175b at ep 1 has no expert all-to-alls (allowed: with experts and ep > 1)",
+    );
     // An fp8 recipe is fp8's alone, and each engine's quantiser runs its own.
     common::check(
         &[
@@ -493,12 +502,13 @@ fn validate_prints_every_table_with_its_error() {
         "NeMo dense on Blackwell",
         "NeMo long context",
         "torchtitan benchmarks",
+        "Megatron-Bridge",
     ] {
         assert!(out.contains(table), "{out}");
     }
     let v = common::json(&["validate", "--json"]);
     let tables = v.as_array().unwrap();
-    assert_eq!(tables.len(), 8);
+    assert_eq!(tables.len(), 9);
     for t in tables {
         let rows = t["rows"].as_array().unwrap();
         assert!(!rows.is_empty());

@@ -80,6 +80,7 @@ const MEGATRON_FLAGS: &[&str] = &[
     "--fp16",
     "--fp8-format",
     "--fp8-recipe",
+    "--overlap-moe-expert-parallel-comm",
     "--fp8-param-gather",
     // Hybrids (arguments.py `_add_experimental_args` and `--squared-relu`; the Mamba sizes
     // are `TransformerConfig` fields).

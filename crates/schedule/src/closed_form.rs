@@ -131,6 +131,40 @@ pub fn inflight_microbatches(
     }
 }
 
+/// Chunk forwards rank `k` of `p` runs in the 1F1B steady state beside a backward of another
+/// micro-batch or chunk, with which Megatron-Core's combined 1F1B overlaps its
+/// communication (`overlap_moe_expert_parallel_comm`): after the warm-up
+/// (`generate::one_f_one_b`, `generate::interleaved`), each forward is issued with the
+/// oldest backward, unless that is its own (the last rank's last chunk); without a
+/// warm-up, each backward with the next micro-batch's forward. `None` for the schedules
+/// without that steady state (GPipe, the zero-bubble kinds, Merak's scp).
+pub fn steady_state_forwards(schedule: Schedule, k: u64, p: u64, m: u64, vp: u64) -> Option<u64> {
+    match schedule {
+        Schedule::OneFOneB => {
+            let warmup = (p - k - 1).min(m);
+            Some(if warmup == 0 {
+                m.saturating_sub(1)
+            } else {
+                m - warmup
+            })
+        }
+        Schedule::Interleaved => {
+            let total = m * vp;
+            let warmup = crate::generate::interleaved_warmup(k, p, m, vp);
+            if warmup == 0 {
+                return Some(total.saturating_sub(1));
+            }
+            let step = |i, forward| crate::generate::interleaved_step(i, p, vp, forward);
+            Some(
+                (0..total - warmup)
+                    .filter(|&i| step(i + warmup, true) != step(i, false))
+                    .count() as u64,
+            )
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -290,14 +290,28 @@ fn one_f_one_b(prog: &mut Program, m: u32, recompute: impl Fn(u32) -> RecomputeA
 /// Interleaved 1F1B (Narayanan et al. 2021) in Megatron-LM's order: forward step k runs
 /// chunk (k mod pv)/p of micro-batch ⌊k/pv⌋·p + k mod p; backward steps visit the chunks in
 /// reverse. Warm-up is 2(p − r − 1) + (v − 1)p steps, at most every forward.
+/// The `k`-th forward (or backward) of an interleaved rank of `p` with `v` chunks: its
+/// micro-batch and chunk. Micro-batches go in groups of p, chunk after chunk (backwards
+/// from the last chunk).
+pub(crate) fn interleaved_step(k: u64, p: u64, v: u64, forward: bool) -> (u64, u64) {
+    let group = p * v;
+    let chunk = (k % group) / p;
+    let chunk = if forward { chunk } else { v - 1 - chunk };
+    ((k / group) * p + k % p, chunk)
+}
+
+/// Warm-up forwards of interleaved rank `rank` of `p` (see [`interleaved`]).
+pub(crate) fn interleaved_warmup(rank: u64, p: u64, m: u64, v: u64) -> u64 {
+    (2 * (p - rank - 1) + (v - 1) * p).min(m * v)
+}
+
 fn interleaved(prog: &mut Program, m: u32, v: u32, recompute: RecomputeAt) {
     let p = prog.stages;
     let total = m * v;
-    let group = p * v;
     let step = |k: u32, forward: bool| {
-        let chunk = (k % group) / p;
-        let chunk = if forward { chunk } else { v - 1 - chunk };
-        ((k / group) * p + k % p, chunk)
+        let (mb, chunk) = interleaved_step(k.into(), p.into(), v.into(), forward);
+        // Within u32: below m and v.
+        (mb as u32, chunk as u32)
     };
     // Warm-up forwards: 2(p − r − 1) + (v − 1)p, at most every forward (Megatron-Core
     // 00611e6 `pipeline_parallel/schedules.py` `get_pp_rank_microbatches`; torch's
@@ -305,7 +319,8 @@ fn interleaved(prog: &mut Program, m: u32, v: u32, recompute: RecomputeAt) {
     // ran every forward first when m = p ("Run all forward passes and then all backward
     // passes if number of microbatches is just the number of pipeline stages"); neither
     // does now, and no run plait validates has m = p under that version.
-    let warmup = (2 * (p - prog.rank - 1) + (v - 1) * p).min(total);
+    // Within u32: at most m·v.
+    let warmup = interleaved_warmup(prog.rank.into(), p.into(), m.into(), v.into()) as u32;
     for k in 0..warmup {
         let (mb, c) = step(k, true);
         prog.forward(mb, c);

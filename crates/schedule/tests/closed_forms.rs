@@ -216,3 +216,58 @@ fn zb_h1_bubble_is_a_third_of_1f1b() {
     assert_eq!(zb.bubble_s * 3.0, one.bubble_s);
     assert_eq!(one.bubble_s, 21.0);
 }
+
+/// `steady_state_forwards` against the generated programs: the forwards that run beside a
+/// backward of another micro-batch, i.e. next to it among the rank's compute instructions
+/// (a steady-state forward followed by its partner backward; without a warm-up, each
+/// backward followed by the next forward).
+#[test]
+fn steady_state_forwards_follow_the_generated_warm_up() {
+    use plait_schedule::closed_form::steady_state_forwards;
+    use plait_schedule::Op;
+    for (kind, vs) in [
+        (Kind::OneFOneB, vec![1]),
+        (Kind::Interleaved, vec![2, 3, 4]),
+    ] {
+        for p in 1..=8u32 {
+            for &v in &vs {
+                // Enough micro-batches for a steady state (Megatron-Core's interleaving asks
+                // for a pipeline and more micro-batches than the warm-up).
+                for m in [p, p + 1, 2 * p, 3 * p + 1] {
+                    if m < 2 || (v > 1 && (p == 1 || m < 2 * p)) {
+                        continue;
+                    }
+                    let spec = ScheduleSpec::new(kind, p, m, v);
+                    let Ok(s) = generate(&spec) else { continue };
+                    for (k, prog) in s.ranks.iter().enumerate() {
+                        let compute: Vec<_> = prog.iter().filter(|i| i.op.is_compute()).collect();
+                        let pairs = |first: Op, second: Op| {
+                            compute
+                                .windows(2)
+                                .filter(|w| {
+                                    w[0].op == first
+                                        && w[1].op == second
+                                        && (w[0].microbatch, w[0].chunk)
+                                            != (w[1].microbatch, w[1].chunk)
+                                })
+                                .count() as u64
+                        };
+                        let no_warmup = compute.first().map(|i| i.op) == Some(Op::Forward)
+                            && compute.get(1).map(|i| i.op) == Some(Op::Backward);
+                        let steady = if no_warmup {
+                            pairs(Op::Backward, Op::Forward)
+                        } else {
+                            pairs(Op::Forward, Op::Backward)
+                        };
+                        assert_eq!(
+                            steady_state_forwards(kind, k as u64, p.into(), m.into(), v.into()),
+                            Some(steady),
+                            "{kind} p={p} m={m} v={v} rank {k}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(steady_state_forwards(Kind::Gpipe, 0, 4, 8, 1), None);
+}

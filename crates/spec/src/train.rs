@@ -275,6 +275,12 @@ impl Engine {
         }
     }
 
+    /// Whether the engine runs Megatron-Core's combined 1F1B, which overlaps the expert
+    /// all-to-alls of one micro-batch with another's compute (`TrainSpec::moe_a2a_overlap`).
+    pub fn runs_combined_1f1b(self) -> bool {
+        self == Engine::Megatron
+    }
+
     /// Whether the engine runs Megatron-Core's choice of selective recompute modules
     /// (`recompute_modules`).
     pub fn recomputes_modules(self) -> bool {
@@ -452,6 +458,14 @@ pub struct TrainSpec {
     /// `components/quantization/float8.py:60-98`).
     #[serde(default)]
     pub float8_all_gather: bool,
+    /// Megatron-Core's `overlap_moe_expert_parallel_comm` (Megatron-LM d98e8a6
+    /// `model_parallel_config.py:343`, `pipeline_parallel/combined_1f1b.py`): in the 1F1B
+    /// steady state each forward runs beside the backward of another micro-batch, and the
+    /// expert all-to-alls of each overlap the other's compute. NVIDIA's MoE performance
+    /// recipes turn it on (Megatron-Bridge 067f987 `perf_recipes/deepseek/common.py`,
+    /// `qwen/common.py`, `gpt_oss/common.py`); Megatron-Core's default is off.
+    #[serde(default)]
+    pub moe_a2a_overlap: bool,
 }
 
 fn default_sdpa() -> Sdpa {
@@ -593,6 +607,7 @@ impl TrainSpec {
             sdpa: Sdpa::Flash,
             float8_recipe: None,
             float8_all_gather: false,
+            moe_a2a_overlap: false,
         }
     }
 }

@@ -15,9 +15,11 @@ use plait_spec::{
 
 use crate::estimate::{device_for, estimate, Breakdown};
 
+mod megatron_bridge;
 mod nemo_long_context;
 mod torchtitan;
 
+pub use megatron_bridge::megatron_bridge;
 pub use nemo_long_context::nemo_long_context_h100;
 pub use torchtitan::torchtitan_benchmarks;
 
@@ -833,6 +835,7 @@ pub fn builtin_tables() -> Result<Vec<Table>, SpecError> {
         nemo_blackwell_dense(include_str!("../../data/nemo_blackwell_dense.csv"))?,
         nemo_long_context_h100(include_str!("../../data/nemo_long_context_h100.csv"))?,
         torchtitan_benchmarks(include_str!("../../data/torchtitan_benchmarks.csv"))?,
+        megatron_bridge(include_str!("../../data/megatron_bridge_performance.csv"))?,
     ])
 }
 

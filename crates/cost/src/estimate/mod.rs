@@ -10,7 +10,9 @@ use crate::comm::{Group, Groups};
 use crate::device::{DeviceModel, KERNEL_DISPATCH_S};
 use crate::engine::{contention_per_overlap_s, nccl_channels};
 use crate::layer::{padded_vocab, LayerCost, Workload};
-use crate::pipeline::{inflight_microbatches, pipeline_time, StageTime};
+use crate::pipeline::{
+    inflight_microbatches, moe_a2a_overlap, pipeline_time, A2aOverlap, StageTime,
+};
 mod layers;
 mod report;
 pub use layers::{layer_costs, LayerCosts};
@@ -368,6 +370,7 @@ fn assemble(
     // first and the last rank, or rank 0 twice when the schedule places its chunks in a V.
     let first_rank = map.placement.locate(0, c.pp).0 as usize;
     let last_rank = map.placement.locate(c.pp * c.vp - 1, c.pp).0 as usize;
+    let mut a2a_overlaps = Vec::with_capacity(p);
     for k in 0..p {
         let n_blocks = map.rank_blocks(k as u64, c.pp);
         let recomputed = map.recompute_blocks[k].min(n_blocks) as f64;
@@ -409,6 +412,22 @@ fn assemble(
             trainable += lc.trainable_params * n;
             trainable_expert += lc.trainable_expert_params * n;
         }
+        // Megatron-Core's combined 1F1B hides the expert all-to-alls of one micro-batch
+        // behind another's compute, which the collective slows.
+        let a2a = if t.moe_a2a_overlap {
+            let contention =
+                contention_per_overlap_s(w.level, nccl_channels(g.ep.spans_nodes), d.sms());
+            moe_a2a_overlap(
+                c.schedule,
+                (k as u64, p as u64, mb, c.vp),
+                layers,
+                contention,
+            )
+        } else {
+            A2aOverlap::default()
+        };
+        bwd += a2a.contention_s - a2a.hidden_s;
+        a2a_overlaps.push(a2a);
         // A tied output matrix on another stage than the embedding needs its own copy.
         if last && !first && m.tied_embeddings {
             let copy = (padded_vocab(m.vocab, c.tp) / c.tp) as f64 * h;
@@ -703,12 +722,14 @@ fn assemble(
             .map(|(l, n)| n * f(l))
             .sum::<f64>()
     };
+    let a2a = a2a_overlaps[slowest];
     let mut breakdown = Breakdown {
-        compute_s: sum(&|l| l.forward.compute_s + l.backward.compute_s),
+        compute_s: sum(&|l| l.forward.compute_s + l.backward.compute_s) + mbf * a2a.contention_s,
         recompute_s: sum(&|l| l.recompute.compute_s),
         tp_comm_s: sum(&|l| l.forward.tp_comm_s + l.backward.tp_comm_s + l.recompute.tp_comm_s),
         cp_comm_s: sum(&|l| l.forward.cp_comm_s + l.backward.cp_comm_s + l.recompute.cp_comm_s),
-        ep_comm_s: sum(&|l| l.forward.ep_comm_s + l.backward.ep_comm_s + l.recompute.ep_comm_s),
+        ep_comm_s: sum(&|l| l.forward.ep_comm_s + l.backward.ep_comm_s + l.recompute.ep_comm_s)
+            - mbf * a2a.hidden_s,
         pp_comm_s: mbf * stage_times[slowest].p2p_s,
         pipeline_bubble_s: bubble_s,
         dp_comm_exposed_s: worst_dp_exposed.max(0.0)

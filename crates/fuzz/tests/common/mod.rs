@@ -166,6 +166,8 @@ fn flag_seeds() -> Vec<Vec<u8>> {
             .into(),
         "estimate\n--model\nllama3-8b\n--cluster\ndgx-h100\n--gpus\n16\n--tp\n4\n--sp\n--dtype\nfp8\n--float8-recipe\ntensorwise"
             .into(),
+        "estimate\n--model\nmixtral-8x7b\n--gpus\n32\n--pp\n2\n--vp\n2\n--ep\n8\n--moe-a2a-overlap"
+            .into(),
         "simulate\n--model\ngpt-1.7b\n--gpus\n8\n--tp\n2\n--pp\n2".into(),
         "plan\n--model\ngpt-1.7b\n--gpus\n8\n--gbs\n64\n--top\n2\n--simulate\n2".into(),
         "plan\n--model\ngpt-1.7b\n--gpus\n16\n--gbs\n128\n--seq\n4096\n--cluster\ndgx-h100\n--top\n1\n--simulate\n1\n--threads\n1"

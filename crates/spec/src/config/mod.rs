@@ -198,6 +198,51 @@ impl ParallelConfig {
         Ok(())
     }
 
+    /// Megatron-Core's overlap of the expert all-to-alls with another micro-batch's compute
+    /// (`TrainSpec::moe_a2a_overlap`) runs under its engine only, with expert parallelism,
+    /// with interleaving wherever there is a pipeline, and without full recompute or the
+    /// `moe` recompute module (Megatron-LM d98e8a6 `transformer_config.py:3002-3040`).
+    pub fn check_moe_a2a_overlap(&self, model: &ModelSpec, train: &TrainSpec) -> Result<()> {
+        if !train.moe_a2a_overlap {
+            return Ok(());
+        }
+        let err = |problem: String, allowed: &str| {
+            Err(SpecError::for_field(
+                "moe_a2a_overlap",
+                problem,
+                allowed.to_string(),
+            ))
+        };
+        if !train.engine.runs_combined_1f1b() {
+            return err(
+                format!("the overlap is Megatron-Core's, not {}'s", train.engine),
+                "under engine megatron",
+            );
+        }
+        if model.moe.is_none() || self.ep < 2 {
+            return err(
+                format!("{} at ep {} has no expert all-to-alls", model.name, self.ep),
+                "with experts and ep > 1",
+            );
+        }
+        if self.pp > 1 && self.vp < 2 {
+            return err(
+                format!("pp {} without interleaving", self.pp),
+                "pp 1, or vp > 1 with the interleaved schedule",
+            );
+        }
+        if self.recompute == Recompute::Full
+            || (self.recompute == Recompute::Selective
+                && self.recompute_modules.contains(RecomputeModule::Moe))
+        {
+            return err(
+                "the MoE layer recomputed".into(),
+                "recompute none, or selective without the moe module",
+            );
+        }
+        Ok(())
+    }
+
     /// Micro-batches per pipeline per iteration.
     pub fn microbatches(&self, train: &TrainSpec) -> u64 {
         train.gbs / (self.mbs * self.dp)
@@ -400,6 +445,7 @@ impl ParallelConfig {
             None => {}
         }
         self.check_recompute_modules(model, train)?;
+        self.check_moe_a2a_overlap(model, train)?;
         if let Some(shard) = self.dp_shard {
             if shard == 0 || !self.dp.is_multiple_of(shard) {
                 return err(

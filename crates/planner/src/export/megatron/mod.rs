@@ -34,7 +34,8 @@
 //!   `--recompute-num-layers`, `--recompute-modules` (selective modules, space-separated),
 //!   `--fp8-format {e4m3,hybrid}` (field `fp8`, its
 //!   `argparse_meta`), `--fp8-recipe {tensorwise,delayed,mxfp8,blockwise}` (field
-//!   `fp8_recipe`), `--moe-router-topk`.
+//!   `fp8_recipe`), `--overlap-moe-expert-parallel-comm` (field
+//!   `overlap_moe_expert_parallel_comm`), `--moe-router-topk`.
 //! * Hybrids (`HybridModel`, `pretrain_hybrid.py`): `--hybrid-layer-pattern` and `--spec`
 //!   (arguments.py `_add_experimental_args`; `|` separates pipeline segments, segment
 //!   `vp_stage·pp + pp_rank`, `megatron/core/models/hybrid/hybrid_layer_allocation.py`
@@ -577,6 +578,11 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     }
     if c.sp && c.tp > 1 {
         par.push(flag("--sequence-parallel"));
+    }
+    // `TransformerConfig`'s field (`model_parallel_config.py:343`, made a flag by
+    // `ArgumentGroupFactory(TransformerConfig)`, `arguments.py:2373`).
+    if train.moe_a2a_overlap {
+        par.push(flag("--overlap-moe-expert-parallel-comm"));
     }
     match c.zero {
         1 => par.push(flag("--use-distributed-optimizer")),

@@ -1,0 +1,309 @@
+//! NVIDIA Megatron-Bridge's performance summaries (NeMo containers 25.09 to 26.08) as a
+//! calibration table: dense and MoE pre-training on DGX-H100, B200, B300, GB200 and GB300 in
+//! BF16, FP8 (current scaling), MXFP8 and NVFP4, each row costed with only what the page
+//! states (`megatron_bridge_performance.csv`'s header gives every mapping and its reason).
+
+use plait_spec::{
+    cluster_preset, model_preset, CpComm, Dtype, Engine, Float8Recipe, ModelSpec, ParallelConfig,
+    Recompute, RecomputeModules, Schedule, SpecError, TrainSpec,
+};
+
+use super::{csv, rows, Row, Run, Skipped, Table};
+use crate::estimate::device_for;
+
+const SOURCE: &str = "megatron_bridge_performance.csv";
+
+/// The page's model name → plait's preset; `None`: no preset of this model.
+fn preset_of(model: &str) -> Option<&'static str> {
+    Some(match model {
+        "LLAMA3_8B" => "llama3-8b",
+        "LLAMA3_70B" => "llama3-70b",
+        "LLAMA3.1_405B" => "llama3.1-405b",
+        "DeepSeekV3" => "deepseek-v3",
+        "GPT OSS 120B" => "gpt-oss-120b",
+        "Qwen3_30B_a3B" => "qwen3-30b-a3b",
+        "Qwen3_235B_a22B" => "qwen3-235b-a22b",
+        "Kimi_K2" => "kimi-k2",
+        "Nemotron_3_Nano" => "nemotron-3-nano-30b-a3b",
+        _ => return None,
+    })
+}
+
+/// The page's system → plait's cluster preset.
+fn cluster_of(system: &str) -> Option<&'static str> {
+    Some(match system {
+        "DGX-H100" => "dgx-h100",
+        "DGX-B200" => "dgx-b200",
+        "DGX-B300" => "dgx-b300",
+        "DGX-GB200" => "gb200-nvl72",
+        "DGX-GB300" => "gb300-nvl72",
+        _ => return None,
+    })
+}
+
+/// A degree the page may print as `n/a` (no virtual pipeline, no experts): 1 then.
+fn degree(row: &Row, col: &str) -> Result<u64, SpecError> {
+    match row.str(col)? {
+        "n/a" => Ok(1),
+        _ => row.int(col),
+    }
+}
+
+/// `{release} {model} {precision} on {gpus} {system}`.
+fn label(row: &Row) -> Result<String, SpecError> {
+    Ok(format!(
+        "{} {} {} on {} {}",
+        row.str("release")?,
+        row.str("model")?,
+        row.str("precision")?,
+        row.int("gpus")?,
+        row.str("system")?
+    ))
+}
+
+/// The row's batch and degrees, to tell apart rows that share a label.
+fn settings(row: &Row) -> Result<String, SpecError> {
+    Ok(format!(
+        "gbs{} mbs{} tp{} pp{} cp{} vp{} ep{}{}",
+        row.int("gbs")?,
+        row.int("mbs")?,
+        row.int("tp")?,
+        row.int("pp")?,
+        row.int("cp")?,
+        degree(row, "vp")?,
+        degree(row, "ep")?,
+        if fsdp(row)? { " fsdp" } else { "" }
+    ))
+}
+
+/// FSDP > 0: Megatron-Core's FSDP; 0 or no column (empty): the distributed optimizer.
+fn fsdp(row: &Row) -> Result<bool, SpecError> {
+    Ok(match row.str("fsdp")? {
+        "" => false,
+        _ => row.int("fsdp")? > 0,
+    })
+}
+
+/// The precision column → dtype and fp8 recipe.
+fn precision(row: &Row) -> Result<(Dtype, Option<Float8Recipe>), SpecError> {
+    Ok(match row.str("precision")? {
+        "BF16" => (Dtype::Bf16, None),
+        "FP8-CS" => (Dtype::Fp8, Some(Float8Recipe::Tensorwise)),
+        "FP8-SC" => (Dtype::Fp8, Some(Float8Recipe::Blockwise)),
+        "MXFP8" => (Dtype::Mxfp8, None),
+        "NVFP4" => (Dtype::Nvfp4, None),
+        other => {
+            return Err(SpecError::new(
+                SOURCE,
+                "precision",
+                format!("row {}: unknown precision `{other}`", row.line),
+                "BF16|FP8-CS|FP8-SC|MXFP8|NVFP4",
+            ))
+        }
+    })
+}
+
+/// The routing column → the expert capacity factor (`None`: dropless).
+fn capacity(row: &Row) -> Result<Option<f64>, SpecError> {
+    match row.str("routing")? {
+        "dense" | "dropless" => Ok(None),
+        // NeMo's token-drop runs: capacity factor 1.0, inputs padded to capacity.
+        "tokendrop" => Ok(Some(1.0)),
+        other => Err(SpecError::new(
+            SOURCE,
+            "routing",
+            format!("row {}: `{other}`", row.line),
+            "dense|dropless|tokendrop",
+        )),
+    }
+}
+
+/// The model of a row: its preset, with the MTP layers the row states.
+fn model(row: &Row, preset: &str) -> Result<ModelSpec, SpecError> {
+    let m = model_preset(preset)?;
+    Ok(match row.str("mtp")? {
+        "" => m,
+        _ => ModelSpec {
+            mtp_layers: row.int("mtp")?,
+            ..m
+        },
+    })
+}
+
+/// `megatron_bridge_performance.csv`: Megatron-Core under Megatron-Bridge's performance
+/// recipes, the distributed optimizer (Megatron-Core's FSDP where `fsdp` > 0), sequence
+/// parallelism with tp > 1; what the pages do not publish (recompute, CUDA graphs, offload,
+/// overlap, expert tp) at plait's defaults. Rows without a model or cluster preset, and
+/// plans plait refuses, are listed as skipped with the reason.
+pub fn megatron_bridge(text: &str) -> Result<Table, SpecError> {
+    let (header, data) = csv(text, SOURCE)?;
+    let labels = rows(SOURCE, &header, &data)
+        .map(|r| label(&r))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut runs = vec![];
+    let mut skipped = vec![];
+    for (row, base) in rows(SOURCE, &header, &data).zip(&labels) {
+        let label = if labels.iter().filter(|l| *l == base).count() > 1 {
+            format!("{base} ({})", settings(&row)?)
+        } else {
+            base.clone()
+        };
+        let release = row.str("release")?;
+        let (dtype, float8_recipe) = precision(&row)?;
+        let moe_capacity = capacity(&row)?;
+        let Some(cluster) = cluster_of(row.str("system")?) else {
+            let reason = format!("no cluster preset for {}", row.str("system")?);
+            skipped.push(Skipped { label, reason });
+            continue;
+        };
+        let Some(preset) = preset_of(row.str("model")?) else {
+            let reason = "no preset of this model".into();
+            skipped.push(Skipped { label, reason });
+            continue;
+        };
+        let (cluster, model) = (cluster_preset(cluster)?, model(&row, preset)?);
+        let (gpus, gbs, mbs, seq) = (
+            row.int("gpus")?,
+            row.int("gbs")?,
+            row.int("mbs")?,
+            row.int("seq")?,
+        );
+        let (tp, pp, cp, vp, ep) = (
+            row.int("tp")?,
+            row.int("pp")?,
+            row.int("cp")?,
+            degree(&row, "vp")?,
+            degree(&row, "ep")?,
+        );
+        let train = TrainSpec {
+            dtype,
+            engine: Engine::Megatron,
+            float8_recipe,
+            moe_capacity,
+            ..TrainSpec::new(gbs, seq)
+        };
+        let config = ParallelConfig {
+            dp: gpus / (tp * pp * cp).max(1),
+            tp,
+            pp,
+            cp,
+            vp,
+            ep,
+            mbs,
+            zero: if fsdp(&row)? { 3 } else { 1 },
+            sp: tp > 1,
+            schedule: Schedule::megatron_for_chunks(vp),
+            recompute: Recompute::None,
+            recompute_modules: RecomputeModules::CORE_ATTN,
+            // Expert tp at plait's default (1, as NVIDIA's MoE perf recipes set it).
+            etp: None,
+            // Megatron-Core's default ring (`cp_comm_type` p2p).
+            cp_comm: CpComm::P2p,
+            dp_shard: None,
+        };
+        // A plan plait refuses (e.g. more pipeline chunks than layers), or a format the
+        // GPU has no tensor cores for, is skipped with plait's reason, not an error of the
+        // whole table.
+        let refused = config
+            .validate(&model, &train, gpus)
+            .and_then(|()| device_for(&cluster, dtype).map(|_| ()));
+        if let Err(e) = refused {
+            skipped.push(Skipped {
+                label,
+                reason: format!("plait refuses the plan: {e}"),
+            });
+            continue;
+        }
+        runs.push(Run {
+            label,
+            software: release.to_string(),
+            model,
+            cluster,
+            train,
+            config,
+            measured_step_s: row.num("step_s")?,
+            measured_memory_bytes: None,
+        });
+    }
+    Ok(Table {
+        name: "Megatron-Bridge (NeMo 25.09–26.08, H100 to GB300)",
+        engine: Engine::Megatron,
+        runs,
+        skipped,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TABLE: &str = include_str!("../../data/megatron_bridge_performance.csv");
+
+    #[test]
+    fn step_times_follow_from_the_published_throughput() {
+        let (header, data) = csv(TABLE, SOURCE).unwrap();
+        for row in rows(SOURCE, &header, &data) {
+            let tokens = (row.int("gbs").unwrap() * row.int("seq").unwrap()) as f64;
+            let rate = row.num("tokens_per_s_per_gpu").unwrap() * row.int("gpus").unwrap() as f64;
+            let step = row.num("step_s").unwrap();
+            assert!(
+                (step / (tokens / rate) - 1.0).abs() < 1e-5,
+                "row {}",
+                row.line
+            );
+        }
+    }
+
+    #[test]
+    fn printed_accumulation_matches_the_batch_but_where_the_header_says() {
+        // The two rows whose printed GA disagrees with gbs / (mbs × dp), named in the header.
+        let known = [
+            ["25.11", "DGX-GB300", "Qwen3_235B_a22B"],
+            ["25.11", "DGX-H100", "GPT OSS 120B"],
+        ];
+        let (header, data) = csv(TABLE, SOURCE).unwrap();
+        let mut off = vec![];
+        for row in rows(SOURCE, &header, &data) {
+            if row.str("ga").unwrap().is_empty() {
+                continue;
+            }
+            let dp = row.int("gpus").unwrap()
+                / (row.int("tp").unwrap() * row.int("pp").unwrap() * row.int("cp").unwrap());
+            let ga = row.int("gbs").unwrap() / (row.int("mbs").unwrap() * dp);
+            if ga != row.int("ga").unwrap() {
+                let key = ["release", "system", "model"].map(|c| row.str(c).unwrap().to_string());
+                off.push(key);
+            }
+        }
+        assert_eq!(off, known);
+    }
+
+    #[test]
+    fn every_row_is_run_or_skipped_with_a_reason() {
+        let (_, data) = csv(TABLE, SOURCE).unwrap();
+        let t = megatron_bridge(TABLE).unwrap();
+        assert_eq!(t.runs.len() + t.skipped.len(), data.len());
+        let mut labels: Vec<&str> = t.runs.iter().map(|r| r.label.as_str()).collect();
+        labels.extend(t.skipped.iter().map(|s| s.label.as_str()));
+        let n = labels.len();
+        labels.sort_unstable();
+        labels.dedup();
+        assert_eq!(labels.len(), n, "labels are unique");
+        // Only models without a preset and plans plait refuses are skipped.
+        for s in &t.skipped {
+            assert!(
+                s.reason == "no preset of this model" || s.reason.starts_with("plait refuses"),
+                "{}: {}",
+                s.label,
+                s.reason
+            );
+        }
+        // 25.11's DeepSeek-V3 without MTP runs drop the preset's MTP layer.
+        let r = t
+            .runs
+            .iter()
+            .find(|r| r.label == "25.11 DeepSeekV3 BF16 on 256 DGX-GB300")
+            .unwrap();
+        assert_eq!(r.model.mtp_layers, 0);
+    }
+}
