@@ -128,37 +128,75 @@ pub struct WorkloadArgs {
     pub moe_a2a_overlap: bool,
 }
 
+/// One flag per parallel degree (`--dp`, `--tp`, …), written from `plait_spec::Degree::ALL`
+/// with each degree's own words (`Degree::what`): a new degree has its flag without a change
+/// here.
+#[derive(Debug, Clone, Default)]
+pub struct DegreeArgs(Vec<(Degree, i64)>);
+
+impl DegreeArgs {
+    /// The flag of degree `d`, if given.
+    pub fn get(&self, d: Degree) -> Option<i64> {
+        self.0.iter().find(|(x, _)| *x == d).map(|&(_, v)| v)
+    }
+}
+
+impl clap::FromArgMatches for DegreeArgs {
+    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Ok(DegreeArgs(
+            Degree::ALL
+                .iter()
+                .filter_map(|&d| m.get_one::<i64>(d.name()).map(|&v| (d, v)))
+                .collect(),
+        ))
+    }
+
+    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for DegreeArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        // Where the command takes a whole `--config` (declared before these flags), a
+        // degree's flag conflicts with it.
+        let config = cmd.get_arguments().any(|a| a.get_id() == "config");
+        Degree::ALL.iter().fold(cmd, |cmd, &d| {
+            let arg = clap::Arg::new(d.name());
+            let arg = if config {
+                arg.conflicts_with("config")
+            } else {
+                arg
+            };
+            cmd.arg(
+                arg.long(d.name())
+                    .value_name(d.name().to_ascii_uppercase())
+                    .value_parser(clap::value_parser!(i64))
+                    .allow_negative_numbers(true)
+                    .help(format!("{}; plan: searched", d.what().trim_end_matches(')')) + ")"),
+            )
+        })
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
 /// The degree, micro-batch and ZeRO flags, shared by the commands that take a configuration
 /// (`estimate`, `simulate`: a flag not given takes its default) and by `plan` (a flag given
 /// pins that knob; the search covers the rest).
 #[derive(Debug, Args)]
 pub struct KnobArgs {
-    /// Data-parallel degree (default: --gpus / (tp × pp × cp); plan: searched).
-    #[arg(long, allow_negative_numbers = true)]
-    pub dp: Option<i64>,
-    /// Tensor-parallel degree (default: 1; plan: searched).
-    #[arg(long, allow_negative_numbers = true)]
-    pub tp: Option<i64>,
-    /// Pipeline-parallel degree (default: 1; plan: searched).
-    #[arg(long, allow_negative_numbers = true)]
-    pub pp: Option<i64>,
-    /// Virtual pipeline chunks per rank, interleaved schedule (default: 1; plan: searched).
-    #[arg(long, allow_negative_numbers = true)]
-    pub vp: Option<i64>,
-    /// Context-parallel degree, ring attention over the sequence (default: 1; plan:
-    /// searched).
-    #[arg(long, allow_negative_numbers = true)]
-    pub cp: Option<i64>,
+    #[command(flatten)]
+    pub degrees: DegreeArgs,
     /// How context parallelism moves the sequence for attention (Megatron's
     /// --cp-comm-type): p2p (ring attention, overlapped), a2a (DeepSpeed-Ulysses: heads
     /// split over cp, all-to-alls in line) or allgather (keys and values gathered, as
     /// Llama 3) (default: p2p; plan: p2p or a2a, searched).
     #[arg(long, value_parser = parse_keyword::<CpComm>)]
     pub cp_comm: Option<CpComm>,
-    /// Expert-parallel degree (MoE models), carved out of dp × cp (default: 1; plan:
-    /// searched).
-    #[arg(long, allow_negative_numbers = true)]
-    pub ep: Option<i64>,
     /// Tensor parallelism of the expert MLPs (MoE models), a divisor of tp; below tp, ep
     /// may take the rest of the tp ranks (Megatron's --expert-tensor-parallel-size;
     /// default: 1 as NVIDIA's MoE recipes and torchtitan run it, or tp where tp > 1 runs
@@ -182,14 +220,7 @@ pub struct KnobArgs {
 impl KnobArgs {
     /// The flag of degree `d`, if given.
     pub fn degree(&self, d: Degree) -> Option<i64> {
-        match d {
-            Degree::Dp => self.dp,
-            Degree::Tp => self.tp,
-            Degree::Pp => self.pp,
-            Degree::Vp => self.vp,
-            Degree::Cp => self.cp,
-            Degree::Ep => self.ep,
-        }
+        self.degrees.get(d)
     }
 
     /// The degrees and micro-batch given, as pins (each at least 1; ZeRO is left to the
@@ -214,7 +245,7 @@ pub struct ConfigArgs {
     /// The whole configuration as `plait plan` prints it, e.g. "dp32 tp8 pp4 vp8 mbs4 zero1
     /// sp recompute=selective interleaved" (instead of the flags below; dp may be left to
     /// --gpus).
-    #[arg(long, conflicts_with_all = ["dp", "tp", "pp", "vp", "cp", "cp_comm", "ep", "etp", "shard", "mbs", "zero", "sp", "recompute", "schedule"])]
+    #[arg(long, conflicts_with_all = ["cp_comm", "etp", "shard", "mbs", "zero", "sp", "recompute", "schedule"])]
     pub config: Option<String>,
     #[command(flatten)]
     pub knobs: KnobArgs,
@@ -626,7 +657,7 @@ impl ConfigArgs {
         for &d in Degree::ALL.iter().filter(|d| d.splits_replica()) {
             *c.degree_mut(d) = given(d)?;
         }
-        c.dp = match (k.dp, gpus) {
+        c.dp = match (k.degree(Degree::Dp), gpus) {
             (Some(dp), _) => positive("dp", dp)?,
             (None, Some(g)) => replicas(g, c.replica_gpus())?,
             (None, None) => 1,
@@ -655,7 +686,9 @@ impl ConfigArgs {
             c.schedule = self.schedule;
         }
         // A schedule of a fixed chunk count (ZB-V: two) sets vp when --vp is not given.
-        c.vp = c.schedule.chunks_per_rank(k.vp.map(|_| c.vp));
+        c.vp = c
+            .schedule
+            .chunks_per_rank(k.degree(Degree::Vp).map(|_| c.vp));
         Ok(c)
     }
 }

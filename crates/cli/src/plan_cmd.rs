@@ -482,7 +482,7 @@ fn run_onnx(args: &PlanArgs) -> Result<String> {
     let max_pp = args
         .pins
         .knobs
-        .pp
+        .degree(plait_spec::Degree::Pp)
         .map(|p| positive("pp", p))
         .transpose()?
         .unwrap_or(64);

@@ -747,3 +747,24 @@ fn zb_v_takes_its_two_chunks_without_being_told() {
         assert_eq!(v["config"]["schedule"], "zb-v", "{out}");
     }
 }
+
+#[test]
+fn every_degree_has_its_flag_in_its_own_words() {
+    // The degree flags are written from `plait_spec::Degree::ALL`: each command that takes
+    // a configuration lists each degree with the words `Degree::what` gives it, and a
+    // whole `--config` excludes them.
+    for command in ["estimate", "simulate", "plan"] {
+        let (code, out, err) = plait(&[command, "--help"]);
+        assert_eq!(code, 0, "{err}");
+        for &d in plait_spec::Degree::ALL {
+            let flag = format!("--{} <{}>", d.name(), d.name().to_ascii_uppercase());
+            assert!(out.contains(&flag), "{command}: {flag}\n{out}");
+            let words = d.what().trim_end_matches(')');
+            assert!(out.contains(words), "{command}: {words}\n{out}");
+        }
+    }
+    common::check(
+        &["estimate", "--config", "dp8 tp1", "--ep", "2"],
+        "the argument '--config <CONFIG>' cannot be used with '--ep <EP>'",
+    );
+}

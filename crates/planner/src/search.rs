@@ -16,7 +16,9 @@ use rayon::prelude::*;
 
 use plait_cost::estimate::{estimate_from_costs, policy_recompute};
 use plait_cost::{Estimate, Scenario, ShapeKey};
-use plait_spec::{CpComm, ModelSpec, ParallelConfig, Recompute, Schedule, StageMap, TrainSpec};
+use plait_spec::{
+    CpComm, Degree, ModelSpec, ParallelConfig, Recompute, Schedule, StageMap, TrainSpec,
+};
 
 use crate::export::Layout;
 use crate::layout::{fit_recompute, partition_blocks, state_bytes, state_bytes_per_param};
@@ -124,7 +126,8 @@ type Step = fn(&Request, ParallelConfig) -> Vec<ParallelConfig>;
 /// The knobs in the order the enumeration nests them, outermost first: a configuration is
 /// one choice per step, so the order of the steps and of each step's choices is the
 /// enumeration order (and so the tie-break between equally fast plans).
-const STEPS: [Step; 9] = [
+const STEPS: [Step; 10] = [
+    step_pinned,
     step_tp,
     step_pp,
     step_cp_dp,
@@ -135,6 +138,29 @@ const STEPS: [Step; 9] = [
     step_schedule,
     step_recompute,
 ];
+
+/// The degrees the steps choose. Any other degree keeps its pin, or 1 (`step_pinned`): a
+/// degree declared in `plait_spec::Degree` runs where the user pins it before the search
+/// is taught to try it.
+const SEARCHED: [Degree; 6] = [
+    Degree::Dp,
+    Degree::Tp,
+    Degree::Pp,
+    Degree::Vp,
+    Degree::Cp,
+    Degree::Ep,
+];
+
+/// The degrees the search does not choose, at their pins; the GPUs they take are what the
+/// steps below share out (`ParallelConfig::replica_gpus`).
+fn step_pinned(req: &Request, mut c: ParallelConfig) -> Vec<ParallelConfig> {
+    for &d in Degree::ALL.iter().filter(|d| !SEARCHED.contains(d)) {
+        if let Some(v) = req.pins.degree(d) {
+            *c.degree_mut(d) = v;
+        }
+    }
+    vec![c]
+}
 
 /// Every well-formed configuration of `req`, in a fixed order.
 pub fn enumerate(req: &Request) -> Vec<ParallelConfig> {
@@ -149,7 +175,7 @@ pub fn enumerate(req: &Request) -> Vec<ParallelConfig> {
 /// Tensor-parallel degrees that split the heads and the MLP.
 fn step_tp(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
     let m = req.model;
-    let tps = divisors(req.gpus)
+    let tps = divisors(req.gpus / c.replica_gpus())
         .into_iter()
         .filter(|&tp| m.heads.is_multiple_of(tp) && m.ffn_hidden.is_multiple_of(tp));
     each(c, req.pins.tp, tps, |c, v| c.tp = v)
@@ -157,7 +183,7 @@ fn step_tp(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
 
 /// Pipelines of at most one stage per layer.
 fn step_pp(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
-    let pps = divisors(req.gpus / c.tp)
+    let pps = divisors(req.gpus / c.replica_gpus())
         .into_iter()
         .filter(|&pp| pp <= req.model.layers);
     each(c, req.pins.pp, pps, |c, v| c.pp = v)
@@ -171,13 +197,13 @@ fn step_cp_dp(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
     let (n, pins) = (req.gpus, &req.pins);
     let wants_cp = pins.cp_comm.is_some_and(|k| k != CpComm::P2p);
     let too_short = |cp: u64| cp > 1 && pins.cp.is_none() && req.train.seq / cp < MIN_CP_TOKENS;
-    let cps = divisors(n / (c.tp * c.pp))
+    let cps = divisors(n / c.replica_gpus())
         .into_iter()
         .filter(|&cp| !too_short(cp) && (cp > 1 || !wants_cp));
     let mut out = Vec::new();
     for c in each(c, pins.cp, cps, |c, v| {
         c.cp = v;
-        c.dp = n / (c.tp * c.pp * v);
+        c.dp = n / c.replica_gpus();
     }) {
         let cp_comm = match pins.cp_comm {
             Some(k) if c.cp > 1 => k,

@@ -153,7 +153,7 @@ impl Default for Parallel<Pinned> {
 /// Declares [`Degree`] and its accessors on [`Parallel`] from one list, so a degree cannot
 /// be missing from [`Degree::ALL`] or from the accessors.
 macro_rules! degrees {
-    ($($(#[$m:meta])* $var:ident => $field:ident),+ $(,)?) => {
+    ($($(#[$m:meta])* $var:ident => $field:ident: $what:literal),+ $(,)?) => {
         /// A degree of a configuration: the four mesh dimensions, the chunks per pipeline
         /// rank and the expert-parallel degree (carved out of dp × cp).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -170,6 +170,13 @@ macro_rules! degrees {
             pub fn name(self) -> &'static str {
                 match self {
                     $(Degree::$var => stringify!($field)),+
+                }
+            }
+
+            /// What the degree is and its default, in words (the CLI's help for its flag).
+            pub fn what(self) -> &'static str {
+                match self {
+                    $(Degree::$var => $what),+
                 }
             }
         }
@@ -193,12 +200,12 @@ macro_rules! degrees {
 }
 
 degrees! {
-    Dp => dp,
-    Tp => tp,
-    Pp => pp,
-    Vp => vp,
-    Cp => cp,
-    Ep => ep,
+    Dp => dp: "Data-parallel degree (default: the GPUs over tp × pp × cp)",
+    Tp => tp: "Tensor-parallel degree (default: 1)",
+    Pp => pp: "Pipeline-parallel degree (default: 1)",
+    Vp => vp: "Virtual pipeline chunks per rank, interleaved schedule (default: 1)",
+    Cp => cp: "Context-parallel degree, ring attention over the sequence (default: 1)",
+    Ep => ep: "Expert-parallel degree (MoE models), carved out of dp × cp (default: 1)",
 }
 
 impl Degree {

@@ -33,12 +33,16 @@ fn read(rel: &str) -> Vec<u8> {
     std::fs::read(&p).unwrap_or_else(|e| panic!("seed {}: {e}", p.display()))
 }
 
-/// A fresh scratch path (unique per case, so cases on parallel tests do not collide).
+/// A fresh scratch path (unique per case, so cases on parallel tests do not collide; and
+/// emptied first, since an earlier process with the same id may have left it behind).
 pub fn scratch(name: &str) -> PathBuf {
     static N: AtomicU64 = AtomicU64::new(0);
     let dir = std::env::temp_dir().join(format!("plait-fuzz-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a scratch directory");
-    dir.join(format!("{}-{name}", N.fetch_add(1, Ordering::Relaxed)))
+    let path = dir.join(format!("{}-{name}", N.fetch_add(1, Ordering::Relaxed)));
+    let _ = std::fs::remove_dir_all(&path);
+    let _ = std::fs::remove_file(&path);
+    path
 }
 
 /// Runs the command line `args` (after `plait`); an answer with a non-finite number is a

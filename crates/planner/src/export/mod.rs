@@ -23,7 +23,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use plait_spec::{
-    ModelSpec, ParallelConfig, Recompute, RecomputeModules, Schedule, StageMap, TrainSpec,
+    Degree, ModelSpec, ParallelConfig, Recompute, RecomputeModules, Schedule, StageMap, TrainSpec,
 };
 
 use crate::Plan;
@@ -315,11 +315,39 @@ fn join(reasons: Vec<String>) -> Result<(), String> {
     }
 }
 
+/// The degrees each export was taught: it writes them or refuses them in its own words. A
+/// degree declared in `plait_spec::Degree` since is refused until its export learns it.
+fn taught_degrees(engine: Engine) -> &'static [Degree] {
+    const SIX: &[Degree] = &[
+        Degree::Dp,
+        Degree::Tp,
+        Degree::Pp,
+        Degree::Vp,
+        Degree::Cp,
+        Degree::Ep,
+    ];
+    match engine {
+        Engine::Megatron | Engine::DeepSpeed | Engine::Torchtitan | Engine::TorchtitanToml => SIX,
+    }
+}
+
 fn plan_reasons(engine: Engine, plan: &Layout) -> Vec<String> {
     if let Some(reason) = shape_problem(plan) {
         return vec![reason];
     }
     let c = plan.config;
+    let untaught: Vec<Degree> = Degree::ALL
+        .iter()
+        .copied()
+        .filter(|&d| c.degree(d) > 1 && !taught_degrees(engine).contains(&d))
+        .collect();
+    if !untaught.is_empty() {
+        let names: Vec<&str> = untaught.iter().map(|d| d.name()).collect();
+        return vec![format!(
+            "the {engine} export does not write the degree {} yet",
+            names.join(", ")
+        )];
+    }
     if !runs_under(engine).recomputes_modules()
         && c.recompute == Recompute::Selective
         && !c.recompute_modules.is_default()
