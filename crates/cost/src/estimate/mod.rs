@@ -370,7 +370,20 @@ fn assemble(
     // first and the last rank, or rank 0 twice when the schedule places its chunks in a V.
     let first_rank = map.placement.locate(0, c.pp).0 as usize;
     let last_rank = map.placement.locate(c.pp * c.vp - 1, c.pp).0 as usize;
-    let mut a2a_overlaps = Vec::with_capacity(p);
+    // Megatron-Core's combined 1F1B (`TrainSpec::moe_a2a_overlap`) on stage `k`.
+    let a2a_overlap = |k: usize, layers: &[(LayerCost, f64)]| {
+        if !t.moe_a2a_overlap {
+            return A2aOverlap::default();
+        }
+        let contention =
+            contention_per_overlap_s(w.level, nccl_channels(g.ep.spans_nodes), d.sms());
+        moe_a2a_overlap(
+            c.schedule,
+            (k as u64, p as u64, mb, c.vp),
+            layers,
+            contention,
+        )
+    };
     for k in 0..p {
         let n_blocks = map.rank_blocks(k as u64, c.pp);
         let recomputed = map.recompute_blocks[k].min(n_blocks) as f64;
@@ -414,20 +427,8 @@ fn assemble(
         }
         // Megatron-Core's combined 1F1B hides the expert all-to-alls of one micro-batch
         // behind another's compute, which the collective slows.
-        let a2a = if t.moe_a2a_overlap {
-            let contention =
-                contention_per_overlap_s(w.level, nccl_channels(g.ep.spans_nodes), d.sms());
-            moe_a2a_overlap(
-                c.schedule,
-                (k as u64, p as u64, mb, c.vp),
-                layers,
-                contention,
-            )
-        } else {
-            A2aOverlap::default()
-        };
+        let a2a = a2a_overlap(k, layers);
         bwd += a2a.contention_s - a2a.hidden_s;
-        a2a_overlaps.push(a2a);
         // A tied output matrix on another stage than the embedding needs its own copy.
         if last && !first && m.tied_embeddings {
             let copy = (padded_vocab(m.vocab, c.tp) / c.tp) as f64 * h;
@@ -722,7 +723,7 @@ fn assemble(
             .map(|(l, n)| n * f(l))
             .sum::<f64>()
     };
-    let a2a = a2a_overlaps[slowest];
+    let a2a = a2a_overlap(slowest, &stage_layers[slowest]);
     let mut breakdown = Breakdown {
         compute_s: sum(&|l| l.forward.compute_s + l.backward.compute_s) + mbf * a2a.contention_s,
         recompute_s: sum(&|l| l.recompute.compute_s),
