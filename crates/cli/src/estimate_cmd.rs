@@ -86,7 +86,7 @@ fn seconds(s: f64) -> String {
 /// it is not the engine's default.
 pub fn format_name(t: &plait_spec::TrainSpec) -> String {
     match t.fp8_recipe() {
-        Some(recipe) if recipe != t.engine.float8_recipes()[0] => {
+        Some(recipe) if recipe != t.engine.default_float8_recipe() => {
             format!("{} ({recipe} scaling)", t.dtype)
         }
         _ => t.dtype.to_string(),

@@ -522,11 +522,8 @@ impl WorkloadArgs {
                 train.fp8_recipe().map_or("none", Float8Recipe::keyword)
             );
         }
-        if train.moe_a2a_overlap && !train.engine.runs_combined_1f1b() {
-            bail!(
-                "--moe-a2a-overlap: the overlap is Megatron-Core's combined 1F1B, not engine {}'s (allowed with --engine megatron)",
-                train.engine.keyword()
-            );
+        if let Some(why) = train.moe_a2a_overlap_refused() {
+            bail!("--moe-a2a-overlap: {why} (allowed with --engine megatron)");
         }
         if train.async_tp && !train.compile {
             bail!("--async-tp: torchtitan's async tensor parallelism runs in compiled blocks (allowed with --compile)");

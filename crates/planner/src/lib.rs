@@ -22,6 +22,14 @@ pub use plan::Plan;
 pub use search::{plan, Cause, Infeasible, Outcome, Pins, Request, SearchStats};
 pub use simulate::{simulate_config, simulate_mapped, Simulated};
 
+/// The parallel degrees this crate's search steps and exports were written for. A degree
+/// declared in `plait_spec::Degree` since is pinned-only in the search (`search::SEARCHED`)
+/// and refused by the exports (`export::taught_degrees`) until they learn it.
+const TAUGHT_DEGREES: [plait_spec::Degree; 6] = {
+    use plait_spec::Degree::{Cp, Dp, Ep, Pp, Tp, Vp};
+    [Dp, Tp, Pp, Vp, Cp, Ep]
+};
+
 /// Why a plan or simulation could not be produced (bad input, not infeasibility: a plan
 /// that does not fit is an answer with `fits = false`).
 #[derive(Debug, Error)]

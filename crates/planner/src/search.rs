@@ -142,14 +142,7 @@ const STEPS: [Step; 10] = [
 /// The degrees the steps choose. Any other degree keeps its pin, or 1 (`step_pinned`): a
 /// degree declared in `plait_spec::Degree` runs where the user pins it before the search
 /// is taught to try it.
-const SEARCHED: [Degree; 6] = [
-    Degree::Dp,
-    Degree::Tp,
-    Degree::Pp,
-    Degree::Vp,
-    Degree::Cp,
-    Degree::Ep,
-];
+const SEARCHED: [Degree; 6] = crate::TAUGHT_DEGREES;
 
 /// The degrees the search does not choose, at their pins; the GPUs they take are what the
 /// steps below share out (`ParallelConfig::replica_gpus`).

@@ -141,7 +141,7 @@ pub fn inflight_microbatches(
 pub fn steady_state_forwards(schedule: Schedule, k: u64, p: u64, m: u64, vp: u64) -> Option<u64> {
     match schedule {
         Schedule::OneFOneB => {
-            let warmup = (p - k - 1).min(m);
+            let warmup = crate::generate::one_f_one_b_warmup(k, p, m);
             Some(if warmup == 0 {
                 m.saturating_sub(1)
             } else {

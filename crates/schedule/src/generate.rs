@@ -273,8 +273,14 @@ fn gpipe(prog: &mut Program, m: u32, recompute: RecomputeAt) {
 
 /// PipeDream-flush as in Megatron-LM: rank r runs p − r − 1 warm-up forwards, then
 /// alternates one forward and one backward, then drains the remaining backwards.
+/// Warm-up forwards of 1F1B rank `rank` of `p` (see [`one_f_one_b`]).
+pub(crate) fn one_f_one_b_warmup(rank: u64, p: u64, m: u64) -> u64 {
+    (p - rank - 1).min(m)
+}
+
 fn one_f_one_b(prog: &mut Program, m: u32, recompute: impl Fn(u32) -> RecomputeAt) {
-    let warmup = (prog.stages - prog.rank - 1).min(m);
+    // Within u32: at most m.
+    let warmup = one_f_one_b_warmup(prog.rank.into(), prog.stages.into(), m.into()) as u32;
     for mb in 0..warmup {
         prog.forward(mb, 0);
     }
@@ -343,7 +349,8 @@ fn interleaved(prog: &mut Program, m: u32, v: u32, recompute: RecomputeAt) {
 /// the upstream rank waits for — start earlier. The delayed W passes fill the drain.
 fn zb_h1(prog: &mut Program, m: u32, recompute: RecomputeAt) {
     let delay = prog.rank;
-    let warmup = (prog.stages - prog.rank - 1).min(m);
+    // 1F1B's warm-up; within u32: at most m.
+    let warmup = one_f_one_b_warmup(prog.rank.into(), prog.stages.into(), m.into()) as u32;
     let mut next_w = 0;
     let mut backward = |prog: &mut Program, mb: u32| {
         prog.backward(mb, 0, recompute, true);

@@ -275,6 +275,12 @@ impl Engine {
         }
     }
 
+    /// The fp8 recipe the engine runs where the run names none (the first of
+    /// [`Engine::float8_recipes`]).
+    pub fn default_float8_recipe(self) -> Float8Recipe {
+        self.float8_recipes()[0]
+    }
+
     /// Whether the engine runs Megatron-Core's combined 1F1B, which overlaps the expert
     /// all-to-alls of one micro-batch with another's compute (`TrainSpec::moe_a2a_overlap`).
     pub fn runs_combined_1f1b(self) -> bool {
@@ -530,7 +536,8 @@ impl TrainSpec {
     /// The fp8 recipe the run has under `engine`: the one it names, or `engine`'s default
     /// (an export writes a plan for an engine other than the one that costed it).
     pub fn fp8_recipe_under(&self, engine: Engine) -> Option<Float8Recipe> {
-        (self.dtype == Dtype::Fp8).then(|| self.float8_recipe.unwrap_or(engine.float8_recipes()[0]))
+        (self.dtype == Dtype::Fp8)
+            .then(|| self.float8_recipe.unwrap_or(engine.default_float8_recipe()))
     }
 
     /// torchao's float8 recipe in force: the run's, for an fp8 run under an engine that
@@ -563,6 +570,17 @@ impl TrainSpec {
         } else {
             None
         }
+    }
+
+    /// Where the run asks for Megatron-Core's all-to-all overlap under an engine without it:
+    /// why (the plan's own conditions are `ParallelConfig::check_moe_a2a_overlap`'s).
+    pub fn moe_a2a_overlap_refused(&self) -> Option<String> {
+        (self.moe_a2a_overlap && !self.engine.runs_combined_1f1b()).then(|| {
+            format!(
+                "the overlap is Megatron-Core's combined 1F1B, not engine {}'s",
+                self.engine.keyword()
+            )
+        })
     }
 
     /// Whether FSDP gathers the float8 weights in fp8: asked for, and torchao's tensor-wise

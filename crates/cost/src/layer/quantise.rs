@@ -118,6 +118,18 @@ impl Workload {
         }
     }
 
+    /// Kernels the quantisation of a block's `operands` GEMM operands launches in a pass:
+    /// the casts (one in a forward whose norms run them in full, three otherwise) and
+    /// [`Workload::extra_cast_kernels`] per operand.
+    pub fn cast_kernels(&self, forward: bool, operands: f64) -> f64 {
+        let casts = if forward && self.norm_fed_cast_bytes_per_element() == 0.0 {
+            1.0
+        } else {
+            3.0
+        };
+        casts + self.extra_cast_kernels() * operands
+    }
+
     /// Kernels each fp8 quantisation adds over delayed scaling's one: current scaling's
     /// amax and scale kernels (`nvte_compute_amax_with_config`,
     /// `nvte_compute_scale_from_amax`, TE d0067d0 `quantizer.cpp:1009-1024`).

@@ -387,13 +387,9 @@ pub(super) fn transformer_block_cost(
             .sum::<f64>();
         fwd.stream(d, input_bytes);
         let quantised = (linears.len() + extra_linears.len()) as f64;
-        fwd.count += if w.engine.fp8_cast_fused_into_norm {
-            1.0
-        } else {
-            3.0
-        } + w.extra_cast_kernels() * quantised;
+        fwd.count += w.cast_kernels(true, quantised);
         bwd.stream(d, cast * output_grads);
-        bwd.count += 3.0 + w.extra_cast_kernels() * quantised;
+        bwd.count += w.cast_kernels(false, quantised);
         // torchao's row-wise recipe scales every GEMM operand along the axis its GEMM
         // keeps, so the backward quantises each linear module's input, weight and output
         // gradient once more, column-wise, for the input- and weight-gradient GEMMs, where

@@ -277,16 +277,12 @@ pub fn export(
         ));
     }
     // The fp8 recipe the plan was costed with must be one the engine's quantiser runs.
-    let under = runs_under(engine);
-    if let Some(recipe) = train.fp8_recipe_under(under) {
-        if !under.float8_recipes().contains(&recipe) {
-            let allowed: Vec<&str> = under.float8_recipes().iter().map(|r| r.keyword()).collect();
-            reasons.push(format!(
-                "fp8 costed with the {recipe} recipe, which the {engine} export's quantiser \
-                 does not run (allowed: {})",
-                allowed.join(", ")
-            ));
-        }
+    let as_exported = TrainSpec {
+        engine: runs_under(engine),
+        ..train.clone()
+    };
+    if let Some(why) = as_exported.float8_recipe_refused() {
+        reasons.push(format!("fp8 as costed: {why}"));
     }
     reasons.extend(match engine {
         Engine::Megatron => megatron::model_reasons(plan, model, train),
@@ -318,16 +314,10 @@ fn join(reasons: Vec<String>) -> Result<(), String> {
 /// The degrees each export was taught: it writes them or refuses them in its own words. A
 /// degree declared in `plait_spec::Degree` since is refused until its export learns it.
 fn taught_degrees(engine: Engine) -> &'static [Degree] {
-    const SIX: &[Degree] = &[
-        Degree::Dp,
-        Degree::Tp,
-        Degree::Pp,
-        Degree::Vp,
-        Degree::Cp,
-        Degree::Ep,
-    ];
     match engine {
-        Engine::Megatron | Engine::DeepSpeed | Engine::Torchtitan | Engine::TorchtitanToml => SIX,
+        Engine::Megatron | Engine::DeepSpeed | Engine::Torchtitan | Engine::TorchtitanToml => {
+            &crate::TAUGHT_DEGREES
+        }
     }
 }
 

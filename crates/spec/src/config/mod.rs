@@ -213,11 +213,8 @@ impl ParallelConfig {
                 allowed.to_string(),
             ))
         };
-        if !train.engine.runs_combined_1f1b() {
-            return err(
-                format!("the overlap is Megatron-Core's, not {}'s", train.engine),
-                "under engine megatron",
-            );
+        if let Some(why) = train.moe_a2a_overlap_refused() {
+            return err(why, "under engine megatron");
         }
         if model.moe.is_none() || self.ep < 2 {
             return err(
