@@ -373,6 +373,7 @@ _WORKLOAD: Dict[str, Any] = {
     "float8_recipe": _check_str,
     "float8_all_gather": bool,
     "moe_a2a_overlap": bool,
+    "moe_dispatcher": _check_str,
 }
 
 _CONFIG: Dict[str, Any] = {
@@ -567,6 +568,7 @@ def estimate(
     float8_recipe: Optional[str] = None,
     float8_all_gather: bool = False,
     moe_a2a_overlap: bool = False,
+    moe_dispatcher: Optional[str] = None,
     simulate: bool = False,
 ) -> Estimate:
     """``plait estimate --json``: one parallel configuration's time, throughput and memory.
@@ -621,6 +623,7 @@ def simulate(
     float8_recipe: Optional[str] = None,
     float8_all_gather: bool = False,
     moe_a2a_overlap: bool = False,
+    moe_dispatcher: Optional[str] = None,
     svg: Any = None,
     trace: Any = None,
     ir: bool = False,
@@ -679,6 +682,7 @@ def plan(
     float8_recipe: Optional[str] = None,
     float8_all_gather: bool = False,
     moe_a2a_overlap: bool = False,
+    moe_dispatcher: Optional[str] = None,
     top: Optional[int] = None,
     simulate: Optional[int] = None,
     threads: Optional[int] = None,

@@ -203,6 +203,7 @@ def estimate(
     float8_recipe: Optional[str] = ...,
     float8_all_gather: bool = ...,
     moe_a2a_overlap: bool = ...,
+    moe_dispatcher: Optional[str] = ...,
     simulate: bool = ...,
 ) -> Estimate: ...
 def simulate(
@@ -248,6 +249,7 @@ def simulate(
     float8_recipe: Optional[str] = ...,
     float8_all_gather: bool = ...,
     moe_a2a_overlap: bool = ...,
+    moe_dispatcher: Optional[str] = ...,
     svg: Optional[_Path] = ...,
     trace: Optional[_Path] = ...,
     ir: bool = ...,
@@ -293,6 +295,7 @@ def plan(
     float8_recipe: Optional[str] = ...,
     float8_all_gather: bool = ...,
     moe_a2a_overlap: bool = ...,
+    moe_dispatcher: Optional[str] = ...,
     top: Optional[int] = ...,
     simulate: Optional[int] = ...,
     threads: Optional[int] = ...,

@@ -11,8 +11,9 @@ use plait_runtime::error::PlanMismatch;
 use plait_runtime::RuntimeError;
 use plait_spec::{
     cluster_from_toml, cluster_preset, model_from_hf_config, model_preset, AttentionImpl,
-    ClusterSpec, CpComm, Degree, Dtype, Engine, Float8Recipe, Lora, ModelSpec, ParallelConfig,
-    ParallelPins, Recompute, RecomputeModules, Schedule, Sdpa, SpecError, Task, TrainSpec,
+    ClusterSpec, CpComm, Degree, Dtype, Engine, Float8Recipe, Lora, ModelSpec, MoeDispatcher,
+    ParallelConfig, ParallelPins, Recompute, RecomputeModules, Schedule, Sdpa, SpecError, Task,
+    TrainSpec,
 };
 
 /// Model, cluster and batch.
@@ -126,6 +127,12 @@ pub struct WorkloadArgs {
     /// wherever --pp > 1, and no full recompute)
     #[arg(long)]
     pub moe_a2a_overlap: bool,
+    /// How expert layers send tokens to their experts: alltoall (the default: every routed
+    /// copy to its expert's rank), or deepep / hybridep (Megatron-Core's flex dispatcher:
+    /// each token once per NVLink domain holding one of its experts, forwarded inside it;
+    /// allowed with --engine megatron)
+    #[arg(long, value_parser = parse_keyword::<MoeDispatcher>, default_value = "alltoall")]
+    pub moe_dispatcher: MoeDispatcher,
 }
 
 /// One flag per parallel degree (`--dp`, `--tp`, …), written from `plait_spec::Degree::ALL`
@@ -499,6 +506,7 @@ impl WorkloadArgs {
             float8_recipe: self.float8_recipe,
             float8_all_gather: self.float8_all_gather,
             moe_a2a_overlap: self.moe_a2a_overlap,
+            moe_dispatcher: self.moe_dispatcher,
             ..TrainSpec::new(positive("gbs", self.gbs)?, sequence(self.seq)?)
         };
         // An fp8 run that names no recipe runs the one the caller expects.
@@ -524,6 +532,9 @@ impl WorkloadArgs {
         }
         if let Some(why) = train.moe_a2a_overlap_refused() {
             bail!("--moe-a2a-overlap: {why} (allowed with --engine megatron)");
+        }
+        if let Some(why) = train.moe_dispatcher_refused() {
+            bail!("--moe-dispatcher: {why}");
         }
         if train.async_tp && !train.compile {
             bail!("--async-tp: torchtitan's async tensor parallelism runs in compiled blocks (allowed with --compile)");

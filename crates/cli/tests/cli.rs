@@ -411,6 +411,10 @@ fn compile_fuses_torchtitan_and_is_refused_elsewhere() {
         "--moe-a2a-overlap: the overlap is Megatron-Core's combined 1F1B, not engine torchtitan's (allowed with --engine megatron)",
     );
     common::check(
+        &["estimate", "--engine", "fsdp", "--moe-dispatcher", "deepep"],
+        "--moe-dispatcher: engine fsdp does not run the deepep dispatcher (allowed: alltoall)",
+    );
+    common::check(
         &["estimate", "--moe-a2a-overlap"],
         "--moe-a2a-overlap: `moe_a2a_overlap`: gpt3-175b at ep 1 has no expert all-to-alls (allowed: with experts and ep > 1)",
     );

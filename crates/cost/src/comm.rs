@@ -189,6 +189,32 @@ impl Group {
         (self.size - 1) as f64 * self.step_latency_s + intra.max(inter)
     }
 
+    /// Dispatch (or combine) of a dispatcher that sends each token once to every other
+    /// NVLink domain (node) holding one of its experts and forwards the copies inside the
+    /// domain (DeepEP's and HybridEP's, `plait_spec::MoeDispatcher`): `copies_bytes` of
+    /// routed copies, all delivered over NVLink but those landing on the GPU that
+    /// received the token (1/local of them), and `remote_domains` × `token_bytes` over this
+    /// rank's NIC share, both at once as in [`Group::all_to_all_s`], with its latency. In
+    /// one domain it is that all-to-all.
+    pub fn domain_deduplicated_all_to_all_s(
+        &self,
+        copies_bytes: f64,
+        token_bytes: f64,
+        remote_domains: f64,
+    ) -> f64 {
+        if self.size <= 1 {
+            return 0.0;
+        }
+        let local = self.local.min(self.size) as f64;
+        let intra = copies_bytes * (local - 1.0) / local / self.intra_bytes_per_s;
+        let inter = if self.nodes > 1 {
+            token_bytes * remote_domains / self.point_bytes_per_s
+        } else {
+            0.0
+        };
+        (self.size - 1) as f64 * self.step_latency_s + intra.max(inter)
+    }
+
     /// One point-to-point transfer of `bytes` to a neighbour in this group.
     pub fn p2p_s(&self, bytes: f64) -> f64 {
         if self.size <= 1 {

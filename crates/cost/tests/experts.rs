@@ -1,8 +1,11 @@
 //! Expert layers: where the expert groups sit and what the experts' own tensor parallelism
 //! (expert tp) changes.
 
+use plait_cost::layer::remote_domains;
 use plait_cost::{device_for, estimate};
-use plait_spec::{cluster_preset, model_preset, Dtype, ParallelConfig, TrainSpec};
+use plait_spec::{
+    cluster_preset, model_preset, Dtype, Engine, MoeDispatcher, ParallelConfig, TrainSpec,
+};
 
 #[test]
 fn unsplit_experts_keep_the_expert_group_in_a_node_and_hold_more_weights() {
@@ -128,4 +131,86 @@ fn combined_1f1b_hides_the_all_to_alls_behind_the_other_micro_batch() {
         ..t
     };
     assert_eq!(refused(c, &torchtitan), "moe_a2a_overlap");
+}
+
+#[test]
+fn a_domain_deduplicating_dispatcher_sends_each_token_once_per_remote_node() {
+    // DeepSeek-V3 at ep 64 on 8 DGX H100 nodes (tp 2 pp 8 ×4, as Megatron-Bridge's
+    // 1,024-GPU recipe). The all-to-all sends each of a token's 8 routed copies to its
+    // expert's rank, 7/8 of them off the node; DeepEP and HybridEP send the token once to
+    // each other node holding one of its experts and forward it there over NVLink.
+    let m = model_preset("deepseek-v3").unwrap();
+    let cluster = cluster_preset("dgx-h100").unwrap();
+    let t = TrainSpec {
+        dtype: Dtype::Bf16,
+        ..TrainSpec::new(8192, 4096)
+    };
+    let d = device_for(&cluster, t.dtype).unwrap();
+    let c: ParallelConfig = "dp64 tp2 pp8 vp4 ep64 mbs1 zero1 sp".parse().unwrap();
+    let ep_s = |dispatcher| {
+        let t = TrainSpec {
+            moe_dispatcher: dispatcher,
+            ..t.clone()
+        };
+        estimate(&m, &cluster, &t, &c, &d)
+            .unwrap()
+            .breakdown
+            .ep_comm_s
+    };
+    let (a2a, deepep, hybridep) = (
+        ep_s(MoeDispatcher::AllToAll),
+        ep_s(MoeDispatcher::DeepEp),
+        ep_s(MoeDispatcher::HybridEp),
+    );
+    assert_eq!(deepep, hybridep);
+    // Group-limited routing (4 of 8 groups, one group per node here) keeps a token to
+    // 0.5 × (1 − C(96, 8)/C(128, 8)) of each other node: 3.17 of 7 remote nodes, against
+    // 8 × 7/8 = 7 remote copies; the NIC time falls by about as much.
+    let remote = remote_domains(&m, 64, 8);
+    assert!((remote - 3.17).abs() < 0.01, "{remote}");
+    assert!(
+        deepep < 0.6 * a2a && deepep > 0.35 * a2a,
+        "{deepep} vs {a2a}"
+    );
+    // Without the group limit the token reaches more nodes, never more than its copies.
+    let ungrouped = plait_spec::ModelSpec {
+        router: None,
+        ..m.clone()
+    };
+    let free = remote_domains(&ungrouped, 64, 8);
+    assert!(free > remote && free < 7.0, "{free}");
+    // Inside one node there is nothing to deduplicate: the same all-to-all.
+    let node: ParallelConfig = "dp8 ep8 mbs1 zero1".parse().unwrap();
+    let mixtral = model_preset("mixtral-8x7b").unwrap();
+    let in_node = |dispatcher| {
+        let t = TrainSpec {
+            moe_dispatcher: dispatcher,
+            ..TrainSpec::new(64, 4096)
+        };
+        estimate(&mixtral, &cluster, &t, &node, &d)
+            .unwrap()
+            .iteration_time_s
+    };
+    assert_eq!(
+        in_node(MoeDispatcher::AllToAll),
+        in_node(MoeDispatcher::DeepEp)
+    );
+}
+
+#[test]
+fn only_megatron_runs_the_flex_dispatchers() {
+    let m = model_preset("mixtral-8x7b").unwrap();
+    let cluster = cluster_preset("dgx-h100").unwrap();
+    let d = device_for(&cluster, Dtype::Bf16).unwrap();
+    let c: ParallelConfig = "dp8 ep8 mbs1 zero1".parse().unwrap();
+    let t = TrainSpec {
+        engine: Engine::Torchtitan,
+        moe_dispatcher: MoeDispatcher::HybridEp,
+        ..TrainSpec::new(64, 4096)
+    };
+    let err = estimate(&m, &cluster, &t, &c, &d).unwrap_err().to_string();
+    assert!(
+        err.contains("moe_dispatcher") && err.contains("allowed: alltoall"),
+        "{err}"
+    );
 }

@@ -44,6 +44,7 @@ const MEGATRON_FLAGS: &[&str] = &[
     "--moe-router-topk",
     "--moe-grouped-gemm",
     "--moe-token-dispatcher-type",
+    "--moe-flex-dispatcher-backend",
     "--moe-expert-capacity-factor",
     "--moe-pad-expert-input-to-capacity",
     "--num-distributed-optimizer-instances",
@@ -622,4 +623,42 @@ fn megatron_exports_nemotron_3_with_its_router() {
     assert!(f.contains_key("--moe-router-enable-expert-bias"), "{f:?}");
     assert_eq!(f["--moe-router-topk-scaling-factor"], "2.5");
     assert_eq!(f["--moe-router-topk"], "6");
+}
+
+#[test]
+fn megatron_exports_the_dispatcher_the_plan_was_costed_with() {
+    // Mixtral 8x7B at ep 8: the all-to-all by default, Megatron-Core's flex dispatcher over
+    // HybridEP where the run names it; an engine without it refuses the plan.
+    let model = model_preset("mixtral-8x7b").unwrap();
+    let c: ParallelConfig = "dp8 ep8 mbs1 zero1".parse().unwrap();
+    let flags = |dispatcher| {
+        let t = TrainSpec {
+            moe_dispatcher: dispatcher,
+            ..TrainSpec::new(64, 4096)
+        };
+        let cluster = cluster_preset("dgx-h100").unwrap();
+        let d = plait_cost::device_for(&cluster, t.dtype).unwrap();
+        let est = plait_cost::estimate(&model, &cluster, &t, &c, &d).unwrap();
+        let plan = Plan::new(
+            c,
+            StageMap::uniform(model.layers, &c),
+            c.microbatches(&t),
+            est.clone(),
+            est.iteration_time_s,
+        );
+        let refused = export(Engine::DeepSpeed, &plan, &model, &t).err();
+        let files = export(Engine::Megatron, &plan, &model, &t).unwrap();
+        (megatron_flags(file(&files, "megatron_args.sh")), refused)
+    };
+    let (f, refused) = flags(plait_spec::MoeDispatcher::AllToAll);
+    assert_eq!(f["--moe-token-dispatcher-type"], "alltoall");
+    assert!(!f.contains_key("--moe-flex-dispatcher-backend"));
+    assert!(refused.is_none(), "{refused:?}");
+    let (f, refused) = flags(plait_spec::MoeDispatcher::HybridEp);
+    assert_eq!(f["--moe-token-dispatcher-type"], "flex");
+    assert_eq!(f["--moe-flex-dispatcher-backend"], "hybridep");
+    let refused = refused
+        .expect("deepspeed has no flex dispatcher")
+        .to_string();
+    assert!(refused.contains("hybridep"), "{refused}");
 }

@@ -38,5 +38,5 @@ pub use presets::{model_preset, model_preset_names};
 pub use stage_map::{even_chunk_blocks, schedule_spec, StageMap};
 pub use train::{
     parse_compile_components, AttentionImpl, CpComm, Dtype, Engine, Float8Recipe, Lora, LoraTarget,
-    Recompute, RecomputeModule, RecomputeModules, Schedule, Sdpa, Task, TrainSpec,
+    MoeDispatcher, Recompute, RecomputeModule, RecomputeModules, Schedule, Sdpa, Task, TrainSpec,
 };

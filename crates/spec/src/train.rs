@@ -209,6 +209,31 @@ keyword_enum!(
 );
 
 keyword_enum!(
+    /// How the expert layers move tokens to their experts and back (expert parallelism
+    /// only). `alltoall`: one NCCL all-to-all per dispatch and combine, every routed copy
+    /// of a token sent to its expert's rank (Megatron-Core's `alltoall` dispatcher,
+    /// torchtitan's, DeepSpeed-MoE's). `deepep` and `hybridep`: Megatron-Core's `flex`
+    /// dispatcher (`moe_flex_dispatcher_backend`, Megatron-LM d98e8a6
+    /// `transformer_config.py:891-898`) over DeepEP or NVIDIA's HybridEP, which send a
+    /// token once to each NVLink domain holding one of its experts and forward the copies
+    /// inside the domain over NVLink (DeepSeek-V3 technical report, arXiv 2412.19437
+    /// §3.2.2: "transmitted via IB to the GPUs with the same in-node index on their target
+    /// nodes … forwarded via NVLink to specific GPUs that host their target experts").
+    /// [`Engine::moe_dispatchers`] lists which an engine runs.
+    MoeDispatcher {
+        AllToAll => "alltoall",
+        DeepEp => "deepep",
+        HybridEp => "hybridep",
+    }
+);
+
+impl Default for MoeDispatcher {
+    fn default() -> Self {
+        MoeDispatcher::AllToAll
+    }
+}
+
+keyword_enum!(
     /// The training engine that runs the plan: what it fuses, what it overlaps and what it
     /// keeps in memory differ, and the cost model follows each (plait-cost `engine`).
     /// * `megatron` — Megatron-Core with Transformer Engine (NeMo's runtime);
@@ -285,6 +310,22 @@ impl Engine {
     /// all-to-alls of one micro-batch with another's compute (`TrainSpec::moe_a2a_overlap`).
     pub fn runs_combined_1f1b(self) -> bool {
         self == Engine::Megatron
+    }
+
+    /// The expert dispatchers the engine runs, its default first: Megatron-Core's
+    /// `alltoall` and its `flex` backends (DeepEP, HybridEP); the other engines' all-to-all
+    /// (DeepSpeed-MoE, torchtitan's default `expert_parallel` all-to-all; plait models
+    /// llm-foundry's FSDP and its own runtime the same way).
+    pub fn moe_dispatchers(self) -> &'static [MoeDispatcher] {
+        if self == Engine::Megatron {
+            &[
+                MoeDispatcher::AllToAll,
+                MoeDispatcher::DeepEp,
+                MoeDispatcher::HybridEp,
+            ]
+        } else {
+            &[MoeDispatcher::AllToAll]
+        }
     }
 
     /// Whether the engine runs Megatron-Core's choice of selective recompute modules
@@ -472,6 +513,10 @@ pub struct TrainSpec {
     /// `qwen/common.py`, `gpt_oss/common.py`); Megatron-Core's default is off.
     #[serde(default)]
     pub moe_a2a_overlap: bool,
+    /// How expert layers dispatch tokens ([`MoeDispatcher`]; default `alltoall`, every
+    /// engine's).
+    #[serde(default)]
+    pub moe_dispatcher: MoeDispatcher,
 }
 
 fn default_sdpa() -> Sdpa {
@@ -583,6 +628,21 @@ impl TrainSpec {
         })
     }
 
+    /// Where the run names an expert dispatcher its engine does not run: the dispatcher
+    /// and the ones allowed.
+    pub fn moe_dispatcher_refused(&self) -> Option<String> {
+        let allowed = self.engine.moe_dispatchers();
+        (!allowed.contains(&self.moe_dispatcher)).then(|| {
+            let names: Vec<&str> = allowed.iter().map(|d| d.keyword()).collect();
+            format!(
+                "engine {} does not run the {} dispatcher (allowed: {})",
+                self.engine.keyword(),
+                self.moe_dispatcher,
+                names.join(", ")
+            )
+        })
+    }
+
     /// Whether FSDP gathers the float8 weights in fp8: asked for, and torchao's tensor-wise
     /// recipe in force (the only one that can).
     pub fn gathers_float8(&self) -> bool {
@@ -626,6 +686,7 @@ impl TrainSpec {
             float8_recipe: None,
             float8_all_gather: false,
             moe_a2a_overlap: false,
+            moe_dispatcher: MoeDispatcher::AllToAll,
         }
     }
 }

@@ -13,11 +13,13 @@ use crate::device::{DeviceModel, KERNEL_DISPATCH_S};
 use crate::engine::{contention_per_overlap_s, nccl_channels, EngineProfile};
 
 mod context_parallel;
+mod dispatch;
 mod ends;
 mod mamba;
 mod quantise;
 mod selective;
 mod transformer;
+pub use dispatch::remote_domains;
 pub use ends::{embedding_cost, head_cost, mtp_projection_cost};
 pub use mamba::{ssd_scan_flops_per_token, SsdScan};
 
@@ -167,6 +169,8 @@ pub struct Workload {
     pub attention_span: f64,
     /// LoRA adapters beside frozen weights (`None`: every weight trains).
     pub lora: Option<plait_spec::Lora>,
+    /// How expert layers dispatch tokens (`TrainSpec::moe_dispatcher`).
+    pub moe_dispatcher: plait_spec::MoeDispatcher,
 }
 
 impl Workload {
@@ -198,6 +202,7 @@ impl Workload {
             moe_capacity: t.moe_capacity,
             attention_span: t.attention_span() as f64,
             lora: t.lora_adapters(),
+            moe_dispatcher: t.moe_dispatcher,
         }
     }
 

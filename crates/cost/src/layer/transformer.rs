@@ -661,9 +661,16 @@ pub(super) fn transformer_block_cost(
         // 1) and reduce-scatters the expert output back before the combine (Megatron-LM
         // d98e8a6 `moe/token_dispatcher.py`, `MoEAlltoAllTokenDispatcher.token_dispatch` /
         // `dispatch_postprocess` / `combine_preprocess`).
+        // DeepEP and HybridEP send each token once per NVLink domain instead (`dispatch`).
         let gathered = routed_tokens * h * e;
         let etp_slices = if w.sp { g.etp.size as f64 } else { 1.0 };
-        let a2a = g.ep.all_to_all_s(gathered / etp_slices);
+        let a2a = super::dispatch::dispatch_s(
+            m,
+            w.moe_dispatcher,
+            &g.ep,
+            gathered / etp_slices,
+            gathered / etp_slices / topk.max(1.0),
+        );
         let etp = if moe_dispatch_over_tp && g.etp.size > 1 {
             g.etp.all_gather_s(gathered) + g.etp.reduce_scatter_s(gathered)
         } else {

@@ -284,6 +284,11 @@ pub fn export(
     if let Some(why) = as_exported.float8_recipe_refused() {
         reasons.push(format!("fp8 as costed: {why}"));
     }
+    if model.moe.is_some() && plan.config.ep > 1 {
+        if let Some(why) = as_exported.moe_dispatcher_refused() {
+            reasons.push(format!("the experts' dispatch as costed: {why}"));
+        }
+    }
     reasons.extend(match engine {
         Engine::Megatron => megatron::model_reasons(plan, model, train),
         Engine::DeepSpeed => deepspeed::model_reasons(plan, model, train),

@@ -198,6 +198,27 @@ impl ParallelConfig {
         Ok(())
     }
 
+    /// The expert dispatcher (`TrainSpec::moe_dispatcher`) is one the engine runs.
+    pub fn check_moe_dispatcher(&self, train: &TrainSpec) -> Result<()> {
+        match train.moe_dispatcher_refused() {
+            Some(why) => Err(SpecError::for_field(
+                "moe_dispatcher",
+                why,
+                format!(
+                    "one of {}",
+                    train
+                        .engine
+                        .moe_dispatchers()
+                        .iter()
+                        .map(|d| d.keyword())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Megatron-Core's overlap of the expert all-to-alls with another micro-batch's compute
     /// (`TrainSpec::moe_a2a_overlap`) runs under its engine only, with expert parallelism,
     /// with interleaving wherever there is a pipeline, and without full recompute or the
@@ -443,6 +464,7 @@ impl ParallelConfig {
         }
         self.check_recompute_modules(model, train)?;
         self.check_moe_a2a_overlap(model, train)?;
+        self.check_moe_dispatcher(train)?;
         if let Some(shard) = self.dp_shard {
             if shard == 0 || !self.dp.is_multiple_of(shard) {
                 return err(

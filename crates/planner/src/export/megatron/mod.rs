@@ -10,7 +10,7 @@
 //!   `--yarn-beta-fast`, `--yarn-beta-slow`, `--mscale`, `--mscale-all-dim`,
 //!   `--no-yarn-correction-range-round-to-int`,
 //!   `--swiglu`, `--untie-embeddings-and-output-weights`, `--seq-length`, `--num-experts`,
-//!   `--moe-grouped-gemm`, `--moe-token-dispatcher-type`, `--moe-expert-capacity-factor`,
+//!   `--moe-grouped-gemm`, `--moe-token-dispatcher-type` (`--moe-flex-dispatcher-backend`), `--moe-expert-capacity-factor`,
 //!   `--moe-pad-expert-input-to-capacity` (the last three `TransformerConfig` fields),
 //!   `--decoder-first-pipeline-num-layers`, `--decoder-last-pipeline-num-layers`,
 //!   `--pipeline-model-parallel-layout`, `--num-virtual-stages-per-pipeline-rank`,
@@ -73,7 +73,9 @@
 //! The model's architecture flags (MoE, RoPE scaling, MLA, router, hybrids) are `model`'s;
 //! this module writes the parallel layout, the schedule and the files.
 
-use plait_spec::{AttentionImpl, CpComm, Dtype, Family, ModelSpec, Norm, Positions, TrainSpec};
+use plait_spec::{
+    AttentionImpl, CpComm, Dtype, Family, ModelSpec, MoeDispatcher, Norm, Positions, TrainSpec,
+};
 
 use super::{commented, list, pipe, recompute, summary_lines, ExportFile, Layout, Pipe, Rc};
 use crate::Plan;
@@ -482,10 +484,19 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
         // The local experts as one grouped GEMM, as the `megatron` profile costs them
         // (`plait_cost::engine::EngineProfile::grouped_expert_gemm`).
         m.push(flag("--moe-grouped-gemm"));
-        // The all-to-all dispatcher the cost model prices (Megatron's default is
-        // `allgather`, `transformer_config.py` `moe_token_dispatcher_type`; NVIDIA's MoE
-        // recipes and scripts run `alltoall`).
-        m.push(("--moe-token-dispatcher-type", "alltoall".into()));
+        // The dispatcher the cost model prices (Megatron's default is `allgather`,
+        // `transformer_config.py` `moe_token_dispatcher_type`; NVIDIA's MoE recipes and
+        // scripts run `alltoall`, or `flex` over DeepEP or HybridEP,
+        // `moe_flex_dispatcher_backend`).
+        match train.moe_dispatcher {
+            MoeDispatcher::AllToAll => {
+                m.push(("--moe-token-dispatcher-type", "alltoall".into()));
+            }
+            backend @ (MoeDispatcher::DeepEp | MoeDispatcher::HybridEp) => {
+                m.push(("--moe-token-dispatcher-type", "flex".into()));
+                m.push(("--moe-flex-dispatcher-backend", backend.keyword().into()));
+            }
+        }
         // Token dropping at a capacity, each expert's input padded to it (the
         // `moe_expert_capacity_factor` and `moe_pad_expert_input_to_capacity` fields).
         if let Some(factor) = train.moe_capacity {
