@@ -349,6 +349,17 @@ def _flags(fn: str, values: Mapping[str, Any], spec: Mapping[str, Any]) -> List[
     return argv
 
 
+def _with_degrees(fn: str, values: Mapping[str, Any]) -> Dict[str, Any]:
+    """A command's keyword arguments with those passed through ``**degrees`` merged in: each
+    must be a parallel degree's name (``_native.degrees()``)."""
+    out = {k: v for k, v in values.items() if k != "degrees"}
+    for name, value in values.get("degrees", {}).items():
+        if name not in _DEGREES:
+            raise TypeError(f"{fn}() got an unexpected keyword argument '{name}'")
+        out[name] = value
+    return out
+
+
 _WORKLOAD: Dict[str, Any] = {
     "gpus": _check_int,
     "gbs": _check_int,
@@ -376,15 +387,15 @@ _WORKLOAD: Dict[str, Any] = {
     "moe_dispatcher": _check_str,
 }
 
+# The parallel degrees, as the native module lists them (``plait_spec::Degree::ALL``): one
+# integer keyword argument and flag each. The commands name the ones written when they were
+# and take any other through ``**degrees``.
+_DEGREES: Dict[str, Any] = {name: _check_int for name in _native.degrees()}
+
 _CONFIG: Dict[str, Any] = {
     "config": _check_str,
-    "dp": _check_int,
-    "tp": _check_int,
-    "pp": _check_int,
-    "vp": _check_int,
-    "cp": _check_int,
+    **_DEGREES,
     "cp_comm": _check_str,
-    "ep": _check_int,
     "etp": _check_int,
     "shard": _check_int,
     "mbs": _check_int,
@@ -570,10 +581,11 @@ def estimate(
     moe_a2a_overlap: bool = False,
     moe_dispatcher: Optional[str] = None,
     simulate: bool = False,
+    **degrees: int,
 ) -> Estimate:
     """``plait estimate --json``: one parallel configuration's time, throughput and memory.
     ``simulate=True`` times the pipeline with the event simulator (``--simulate``)."""
-    values = dict(locals())
+    values = _with_degrees("estimate", locals())
     with _Call("estimate") as call:
         argv = ["estimate", "--json"] + call.model_argv(model, cluster)
         argv += _flags("estimate", values, {**_WORKLOAD, **_CONFIG, "simulate": bool})
@@ -627,10 +639,11 @@ def simulate(
     svg: Any = None,
     trace: Any = None,
     ir: bool = False,
+    **degrees: int,
 ) -> Simulation:
     """``plait simulate --json``: one configuration through the event simulator. ``svg`` and
     ``trace`` write the timeline files; ``ir=True`` returns the schedule IR as ``.ir``."""
-    values = dict(locals())
+    values = _with_degrees("simulate", locals())
     _check_bool("simulate", "ir", ir)
     with _Call("simulate") as call:
         argv = ["simulate", "--json"] + call.model_argv(model, cluster)
@@ -691,6 +704,7 @@ def plan(
     svg: Any = None,
     trace: Any = None,
     ir: bool = False,
+    **degrees: int,
 ) -> PlanResult:
     """``plait plan --json``: search every configuration of ``gpus`` GPUs and rank the best.
 
@@ -699,7 +713,7 @@ def plan(
     planner choose per stage); ``simulate`` is how many candidates the event simulator
     re-ranks, ``export`` writes the best plan's launch files into ``out``; ``ir=True`` returns
     the best plan's schedule IR as ``.ir``."""
-    values = dict(locals())
+    values = _with_degrees("plan", locals())
     _check_bool("plan", "ir", ir)
     with _Call("plan") as call:
         argv = ["plan", "--json"] + call.model_argv(model, cluster)

@@ -205,6 +205,7 @@ def estimate(
     moe_a2a_overlap: bool = ...,
     moe_dispatcher: Optional[str] = ...,
     simulate: bool = ...,
+    **degrees: int,
 ) -> Estimate: ...
 def simulate(
     model: Optional[_Model] = ...,
@@ -253,6 +254,7 @@ def simulate(
     svg: Optional[_Path] = ...,
     trace: Optional[_Path] = ...,
     ir: bool = ...,
+    **degrees: int,
 ) -> Simulation: ...
 def plan(
     model: Optional[_Model] = ...,
@@ -304,6 +306,7 @@ def plan(
     svg: Optional[_Path] = ...,
     trace: Optional[_Path] = ...,
     ir: bool = ...,
+    **degrees: int,
 ) -> PlanResult: ...
 def schedule(
     schedule: Optional[str] = ...,

@@ -2,7 +2,7 @@
 
 from typing import List, Optional, Tuple
 
-__all__ = ["run", "CliError", "__version__"]
+__all__ = ["run", "degrees", "CliError", "__version__"]
 
 __version__: str
 
@@ -16,3 +16,6 @@ class CliError(Exception):
 
 def run(argv: List[str]) -> str:
     """Runs ``plait ARGV...`` (without the program name) and returns what it prints."""
+
+def degrees() -> List[str]:
+    """The parallel degrees' names (``dp``, ``tp``, …), each a keyword argument and a flag."""

@@ -384,6 +384,25 @@ def test_wrong_types_raise_type_error_naming_the_argument(fn, kwargs, text):
         fn(**kwargs)
 
 
+def test_every_degree_is_a_keyword_and_others_are_refused():
+    """The degrees come from the native list (plait_spec::Degree::ALL): each the commands
+    name reaches its flag, one passed through ``**degrees`` would too, and a name that is no
+    degree is refused as Python refuses an unknown keyword."""
+    degrees = plait._native.degrees()
+    assert degrees[:6] == ["dp", "tp", "pp", "vp", "cp", "ep"]
+    for fn in (plait.estimate, plait.simulate, plait.plan):
+        params = inspect.signature(fn).parameters
+        assert "degrees" in params
+        assert all(d in params for d in degrees[:6]), fn.__name__
+    for fn in (plait.estimate, plait.plan):
+        with pytest.raises(TypeError, match="unexpected keyword argument 'xp'"):
+            fn("llama3-8b", gpus=8, gbs=64, xp=2)
+    merged = plait._with_degrees("estimate", {"tp": None, "degrees": {"pp": 2}})
+    assert merged == {"tp": None, "pp": 2}
+    # The degree dictionary feeds the flags: a degree's value becomes its `--name`.
+    assert plait._flags("estimate", {"pp": 2}, plait._CONFIG) == ["--pp=2"]
+
+
 def test_numpy_integers_are_ints():
     np = pytest.importorskip("numpy")
     a = plait.estimate("llama3-8b", gpus=np.int64(8), tp=np.int32(2), gbs=64, moe_skew=np.float64(1.0))
@@ -415,7 +434,9 @@ def _stub_classes():
             ] + [n.name for n in node.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")]
         elif isinstance(node, ast.FunctionDef):
             a = node.args
-            functions[node.name] = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+            functions[node.name] = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs] + (
+                [a.kwarg.arg] if a.kwarg else []
+            )
     return classes, functions
 
 

@@ -37,9 +37,18 @@ fn run(py: Python<'_>, argv: Vec<String>) -> PyResult<String> {
     })
 }
 
+/// The parallel degrees' names (`plait_spec::Degree::ALL`: `dp`, `tp`, …), each the keyword
+/// argument and the flag (`--tp`) of one degree, so the package passes a degree declared
+/// after it was written.
+#[pyfunction]
+fn degrees() -> Vec<&'static str> {
+    plait_spec::Degree::ALL.iter().map(|d| d.name()).collect()
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run, m)?)?;
+    m.add_function(wrap_pyfunction!(degrees, m)?)?;
     m.add("CliError", m.py().get_type::<CliError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use plait_schedule::{generate, validate, Schedule};
-use plait_spec::{ModelSpec, ParallelConfig, Recompute, StageMap, TrainSpec};
+use plait_spec::{Degree, ModelSpec, ParallelConfig, Recompute, StageMap, TrainSpec};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::Backend;
@@ -281,12 +281,32 @@ pub fn parse_plan(text: &str, workers: usize) -> Result<ParallelConfig> {
 /// 64 MiB stack of a rank's threads (a debug build; 2 MiB overflowed at 800).
 pub const MAX_BLOCKS_PER_RANK: u64 = 8192;
 
+/// The parallel degrees the runtime runs; any other degree (`plait_spec::Degree::ALL`,
+/// including one declared after this list was written) is refused above 1.
+pub const RUNTIME_DEGREES: [Degree; 4] = [Degree::Dp, Degree::Tp, Degree::Pp, Degree::Vp];
+
+/// `RUNTIME_DEGREES`' names, for messages (`dp, tp, pp, vp`).
+pub fn runtime_degree_names() -> String {
+    RUNTIME_DEGREES
+        .iter()
+        .map(|d| d.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The first knob of `c` the runtime does not implement, or `None`: the one place its
 /// capabilities are listed (`RunConfig::check` refuses with it, the planner's auto plan
 /// keeps to configurations without one).
 pub fn unsupported_knob(c: &ParallelConfig) -> Option<Unsupported> {
-    if c.cp != 1 || c.ep != 1 {
-        Some(Unsupported::ContextOrExpertParallel { cp: c.cp, ep: c.ep })
+    let untaught = Degree::ALL
+        .iter()
+        .copied()
+        .find(|&d| c.degree(d) > 1 && !RUNTIME_DEGREES.contains(&d));
+    if let Some(degree) = untaught {
+        Some(Unsupported::Degree {
+            degree,
+            size: c.degree(degree),
+        })
     } else if c.zero > 1 {
         Some(Unsupported::ZeroStage { stage: c.zero })
     } else if c.dp_shard() != c.dp {
@@ -305,6 +325,29 @@ pub fn unsupported_knob(c: &ParallelConfig) -> Option<Unsupported> {
 mod tests {
     use super::*;
     use plait_spec::Schedule as Kind;
+
+    #[test]
+    fn degrees_the_runtime_does_not_run_are_refused_by_name() {
+        // Every degree outside RUNTIME_DEGREES, whenever it was declared, is refused above 1
+        // with its own name and the degrees the runtime runs.
+        for &d in plait_spec::Degree::ALL {
+            let mut c = ParallelConfig::default();
+            *c.degree_mut(d) = 2;
+            match unsupported_knob(&c) {
+                Some(u) if !RUNTIME_DEGREES.contains(&d) => {
+                    assert_eq!(
+                        u.to_string(),
+                        format!(
+                            "{0} = 2 is not run by the runtime, which runs dp, tp, pp, vp; use {0} = 1",
+                            d.name()
+                        )
+                    );
+                }
+                None if RUNTIME_DEGREES.contains(&d) => {}
+                other => panic!("{d:?}: {other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn plans_parse_and_must_match_the_workers() {

@@ -135,8 +135,13 @@ fn gib(bytes: f64) -> f64 {
 #[derive(Debug, Clone, PartialEq, Error)]
 #[non_exhaustive]
 pub enum Unsupported {
-    #[error("context parallel (cp = {cp}) and expert parallel (ep = {ep}) are not supported by the runtime; use cp = ep = 1")]
-    ContextOrExpertParallel { cp: u64, ep: u64 },
+    /// A parallel degree the runtime does not run (`config::RUNTIME_DEGREES` lists those it
+    /// does), at a size other than 1.
+    #[error("{} = {size} is not run by the runtime, which runs {}; use {} = 1", .degree.name(), crate::config::runtime_degree_names(), .degree.name())]
+    Degree {
+        degree: plait_spec::Degree,
+        size: u64,
+    },
     #[error("ZeRO stage {stage} is not supported by the runtime (0 or 1)")]
     ZeroStage { stage: u8 },
     #[error("hybrid sharding (shard = {shard} of dp = {dp}) is not supported by the runtime; it shards ZeRO-1 over all of dp")]

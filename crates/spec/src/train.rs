@@ -227,12 +227,6 @@ keyword_enum!(
     }
 );
 
-impl Default for MoeDispatcher {
-    fn default() -> Self {
-        MoeDispatcher::AllToAll
-    }
-}
-
 keyword_enum!(
     /// The training engine that runs the plan: what it fuses, what it overlaps and what it
     /// keeps in memory differ, and the cost model follows each (plait-cost `engine`).
@@ -515,8 +509,12 @@ pub struct TrainSpec {
     pub moe_a2a_overlap: bool,
     /// How expert layers dispatch tokens ([`MoeDispatcher`]; default `alltoall`, every
     /// engine's).
-    #[serde(default)]
+    #[serde(default = "default_moe_dispatcher")]
     pub moe_dispatcher: MoeDispatcher,
+}
+
+fn default_moe_dispatcher() -> MoeDispatcher {
+    MoeDispatcher::AllToAll
 }
 
 fn default_sdpa() -> Sdpa {

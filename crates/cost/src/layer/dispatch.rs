@@ -49,11 +49,11 @@ pub fn remote_domains(model: &ModelSpec, ranks: u64, domains: u64) -> f64 {
     let groups = model
         .router
         .and_then(|r| r.groups)
-        .filter(|&(g, kept)| g > 1 && kept < g && moe.experts % g == 0);
+        .filter(|&(g, kept)| g > 1 && kept < g && moe.experts.is_multiple_of(g));
     let hit = match groups {
         // Whole groups inside each domain: the domain holds j of the kept groups
         // (hypergeometric), and the token's experts are drawn from the kept groups' experts.
-        Some((g, kept)) if g % domains == 0 => {
+        Some((g, kept)) if g.is_multiple_of(domains) => {
             let per_group = experts / g as f64;
             let pool = kept as f64 * per_group;
             let in_domain = g / domains;
@@ -66,7 +66,7 @@ pub fn remote_domains(model: &ModelSpec, ranks: u64, domains: u64) -> f64 {
         }
         // Each group spread over whole domains: the domain's group is kept with
         // probability kept / g, and then holds per_domain of the pool.
-        Some((g, kept)) if domains % g == 0 => {
+        Some((g, kept)) if domains.is_multiple_of(g) => {
             let pool = kept as f64 * experts / g as f64;
             kept as f64 / g as f64 * (1.0 - choose_ratio(pool - per_domain, pool, k))
         }
