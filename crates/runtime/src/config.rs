@@ -285,15 +285,6 @@ pub const MAX_BLOCKS_PER_RANK: u64 = 8192;
 /// including one declared after this list was written) is refused above 1.
 pub const RUNTIME_DEGREES: [Degree; 4] = [Degree::Dp, Degree::Tp, Degree::Pp, Degree::Vp];
 
-/// `RUNTIME_DEGREES`' names, for messages (`dp, tp, pp, vp`).
-pub fn runtime_degree_names() -> String {
-    RUNTIME_DEGREES
-        .iter()
-        .map(|d| d.name())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// The first knob of `c` the runtime does not implement, or `None`: the one place its
 /// capabilities are listed (`RunConfig::check` refuses with it, the planner's auto plan
 /// keeps to configurations without one).
@@ -306,6 +297,7 @@ pub fn unsupported_knob(c: &ParallelConfig) -> Option<Unsupported> {
         Some(Unsupported::Degree {
             degree,
             size: c.degree(degree),
+            runs: &RUNTIME_DEGREES,
         })
     } else if c.zero > 1 {
         Some(Unsupported::ZeroStage { stage: c.zero })

@@ -53,8 +53,20 @@ pub fn schedule_spec(c: &ParallelConfig, t: &TrainSpec, map: &StageMap) -> Resul
 }
 
 /// Blocks of global chunk `chunk` of `chunks` under an even split of `layers`, the remainder
-/// going to the first chunks.
+/// going to the first chunks. With more chunks than blocks (at most two more:
+/// [`crate::check_pipeline_chunks`]) the loss, and then the embedding, take a chunk of their
+/// own, as Megatron-Core lays them out when it counts them as layers
+/// (`account_for_loss_in_pipeline_split`, `account_for_embedding_in_pipeline_split`:
+/// Megatron-LM d98e8a6 `transformer_config.py`, `transformer_block.py`
+/// `get_num_layers_to_build`; Megatron-Bridge 067f987 sets both for Llama 3.1 405B,
+/// `recipes/llama/h100/llama3.py:1227-1228`): the last chunk holds no block, and at two
+/// more the first neither.
 pub fn even_chunk_blocks(layers: u64, chunks: u64, chunk: u64) -> std::ops::Range<u64> {
+    if chunks > layers {
+        let embedding_alone = u64::from(chunks >= layers + 2);
+        let start = |c: u64| c.saturating_sub(embedding_alone).min(layers);
+        return start(chunk)..start(chunk + 1);
+    }
     let (base, extra) = (layers / chunks, layers % chunks);
     let start = |c: u64| c * base + c.min(extra);
     start(chunk)..start(chunk + 1)
@@ -233,6 +245,41 @@ impl StageMap {
 mod tests {
     use super::*;
     use crate::train::Schedule;
+
+    #[test]
+    fn the_embedding_and_the_loss_take_a_chunk_of_their_own_past_the_blocks() {
+        // Megatron-Bridge's Llama 3.1 405B at pp 16 × vp 8: 128 chunks for 126 blocks, the
+        // embedding alone in the first, the loss alone in the last (the layout its recipe
+        // writes with the embedding and the loss counted as layers).
+        let c = ParallelConfig {
+            pp: 16,
+            vp: 8,
+            schedule: Schedule::Interleaved,
+            ..ParallelConfig::default()
+        };
+        let map = StageMap::uniform(126, &c);
+        assert_eq!(map.chunk_blocks[0], 0);
+        assert_eq!(map.chunk_blocks[127], 0);
+        assert!(map.chunk_blocks[1..127].iter().all(|&b| b == 1));
+        map.validate(126, &c).unwrap();
+        // One chunk more than blocks: the loss alone in the last.
+        let blocks: Vec<u64> = (0..5)
+            .map(|j| even_chunk_blocks(4, 5, j).count() as u64)
+            .collect();
+        assert_eq!(blocks, vec![1, 1, 1, 1, 0]);
+        let blocks: Vec<u64> = (0..6)
+            .map(|j| even_chunk_blocks(4, 6, j).count() as u64)
+            .collect();
+        assert_eq!(blocks, vec![0, 1, 1, 1, 1, 0]);
+        // Three more has a chunk with nothing in it.
+        let model = crate::model_preset("tiny-gpt").unwrap();
+        assert_eq!(model.layers, 4);
+        assert!(crate::check_pipeline_chunks(&model, 3, 2).is_ok());
+        let err = crate::check_pipeline_chunks(&model, 7, 1)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("pp×vp ≤ 6"), "{err}");
+    }
 
     #[test]
     fn uniform_map_splits_evenly_and_spares_scp_last_rank() {

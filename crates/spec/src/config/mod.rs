@@ -63,17 +63,21 @@ pub fn check_tp_split(model: &ModelSpec, tp: u64) -> Result<()> {
     Ok(())
 }
 
-/// `pp` stages of `vp` chunks each hold at least one of `model`'s layers.
+/// `pp` stages of `vp` chunks each hold at least one of `model`'s layers, or the embedding
+/// or the loss alone: at most two chunks more than layers, as Megatron-Core lays them out
+/// when it counts the embedding and the loss as layers (`even_chunk_blocks`).
 pub fn check_pipeline_chunks(model: &ModelSpec, pp: u64, vp: u64) -> Result<()> {
     let chunks = pp.saturating_mul(vp);
-    if chunks > model.layers {
+    let most = model.layers.saturating_add(2);
+    if chunks > most {
         return Err(SpecError::for_field(
             "pp",
             format!(
-                "pp×vp = {chunks} pipeline chunks but {} has only {} layers",
+                "pp×vp = {chunks} pipeline chunks but {} has only {} layers, with the \
+                 embedding and the loss {most}",
                 model.name, model.layers
             ),
-            format!("pp×vp ≤ {}", model.layers),
+            format!("pp×vp ≤ {most}"),
         ));
     }
     Ok(())
