@@ -65,6 +65,7 @@ const MEGATRON_FLAGS: &[&str] = &[
     "--moe-ffn-hidden-size",
     "--moe-layer-freq",
     "--moe-shared-expert-intermediate-size",
+    "--moe-latent-size",
     "--mtp-num-layers",
     "--sequence-parallel",
     "--use-distributed-optimizer",
@@ -490,6 +491,7 @@ fn megatron_exports_build_the_model_the_config_describes_or_refuse() {
             experts: 8,
             top_k: 2,
             shared_experts: 1,
+            latent: None,
         }),
         ffn_hidden: 1024,
         block_runs: vec![
@@ -611,6 +613,14 @@ fn megatron_exports_build_the_model_the_config_describes_or_refuse() {
         ..deepseek
     };
     assert!(refusal(v2_groups).contains("group"));
+}
+
+#[test]
+fn megatron_exports_nemotron_3_super_with_its_latent_experts() {
+    let f = megatron_export(model_preset("nemotron-3-super-120b-a12b").unwrap()).unwrap();
+    assert_eq!(f["--moe-latent-size"], "1024");
+    assert_eq!(f["--moe-shared-expert-intermediate-size"], "5376");
+    assert_eq!(f["--moe-router-topk"], "22");
 }
 
 #[test]

@@ -13,7 +13,7 @@ pub use crate::model::arch::{gpt, llama};
 /// Presets that are a released model's `config.json` (the keys that shape it, in
 /// `crates/spec/presets/`, whose README names each file's repository), read by the parser
 /// users' files go through.
-const HF_PRESETS: [(&str, &str); 14] = [
+const HF_PRESETS: [(&str, &str); 15] = [
     (
         "mixtral-8x22b",
         include_str!("../presets/mixtral-8x22b.json"),
@@ -39,6 +39,10 @@ const HF_PRESETS: [(&str, &str); 14] = [
     (
         "nemotron-3-nano-30b-a3b",
         include_str!("../presets/nemotron-3-nano-30b-a3b.json"),
+    ),
+    (
+        "nemotron-3-super-120b-a12b",
+        include_str!("../presets/nemotron-3-super-120b-a12b.json"),
     ),
 ];
 
@@ -96,6 +100,7 @@ fn llama4_release(name: &str, experts: u64, moe_step: u64) -> ModelSpec {
                 experts,
                 top_k: 1,
                 shared_experts: 1,
+                latent: None,
             },
         )
     }
@@ -196,6 +201,7 @@ pub fn model_preset(name: &str) -> Result<ModelSpec> {
                     experts: 8,
                     top_k: 2,
                     shared_experts: 0,
+                    latent: None,
                 }),
             )
         },
@@ -366,7 +372,7 @@ mod tests {
     fn hf_presets_match_their_published_totals() {
         // (preset, total, active per token) from each model card (README of the repository
         // `crates/spec/presets/README.md` names); active `None` for dense models.
-        let published: [(&str, f64, Option<f64>); 16] = [
+        let published: [(&str, f64, Option<f64>); 17] = [
             // "141B parameters, 39B active" (Mistral AI, Mixtral 8x22B announcement).
             ("mixtral-8x22b", 141e9, Some(39e9)),
             // 671 B in the main model; the card's 685 B add the 14 B MTP module. 37 B active.
@@ -391,6 +397,11 @@ mod tests {
             ("bloom-176b", 176.247e9, None),
             // NVIDIA's model card: 31.6 B total, about 3.6 B active with the embeddings.
             ("nemotron-3-nano-30b-a3b", 31.6e9, Some(3.6e9)),
+            // The released checkpoint's safetensors headers: 123,611,012,096 BF16 weights,
+            // 2,942,324,736 of them the MTP module (not modelled for this family), and
+            // 107,898,470,400 the experts a token does not use: 120.67 B and 12.77 B
+            // active ("120B total, 12B active", NVIDIA's model card).
+            ("nemotron-3-super-120b-a12b", 120.669e9, Some(12.770e9)),
             // The Llama 3.1 names of the Llama 3 presets.
             ("llama3.1-8b", 8.03e9, None),
             ("llama3.1-70b", 70.6e9, None),

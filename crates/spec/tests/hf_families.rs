@@ -435,10 +435,10 @@ fn nemotron_3_nano_moe_layers() {
         );
         assert_eq!(dense.hybrid_pattern().unwrap(), pattern);
     }
-    // A latent MoE (Nemotron 3 Super's `moe_latent_size`) is refused by name; a shared
-    // width that is not whole expert widths too.
+    // A latent width that is not a size is refused by name; a shared width that is not
+    // whole expert widths too.
     error(
-        &with(released, "moe_latent_size", json!(1024)),
+        &with(released, "moe_latent_size", json!("wide")),
         "moe_latent_size",
     );
     error(&with(released, "n_group", json!(8)), "n_group");
@@ -644,4 +644,34 @@ fn dbrx_every_layer_moe() {
     let mut gelu = cfg.clone();
     gelu["ffn_config"]["ffn_act_fn"] = json!({"name": "gelu"});
     nested_error(&gelu.to_string(), "ffn_config", "ffn_act_fn");
+}
+
+#[test]
+fn nemotron_3_super_latent_experts() {
+    // nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16: 88 layers (40 Mamba-2, 40 MoE, 8
+    // attention), 512 experts of 2688 at the latent width 1024, 22 routed, one shared
+    // expert of 5376 on the hidden state. The released checkpoint holds 120.67 B weights
+    // besides its MTP module, 12.77 B of them active per token (the experts a token does
+    // not use hold 107.90 B).
+    let m = plait_spec::model_preset("nemotron-3-super-120b-a12b").unwrap();
+    let moe = m.moe.unwrap();
+    assert_eq!(
+        (moe.experts, moe.top_k, moe.shared_experts, moe.latent),
+        (512, 22, 2, Some(1024))
+    );
+    within_1_percent("nemotron-3-super", m.parameter_count(), 120.669e9);
+    let active = m.active_parameter_count() as f64;
+    assert!((active / 12.770e9 - 1.0).abs() < 0.01, "{active}");
+    // The experts' GEMMs run at the latent width; the projections to and from it are
+    // replicated over tp, on each tp rank's share of the tokens.
+    let moe_block = m
+        .block_kinds()
+        .into_iter()
+        .find(|k| k.moe.is_some())
+        .unwrap();
+    let g = moe_block.block_gemms(8192, plait_spec::Shard::new(2, 8));
+    assert_eq!((g.mlp[0].k, g.mlp[1].n), (1024, 1024));
+    let [down, up] = g.latent.unwrap();
+    assert_eq!((down.m, down.n, down.k), (4096, 1024, 4096));
+    assert_eq!((up.m, up.n, up.k), (4096, 4096, 1024));
 }

@@ -25,6 +25,7 @@ fn preset_of(model: &str) -> Option<&'static str> {
         "Qwen3_235B_a22B" => "qwen3-235b-a22b",
         "Kimi_K2" => "kimi-k2",
         "Nemotron_3_Nano" => "nemotron-3-nano-30b-a3b",
+        "Nemotron_3_Super" => "nemotron-3-super-120b-a12b",
         _ => return None,
     })
 }

@@ -721,6 +721,7 @@ fn nemo_table(text: &str, source: &'static str, name: &'static str) -> Result<Ta
                         experts,
                         top_k: row.int("top_k").unwrap_or(2),
                         shared_experts: 0,
+                        latent: None,
                     });
                     ModelSpec {
                         head_dim,

@@ -123,6 +123,8 @@ pub(super) fn transformer_block_cost(
     let e = w.e;
     let t = w.tp as f64;
     let h = m.hidden as f64;
+    // Width at which tokens reach the routed experts: LatentMoE's, else the hidden size.
+    let expert_width = m.moe.map_or(h, |moe| moe.expert_width(m.hidden) as f64);
     let tokens = w.tokens();
     let rep = w.replicated(h);
     let full_hidden_bytes = tokens * h * e;
@@ -282,8 +284,13 @@ pub(super) fn transformer_block_cost(
         parts.norm2 = fwd.since(before);
         if let Some(router) = gemms.router {
             fwd.gemm(d, &router);
+            // LatentMoE projects the tokens to the experts' width before the dispatch and
+            // back after the combine (their backward: the extra linears' below).
+            for g in gemms.latent.iter().flatten() {
+                fwd.gemm(d, g);
+            }
             // Permute tokens to experts and back: read + write of routed hidden states, twice.
-            let permute = 2.0 * 2.0 * routed_tokens * h * e;
+            let permute = 2.0 * 2.0 * routed_tokens * expert_width * e;
             fwd.stream(d, permute);
             bwd.stream(d, permute);
             let (rd, rw) = backward_gemms(&router);
@@ -334,6 +341,7 @@ pub(super) fn transformer_block_cost(
         .filter(|_| has_attn)
         .flatten()
         .chain(gemms.shared.iter().filter(|_| has_mlp).flatten())
+        .chain(gemms.latent.iter().filter(|_| has_mlp).flatten())
         .copied()
         .collect();
     // The block's own linears with their place (0 qkv, 1 attention output, 2 fc1, 3 fc2):
@@ -512,12 +520,13 @@ pub(super) fn transformer_block_cost(
             weight_grad_s += wg_s;
         }
     }
-    // Attention and dense MLP weights split over tp; norms (and the MoE router) replicated.
+    // Attention and dense MLP weights split over tp; norms (and the MoE router and LatentMoE's
+    // projections) replicated.
     let router = m.moe.map_or(0, |moe| m.hidden * moe.experts) as f64;
     let norms = (m.block_params() - m.attention_params() - m.mlp_params()) as f64;
     let params = (m.attention_params() + m.mlp_params() - m.expert_params()) as f64 / t
         + norms
-        + router * (1.0 - 1.0 / t);
+        + (router + m.latent_projection_params() as f64) * (1.0 - 1.0 / t);
     let expert_params = m.expert_params() as f64 / (w.etp * w.ep) as f64;
     let (trainable_params, trainable_expert_params) = if w.lora.is_some() {
         (adapter_params, 0.0)
@@ -662,7 +671,7 @@ pub(super) fn transformer_block_cost(
         // d98e8a6 `moe/token_dispatcher.py`, `MoEAlltoAllTokenDispatcher.token_dispatch` /
         // `dispatch_postprocess` / `combine_preprocess`).
         // DeepEP and HybridEP send each token once per NVLink domain instead (`dispatch`).
-        let gathered = routed_tokens * h * e;
+        let gathered = routed_tokens * expert_width * e;
         let etp_slices = if w.sp { g.etp.size as f64 } else { 1.0 };
         let a2a = super::dispatch::dispatch_s(
             m,
@@ -730,8 +739,15 @@ pub(super) fn transformer_block_cost(
             Activation::SwiGlu => 2.0 * e + linear_in,
         };
     let moe_saved = match m.moe {
-        // Router logits (fp32) and the permuted expert inputs and outputs.
-        Some(moe) => tokens * moe.experts as f64 * FP32 + 2.0 * routed_tokens * h * e,
+        // Router logits (fp32) and the permuted expert inputs and outputs; LatentMoE's
+        // up projection keeps its input, the combined output at the latent width, per
+        // local token (the down projection's is the router's, kept with the norm's).
+        Some(moe) => {
+            let latent_in = moe
+                .latent
+                .map_or(0.0, |l| (tokens / t).ceil() * l as f64 * linear_in);
+            tokens * moe.experts as f64 * FP32 + 2.0 * routed_tokens * expert_width * e + latent_in
+        }
         None => 0.0,
     };
     // Per half it holds: the norm input and the QKV or fc1 input (sharded with sp), the

@@ -50,6 +50,7 @@ impl Config<'_> {
             experts,
             top_k,
             shared_experts: shared,
+            latent: None,
         };
         let mut runs = crate::model::runs_of((0..layers).map(|i| {
             let dense = i < first_dense || !i.is_multiple_of(freq);

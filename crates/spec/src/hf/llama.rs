@@ -102,6 +102,7 @@ impl Config<'_> {
                 experts,
                 top_k,
                 shared_experts: 0,
+                latent: None,
             })
         } else {
             None

@@ -81,6 +81,7 @@ impl Config<'_> {
                     experts,
                     top_k,
                     shared_experts: 1,
+                    latent: None,
                 },
             )
         };

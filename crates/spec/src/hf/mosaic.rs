@@ -257,6 +257,7 @@ impl Config<'_> {
                 experts,
                 top_k,
                 shared_experts: 0,
+                latent: None,
             }),
         );
         let spec = ModelSpec {

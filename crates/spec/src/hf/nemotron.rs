@@ -54,19 +54,17 @@ impl Config<'_> {
     /// Nemotron 3's experts (transformers' `NemotronHConfig`): `n_routed_experts` of
     /// `moe_intermediate_size`, `num_experts_per_tok` routed, and shared experts of
     /// `moe_shared_expert_intermediate_size` (a whole number of routed widths; none when
-    /// `n_shared_experts` is 0); `None` when the config names no experts. A latent MoE
-    /// (`moe_latent_size`, experts in a projected space) is not expressible.
+    /// `n_shared_experts` is 0); `None` when the config names no experts. Nemotron 3
+    /// Super's LatentMoE routes its experts at `moe_latent_size` (`MoeSpec::latent`; null
+    /// or absent: on the hidden state).
     fn nemotron_h_experts(&self) -> Result<Option<(MoeSpec, u64)>> {
         let Some(experts) = self.opt_int("n_routed_experts", MAX_DIM)? else {
             return Ok(None);
         };
-        if let Some(v) = self.get("moe_latent_size").filter(|v| !v.is_null()) {
-            return Err(self.err(
-                "moe_latent_size",
-                format!("a latent MoE ({}) is not expressible", show(v)),
-                "null (experts on the hidden state)",
-            ));
-        }
+        let latent = match self.get("moe_latent_size") {
+            None | Some(Value::Null) => None,
+            Some(_) => Some(self.int("moe_latent_size", MAX_DIM)?),
+        };
         let width = self.int("moe_intermediate_size", MAX_DIM)?;
         let top_k = self.routed_top_k("n_routed_experts", experts)?;
         let shared = match self.opt_int("n_shared_experts", MAX_DIM)? {
@@ -88,6 +86,7 @@ impl Config<'_> {
                 experts,
                 top_k,
                 shared_experts: shared,
+                latent,
             },
             width,
         )))
@@ -123,7 +122,9 @@ impl Config<'_> {
             }
         };
         let experts = self.nemotron_h_experts()?;
-        let ffn = self.int("intermediate_size", MAX_DIM)?;
+        // transformers' `NemotronHConfig` default (21504), which a config without `-`
+        // layers (Nemotron 3 Super) leaves unused.
+        let ffn = self.opt_int("intermediate_size", MAX_DIM)?.unwrap_or(21504);
         runs_from_pattern(pattern, experts.map(|_| ffn)).map_err(|(i, c)| {
             let problem = if c == 'E' {
                 format!(

@@ -97,10 +97,18 @@ fn block_u128(s: &ModelSpec, norm: u128) -> u128 {
                 + if s.linear_bias { h } else { 0 }
         }
     };
-    let one_mlp = mats * h * f + if s.linear_bias { (mats - 1) * f + h } else { 0 };
+    let mlp_at = |x: u128| mats * x * f + if s.linear_bias { (mats - 1) * f + x } else { 0 };
+    let one_mlp = mlp_at(h);
     let mlp = match s.moe {
         None => one_mlp,
-        Some(m) => w(m.experts) * (one_mlp + h) + w(m.shared_experts) * one_mlp,
+        Some(m) => {
+            // LatentMoE: experts at the latent width, and the projections to and from it.
+            let expert = mlp_at(m.latent.map_or(h, w));
+            let latent = m.latent.map_or(0, |l| {
+                2 * h * w(l) + if s.linear_bias { w(l) + h } else { 0 }
+            });
+            w(m.experts) * (expert + h) + w(m.shared_experts) * one_mlp + latent
+        }
     };
     let mixer = match s.mamba {
         Some(m) => {

@@ -171,6 +171,21 @@ pub struct MoeSpec {
     /// `n_shared_experts`), each as wide as a routed one; a dense MLP split by tp, not ep.
     #[serde(default)]
     pub shared_experts: u64,
+    /// LatentMoE (Nemotron 3 Super; Megatron-Core's `moe_latent_size`): the routed experts
+    /// work at this width instead of the hidden size. A linear replicated over tp projects
+    /// each token down before the dispatch and one projects the combined output back up, so
+    /// tokens are dispatched at this width too (Megatron-LM d98e8a6 `moe/moe_layer.py`
+    /// 266-303, 489-492 and 588-593, `moe/experts.py` 219 and 241, `token_dispatcher.py`
+    /// 1535). `None`: the experts work on the hidden state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latent: Option<u64>,
+}
+
+impl MoeSpec {
+    /// Width of the routed experts' input and output: the latent width, else `hidden`.
+    pub fn expert_width(&self, hidden: u64) -> u64 {
+        self.latent.unwrap_or(hidden)
+    }
 }
 
 /// Multi-head latent attention (DeepSeek-V2/V3): q and kv pass through low-rank latents,
@@ -415,7 +430,12 @@ impl ModelSpec {
     }
 
     fn one_mlp_params(&self) -> u64 {
-        let (h, f) = (self.hidden, self.ffn_hidden);
+        self.mlp_params_at(self.hidden)
+    }
+
+    /// Parameters of one MLP of `ffn_hidden` whose input and output have width `h`.
+    fn mlp_params_at(&self, h: u64) -> u64 {
+        let f = self.ffn_hidden;
         let bias = if self.linear_bias {
             (self.mlp_matrices() - 1) * f + h
         } else {
@@ -463,9 +483,27 @@ impl ModelSpec {
         match self.moe {
             None => self.one_mlp_params(),
             Some(moe) => {
-                (moe.experts + moe.shared_experts) * self.one_mlp_params()
+                moe.experts * self.mlp_params_at(moe.expert_width(self.hidden))
+                    + moe.shared_experts * self.one_mlp_params()
                     + self.hidden * moe.experts
+                    + self.latent_projection_params()
             }
+        }
+    }
+
+    /// Parameters of a LatentMoE block's two projections to and from the experts' width
+    /// (weights, and biases where the linears have them); 0 without a latent width.
+    pub fn latent_projection_params(&self) -> u64 {
+        match self.moe.and_then(|m| m.latent) {
+            Some(latent) if self.block.has_mlp() => {
+                let bias = if self.linear_bias {
+                    latent + self.hidden
+                } else {
+                    0
+                };
+                2 * self.hidden * latent + bias
+            }
+            _ => 0,
         }
     }
 
@@ -476,7 +514,7 @@ impl ModelSpec {
         }
         match self.moe {
             None => 0,
-            Some(moe) => moe.experts * self.one_mlp_params(),
+            Some(moe) => moe.experts * self.mlp_params_at(moe.expert_width(self.hidden)),
         }
     }
 
@@ -508,7 +546,7 @@ impl ModelSpec {
         let attention = if self.block.has_attention() { 2 } else { 0 };
         let mlp_linears = match self.moe {
             None => 2,
-            Some(moe) => 2 * moe.experts + 1,
+            Some(moe) => 2 * moe.experts + 1 + 2 * u64::from(moe.latent.is_some()),
         };
         let linears = attention + mlp_linears;
         let mut biases = 0;
@@ -578,7 +616,9 @@ impl ModelSpec {
         self.parameter_count()
             - self.over_blocks(|k| match k.moe {
                 None => 0,
-                Some(moe) => (moe.experts - moe.top_k) * k.one_mlp_params(),
+                Some(moe) => {
+                    (moe.experts - moe.top_k) * k.mlp_params_at(moe.expert_width(k.hidden))
+                }
             })
     }
 
@@ -645,6 +685,7 @@ impl ModelSpec {
                 None,
             ),
         };
+        let expert_width = self.moe.map_or(h, |m| m.expert_width(h));
         let (f, mlp_tokens, experts, router) = match self.moe {
             None => (self.ffn_hidden / t, tokens, 1, None),
             Some(moe) => {
@@ -674,17 +715,26 @@ impl ModelSpec {
                 name: "mlp_up",
                 m: mlp_tokens,
                 n: up_width,
-                k: h,
+                k: expert_width,
                 count: experts,
             },
             Gemm {
                 name: "mlp_down",
                 m: mlp_tokens,
-                n: h,
+                n: expert_width,
                 k: f,
                 count: experts,
             },
         ];
+        // LatentMoE's projections, replicated over tp, on each tp rank's share of the tokens
+        // (the dispatcher's input).
+        let latent = self.moe.and_then(|m| m.latent).map(|l| {
+            let local = tokens.div_ceil(t.max(1));
+            [
+                gemm("latent_down", local, l, h),
+                gemm("latent_up", local, h, l),
+            ]
+        });
         // Shared experts run on every token as one dense MLP, split by tp.
         let shared = self.moe.filter(|m| m.shared_experts > 0).map(|moe| {
             let fs = moe.shared_experts * self.ffn_hidden / t;
@@ -703,6 +753,7 @@ impl ModelSpec {
             mlp,
             router,
             shared,
+            latent,
         }
     }
 
@@ -758,6 +809,8 @@ pub struct BlockGemms {
     pub router: Option<Gemm>,
     /// Shared experts' up and down projections (every token).
     pub shared: Option<[Gemm; 2]>,
+    /// LatentMoE's projection to the experts' width and back (`MoeSpec::latent`).
+    pub latent: Option<[Gemm; 2]>,
 }
 
 impl BlockGemms {
@@ -768,5 +821,6 @@ impl BlockGemms {
             .chain(self.mlp.iter())
             .chain(self.router.iter())
             .chain(self.shared.iter().flatten())
+            .chain(self.latent.iter().flatten())
     }
 }
