@@ -249,6 +249,20 @@ DEEPSEEK_V3_SMALL = {
     "tie_word_embeddings": False, "hidden_act": "silu",
 }
 
+# A small Nemotron 3 Super: Mamba-2, LatentMoE (experts at moe_latent_size) and attention
+# layers (nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16's keys at toy sizes).
+NEMOTRON_3_SUPER_SMALL = {
+    "model_type": "nemotron_h", "architectures": ["NemotronHForCausalLM"],
+    "hidden_size": 1024, "num_hidden_layers": 6, "hybrid_override_pattern": "MEM*EM",
+    "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 128,
+    "mamba_num_heads": 32, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8,
+    "conv_kernel": 4, "chunk_size": 128, "n_routed_experts": 16, "n_shared_experts": 1,
+    "num_experts_per_tok": 4, "moe_intermediate_size": 512, "moe_latent_size": 256,
+    "moe_shared_expert_intermediate_size": 1024, "mlp_hidden_act": "relu2", "n_group": 1,
+    "topk_group": 1, "norm_topk_prob": True, "routed_scaling_factor": 5.0,
+    "vocab_size": 32000, "tie_word_embeddings": False,
+}
+
 # A small Qwen2 with YaRN outside multi-latent attention (Megatron's --position-embedding-type
 # yarn), its band left unrounded as GPT-OSS's is (`truncate: false`).
 QWEN2_YARN_SMALL = {
@@ -286,6 +300,14 @@ MEGATRON_PLANS = [
         dict(gpus=16, tp=2, pp=2, vp=2, zero=1, schedule="interleaved", model="nemotron-h-8b"),
         id="hybrid-pp2-vp2",
     ),
+    pytest.param(
+        dict(gpus=8, tp=1, pp=1, ep=4, zero=1, model="nemotron-3-super-small"), id="latent-moe"
+    ),
+    # Megatron-Core's flex dispatcher over HybridEP (--moe-dispatcher hybridep).
+    pytest.param(
+        dict(gpus=16, tp=1, pp=1, ep=8, zero=1, model="mixtral-8x7b", moe_dispatcher="hybridep"),
+        id="moe-hybridep",
+    ),
 ]
 
 NEMOTRON_H_8B_PATTERN = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
@@ -317,6 +339,7 @@ def test_megatron_parses_the_export(plait_bin, tmp_path, monkeypatch, pins):
         "qwen3-moe-mixed": QWEN3_MOE_MIXED,
         "deepseek-v3-small": DEEPSEEK_V3_SMALL,
         "qwen2-yarn-small": QWEN2_YARN_SMALL,
+        "nemotron-3-super-small": NEMOTRON_3_SUPER_SMALL,
     }
     name = pins.get("model")
     if name in configs:
@@ -348,7 +371,11 @@ def test_megatron_parses_the_export(plait_bin, tmp_path, monkeypatch, pins):
     assert args.context_parallel_size == c["cp"]
     assert args.cp_comm_type == [c["cp_comm"]]
     assert args.expert_model_parallel_size == c["ep"]
-    assert args.expert_tensor_parallel_size == (c["etp"] or c["tp"])
+    # plait's default expert tp (`ParallelConfig::default_expert_tp`): 1 with sequence
+    # parallelism or without tp, else tp; a model without experts keeps Megatron's (tp).
+    default_etp = 1 if c["sp"] or c["tp"] == 1 else c["tp"]
+    expected_etp = c["etp"] or (default_etp if args.num_experts else c["tp"])
+    assert args.expert_tensor_parallel_size == expected_etp
     assert args.data_parallel_size == c["dp"]
     assert args.sequence_parallel == c["sp"]
     assert args.micro_batch_size == c["mbs"]
@@ -384,6 +411,13 @@ def test_megatron_parses_the_export(plait_bin, tmp_path, monkeypatch, pins):
         assert args.yarn_original_max_position_embeddings == 8192
         assert (args.yarn_beta_fast, args.yarn_beta_slow) == (32, 1)
         assert args.yarn_correction_range_round_to_int is False
+    if pins.get("moe_dispatcher") == "hybridep":
+        assert args.moe_token_dispatcher_type == "flex"
+        assert args.moe_flex_dispatcher_backend == "hybridep"
+    if name == "nemotron-3-super-small":
+        assert args.hybrid_layer_pattern == "MEM*EM"
+        assert args.moe_latent_size == 256 and args.num_experts == 16
+        assert args.moe_shared_expert_intermediate_size == 1024
     if pins.get("model") == "nemotron-h-8b":
         # Megatron derived the layers and the virtual stages from the pattern.
         assert args.hybrid_layer_pattern.replace("|", "") == NEMOTRON_H_8B_PATTERN
