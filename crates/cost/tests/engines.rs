@@ -88,12 +88,14 @@ fn published_tables_within_their_bounds() {
     // all-to-all 34 s of 53; Nemotron 3 Super at ep 64 over eight B200 nodes +28 … +41 %),
     // H100 −57 … +79 %. A regression guard.
     check(&r, "Megatron-Bridge", 0.23, 0.07);
-    // Their peak memory (the allocator's peak reserved bytes, 20 runs): 7.2 % today; 8B
+    // Their peak memory (the allocator's peak reserved bytes, 20 runs): 8.4 % today; 8B
     // −13 … +4 %, 70B −19 / −14 % (torchtitan's loss-parallel loss in fp32 ops), 405B
-    // pipelined −13 … +2 %.
+    // pipelined −18 … +2 % (7.2 % and −13 … +2 % while plait gave the first stage one of the
+    // extra blocks torchtitan gives the middle ones: the first stage's in-flight activations
+    // are underestimated).
     let titan = r.iter().find(|t| t.name.contains("torchtitan")).unwrap();
     let memory = titan.memory_mean_abs_error().unwrap();
-    assert!(memory < 0.08, "torchtitan memory |error| {memory}");
+    assert!(memory < 0.09, "torchtitan memory |error| {memory}");
 }
 
 #[test]

@@ -52,15 +52,18 @@ pub fn schedule_spec(c: &ParallelConfig, t: &TrainSpec, map: &StageMap) -> Resul
     Ok(spec)
 }
 
-/// Blocks of global chunk `chunk` of `chunks` under an even split of `layers`, the remainder
-/// going to the first chunks. With more chunks than blocks (at most two more:
-/// [`crate::check_pipeline_chunks`]) the loss, and then the embedding, take a chunk of their
-/// own, as Megatron-Core lays them out when it counts them as layers
-/// (`account_for_loss_in_pipeline_split`, `account_for_embedding_in_pipeline_split`:
-/// Megatron-LM d98e8a6 `transformer_config.py`, `transformer_block.py`
-/// `get_num_layers_to_build`; Megatron-Bridge 067f987 sets both for Llama 3.1 405B,
-/// `recipes/llama/h100/llama3.py:1227-1228`): the last chunk holds no block, and at two
-/// more the first neither.
+/// Blocks of global chunk `chunk` of `chunks` under an even split of `layers`: the first
+/// and the last chunk, which also hold the embedding and the head, take the fewest; the
+/// chunks between take one more each while the remainder lasts. That is torchtitan's split
+/// (`generate_split_points`, torchtitan 9dec370 `parallelisms/pipelining_utils.py`), and
+/// Megatron-Core's wherever Megatron-Core splits unevenly by itself: counting the
+/// embedding and the loss as layers (`account_for_embedding_in_pipeline_split`,
+/// `account_for_loss_in_pipeline_split`, Megatron-LM d98e8a6 `transformer_config.py`,
+/// `transformer_block.py` `get_num_layers_to_build`) the first and last chunk hold a block
+/// fewer than the others; Megatron-Bridge 067f987 sets both for Llama 3.1 405B,
+/// `recipes/llama/h100/llama3.py:1227-1228`. With more chunks than blocks (at most two
+/// more: [`crate::check_pipeline_chunks`]) the loss, and then the embedding, take a chunk of
+/// their own.
 pub fn even_chunk_blocks(layers: u64, chunks: u64, chunk: u64) -> std::ops::Range<u64> {
     if chunks > layers {
         let embedding_alone = u64::from(chunks >= layers + 2);
@@ -68,7 +71,13 @@ pub fn even_chunk_blocks(layers: u64, chunks: u64, chunk: u64) -> std::ops::Rang
         return start(chunk)..start(chunk + 1);
     }
     let (base, extra) = (layers / chunks, layers % chunks);
-    let start = |c: u64| c * base + c.min(extra);
+    // Chunk c starts after the first chunk's `base` and c − 1 middle chunks, the first
+    // `extra` of which hold one more; the last chunk ends at the model's end.
+    let start = |c: u64| match c {
+        0 => 0,
+        c if c >= chunks => layers,
+        c => base + (c - 1) * base + (c - 1).min(extra),
+    };
     start(chunk)..start(chunk + 1)
 }
 
@@ -290,12 +299,23 @@ mod tests {
             schedule: Schedule::Interleaved,
             ..ParallelConfig::default()
         };
+        // The first and last chunks (beside the embedding and the head) hold a block fewer:
+        // torchtitan's split, and Megatron-Core's counting the embedding and loss as layers.
         let map = StageMap::uniform(30, &c);
-        assert_eq!(map.chunk_blocks, vec![4, 4, 4, 4, 4, 4, 3, 3]);
-        assert_eq!(map.rank_blocks(0, 4), 8);
+        assert_eq!(map.chunk_blocks, vec![3, 4, 4, 4, 4, 4, 4, 3]);
+        assert_eq!(map.rank_blocks(0, 4), 7);
+        assert_eq!(map.rank_blocks(1, 4), 8);
         assert_eq!(map.rank_blocks(3, 4), 7);
-        assert_eq!(map.recompute_blocks, vec![8, 8, 7, 7]);
+        assert_eq!(map.recompute_blocks, vec![7, 8, 8, 7]);
         assert_eq!(map.chunk_recompute_blocks(0, 1, 4), 4);
+        // torchtitan 9dec370's `generate_split_points` for Llama 3.1 405B over 16 stages:
+        // 7, then 8 for each stage between, 7.
+        let blocks: Vec<u64> = (0..16)
+            .map(|j| even_chunk_blocks(126, 16, j).count() as u64)
+            .collect();
+        assert_eq!(blocks[0], 7);
+        assert!(blocks[1..15].iter().all(|&b| b == 8));
+        assert_eq!(blocks[15], 7);
         map.validate(30, &c).unwrap();
         let scp = ParallelConfig {
             vp: 1,
@@ -304,7 +324,7 @@ mod tests {
         };
         assert_eq!(
             StageMap::uniform(30, &scp).recompute_blocks,
-            vec![8, 8, 7, 0]
+            vec![7, 8, 8, 0]
         );
         let e = map.validate(31, &c).unwrap_err();
         assert!(e.to_string().contains("31"), "{e}");
