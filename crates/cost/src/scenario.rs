@@ -154,6 +154,7 @@ impl<'a> Scenario<'a> {
     /// [`crate::estimate_mapped`]); an error for a malformed configuration or map.
     pub fn estimate(&self, c: &ParallelConfig, map: &StageMap) -> Result<Estimate, SpecError> {
         c.validate(self.model, self.train, c.gpus())?;
+        check_priced(c)?;
         map.validate(self.model.layers, c)?;
         Ok(estimate_banded(
             self.model,
@@ -169,5 +170,62 @@ impl<'a> Scenario<'a> {
     /// Shapes costed so far (all levels).
     pub fn memoised(&self) -> usize {
         self.memo.read().map_or(0, |m| m.len())
+    }
+}
+
+/// The parallel degrees this crate prices: each has its group in `comm::Groups` and what it
+/// splits and communicates in `layer` and `estimate`. A degree declared in
+/// `plait_spec::Degree` after this list was written is refused by name
+/// ([`check_priced`]) until its mechanism is written here.
+pub const PRICED_DEGREES: [plait_spec::Degree; 6] = {
+    use plait_spec::Degree::{Cp, Dp, Ep, Pp, Tp, Vp};
+    [Dp, Tp, Pp, Vp, Cp, Ep]
+};
+
+/// `c` sets no degree above 1 that this crate does not price ([`PRICED_DEGREES`]).
+pub fn check_priced(c: &ParallelConfig) -> Result<(), SpecError> {
+    let unpriced = plait_spec::Degree::ALL
+        .iter()
+        .copied()
+        .find(|&d| c.degree(d) > 1 && !PRICED_DEGREES.contains(&d));
+    match unpriced {
+        None => Ok(()),
+        Some(d) => Err(SpecError::for_field(
+            d.name(),
+            format!(
+                "{} = {} has no cost mechanism yet (the cost model prices {})",
+                d.name(),
+                c.degree(d),
+                PRICED_DEGREES
+                    .iter()
+                    .map(|d| d.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            format!("{} = 1", d.name()),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn degrees_without_a_mechanism_are_refused_by_name() {
+        // Every degree outside PRICED_DEGREES, whenever it was declared, is refused above 1
+        // by its name; the priced ones pass.
+        for &d in plait_spec::Degree::ALL {
+            let mut c = ParallelConfig::default();
+            *c.degree_mut(d) = 2;
+            match check_priced(&c) {
+                Err(e) if !PRICED_DEGREES.contains(&d) => {
+                    assert_eq!(e.field, d.name(), "{e}");
+                    assert!(e.to_string().contains("no cost mechanism"), "{e}");
+                }
+                Ok(()) if PRICED_DEGREES.contains(&d) => {}
+                other => panic!("{d:?}: {other:?}"),
+            }
+        }
     }
 }

@@ -170,8 +170,7 @@ prop_compose! {
             cluster: CLUSTERS[cluster],
             train,
             config: ParallelConfig {
-                dp_shard: None,
-                dp,
+                                dp,
                 tp,
                 pp,
                 vp,
@@ -185,6 +184,7 @@ prop_compose! {
                 recompute,
                 recompute_modules: plait_spec::RecomputeModules::CORE_ATTN,
                 schedule,
+                ..ParallelConfig::default()
             },
         }
     }

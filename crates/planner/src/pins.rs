@@ -19,6 +19,15 @@ pub fn check_pins(req: &Request) -> Result<(), SpecError> {
     let err = |field: &str, problem: String, allowed: String| {
         Err(SpecError::for_field(field, problem, allowed))
     };
+    // A degree the cost model does not price yet cannot be planned (a degree declared
+    // after the cost model was written).
+    for &d in plait_spec::Degree::ALL {
+        if let Some(v) = p.degree(d).filter(|&v| v > 1) {
+            let mut probe = plait_spec::ParallelConfig::default();
+            *probe.degree_mut(d) = v;
+            plait_cost::check_priced(&probe)?;
+        }
+    }
     // Each mesh degree divides the GPUs, and so does the product of those given.
     let mut product: u64 = 1;
     for d in MESH_PIN_ORDER {

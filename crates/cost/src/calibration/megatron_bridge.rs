@@ -200,7 +200,7 @@ pub fn megatron_bridge(text: &str) -> Result<Table, SpecError> {
             etp: None,
             // Megatron-Core's default ring (`cp_comm_type` p2p).
             cp_comm: CpComm::P2p,
-            dp_shard: None,
+            ..ParallelConfig::default()
         };
         // A plan plait refuses (e.g. more pipeline chunks than layers), or a format the
         // GPU has no tensor cores for, is skipped with plait's reason, not an error of the

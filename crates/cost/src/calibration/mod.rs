@@ -769,7 +769,6 @@ fn nemo_table(text: &str, source: &'static str, name: &'static str) -> Result<Ta
                 ..TrainSpec::new(gbs, seq)
             },
             config: ParallelConfig {
-                dp_shard: None,
                 recompute_modules: plait_spec::RecomputeModules::CORE_ATTN,
                 dp: gpus / (tp * pp * cp),
                 tp,
@@ -812,6 +811,7 @@ fn nemo_table(text: &str, source: &'static str, name: &'static str) -> Result<Ta
                     Recompute::None
                 },
                 schedule: Schedule::megatron_for_chunks(vp),
+                ..ParallelConfig::default()
             },
             measured_step_s: row.num("step_s")?,
             measured_memory_bytes: None,
