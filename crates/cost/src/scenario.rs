@@ -184,11 +184,7 @@ pub const PRICED_DEGREES: [plait_spec::Degree; 6] = {
 
 /// `c` sets no degree above 1 that this crate does not price ([`PRICED_DEGREES`]).
 pub fn check_priced(c: &ParallelConfig) -> Result<(), SpecError> {
-    let unpriced = plait_spec::Degree::ALL
-        .iter()
-        .copied()
-        .find(|&d| c.degree(d) > 1 && !PRICED_DEGREES.contains(&d));
-    match unpriced {
+    match c.degrees_outside(&PRICED_DEGREES).next() {
         None => Ok(()),
         Some(d) => Err(SpecError::for_field(
             d.name(),

@@ -289,11 +289,7 @@ pub const RUNTIME_DEGREES: [Degree; 4] = [Degree::Dp, Degree::Tp, Degree::Pp, De
 /// capabilities are listed (`RunConfig::check` refuses with it, the planner's auto plan
 /// keeps to configurations without one).
 pub fn unsupported_knob(c: &ParallelConfig) -> Option<Unsupported> {
-    let untaught = Degree::ALL
-        .iter()
-        .copied()
-        .find(|&d| c.degree(d) > 1 && !RUNTIME_DEGREES.contains(&d));
-    if let Some(degree) = untaught {
+    if let Some(degree) = c.degrees_outside(&RUNTIME_DEGREES).next() {
         Some(Unsupported::Degree {
             degree,
             size: c.degree(degree),

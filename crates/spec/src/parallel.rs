@@ -248,6 +248,16 @@ impl Parallel<Exact> {
             .map(|&d| self.degree(d))
             .product()
     }
+
+    /// The degrees above 1 that are not among `known` (the degrees a crate was written
+    /// for), in [`Degree::ALL`]'s order: what a crate refuses by name until it learns a
+    /// degree declared after it.
+    pub fn degrees_outside<'a>(&'a self, known: &'a [Degree]) -> impl Iterator<Item = Degree> + 'a {
+        Degree::ALL
+            .iter()
+            .copied()
+            .filter(move |&d| self.degree(d) > 1 && !known.contains(&d))
+    }
 }
 
 impl Parallel<Exact> {

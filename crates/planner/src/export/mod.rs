@@ -331,11 +331,7 @@ fn plan_reasons(engine: Engine, plan: &Layout) -> Vec<String> {
         return vec![reason];
     }
     let c = plan.config;
-    let untaught: Vec<Degree> = Degree::ALL
-        .iter()
-        .copied()
-        .filter(|&d| c.degree(d) > 1 && !taught_degrees(engine).contains(&d))
-        .collect();
+    let untaught: Vec<Degree> = c.degrees_outside(taught_degrees(engine)).collect();
     if !untaught.is_empty() {
         let names: Vec<&str> = untaught.iter().map(|d| d.name()).collect();
         return vec![format!(
