@@ -65,20 +65,54 @@ pub fn schedule_spec(c: &ParallelConfig, t: &TrainSpec, map: &StageMap) -> Resul
 /// more: [`crate::check_pipeline_chunks`]) the loss, and then the embedding, take a chunk of
 /// their own.
 pub fn even_chunk_blocks(layers: u64, chunks: u64, chunk: u64) -> std::ops::Range<u64> {
-    if chunks > layers {
-        let embedding_alone = u64::from(chunks >= layers + 2);
-        let start = |c: u64| c.saturating_sub(embedding_alone).min(layers);
-        return start(chunk)..start(chunk + 1);
+    let split = EvenSplit::new(layers, chunks);
+    split.start(chunk)..split.start(chunk + 1)
+}
+
+/// [`even_chunk_blocks`]'s split of `layers` over `chunks`, its divisions done once for
+/// a layout that asks every chunk.
+struct EvenSplit {
+    layers: u64,
+    chunks: u64,
+    /// Blocks of the first chunk and of each middle chunk without a remainder block.
+    base: u64,
+    /// Middle chunks holding one block more.
+    extra: u64,
+    /// With more chunks than blocks: 1 where the embedding takes the first chunk alone.
+    embedding_alone: u64,
+}
+
+impl EvenSplit {
+    fn new(layers: u64, chunks: u64) -> Self {
+        let chunks = chunks.max(1);
+        EvenSplit {
+            layers,
+            chunks,
+            base: layers / chunks,
+            extra: layers % chunks,
+            embedding_alone: u64::from(chunks >= layers + 2),
+        }
     }
-    let (base, extra) = (layers / chunks, layers % chunks);
-    // Chunk c starts after the first chunk's `base` and c − 1 middle chunks, the first
-    // `extra` of which hold one more; the last chunk ends at the model's end.
-    let start = |c: u64| match c {
-        0 => 0,
-        c if c >= chunks => layers,
-        c => base + (c - 1) * base + (c - 1).min(extra),
-    };
-    start(chunk)..start(chunk + 1)
+
+    /// The first block of chunk `c`: after the first chunk's `base` and c − 1 middle
+    /// chunks, the first `extra` of which hold one more; the last chunk ends at the
+    /// model's end. With more chunks than blocks, one block per chunk after the loss's
+    /// (and the embedding's) own.
+    fn start(&self, c: u64) -> u64 {
+        if self.chunks > self.layers {
+            return c.saturating_sub(self.embedding_alone).min(self.layers);
+        }
+        match c {
+            0 => 0,
+            c if c >= self.chunks => self.layers,
+            c => self.base + (c - 1) * self.base + (c - 1).min(self.extra),
+        }
+    }
+
+    /// Blocks of chunk `c`.
+    fn blocks(&self, c: u64) -> u64 {
+        self.start(c + 1) - self.start(c)
+    }
 }
 
 /// The layout of one configuration's blocks.
@@ -114,9 +148,8 @@ impl StageMap {
     /// its activations (Merak).
     pub fn uniform(layers: u64, c: &ParallelConfig) -> StageMap {
         let (p, v) = (c.pp, c.vp);
-        let chunk_blocks: Vec<u64> = (0..p * v)
-            .map(|j| even_chunk_blocks(layers, p * v, j).count() as u64)
-            .collect();
+        let split = EvenSplit::new(layers, p * v);
+        let chunk_blocks: Vec<u64> = (0..p * v).map(|j| split.blocks(j)).collect();
         let mut map = StageMap {
             recompute_blocks: vec![0; p as usize],
             chunk_blocks,
