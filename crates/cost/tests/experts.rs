@@ -214,3 +214,23 @@ fn only_megatron_runs_the_flex_dispatchers() {
         "{err}"
     );
 }
+
+#[test]
+fn model_flops_count_each_moe_at_the_width_its_experts_work() {
+    // MFU and model TFLOP/s per GPU rest on model FLOPs ≈ 6 · active parameters · tokens
+    // (attention scores, the Mamba scan and the embedding lookup aside). Nemotron 3 Super's
+    // routed experts work at its 1,024-wide latent, not at the 4,096 hidden size; counting
+    // them at the hidden size doubled its FLOPs. Mixtral's and Qwen3's experts work on
+    // the hidden state.
+    for preset in [
+        "nemotron-3-super-120b-a12b",
+        "mixtral-8x7b",
+        "qwen3-30b-a3b",
+    ] {
+        let m = model_preset(preset).unwrap();
+        let t = TrainSpec::new(16, 1024);
+        let six_n_d = 6.0 * m.active_parameter_count() as f64 * 16.0 * 1024.0;
+        let ratio = plait_cost::model_flops(&m, &t) / six_n_d;
+        assert!((0.9..1.1).contains(&ratio), "{preset}: {ratio}");
+    }
+}

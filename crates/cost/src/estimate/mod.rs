@@ -76,17 +76,20 @@ pub fn model_flops(m: &ModelSpec, t: &TrainSpec) -> f64 {
                 plait_spec::Activation::Gelu | plait_spec::Activation::Relu2 => 2.0,
                 plait_spec::Activation::SwiGlu => 3.0,
             };
-            let (active_experts, router) = match k.moe {
-                Some(moe) => (
-                    (moe.top_k + moe.shared_experts) as f64,
-                    h * moe.experts as f64,
-                ),
-                None => (1.0, 0.0),
-            };
-            let mlp_weights = if k.block.has_mlp() {
-                active_experts * mlp_mats * h * k.ffn_hidden as f64 + router
-            } else {
-                0.0
+            // Per token: the routed experts at their width (LatentMoE's latent, else the
+            // hidden size) with the latent's down and up projections, the shared experts
+            // and a dense MLP at the hidden size, and the router.
+            let mlp = |width: f64| mlp_mats * width * k.ffn_hidden as f64;
+            let mlp_weights = match k.moe {
+                _ if !k.block.has_mlp() => 0.0,
+                Some(moe) => {
+                    let routed_width = moe.expert_width(m.hidden) as f64;
+                    moe.top_k as f64 * mlp(routed_width)
+                        + moe.shared_experts as f64 * mlp(h)
+                        + moe.latent.map_or(0.0, |latent| 2.0 * h * latent as f64)
+                        + h * moe.experts as f64
+                }
+                None => mlp(h),
             };
             // A Mamba-2 mixer: its in_proj and out_proj weights, and the SSD scan's products
             // (counted as attention's score products are, forward and twice backward).
