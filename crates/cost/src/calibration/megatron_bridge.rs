@@ -1,17 +1,116 @@
 //! NVIDIA Megatron-Bridge's performance summaries (NeMo containers 25.09 to 26.08) as a
 //! calibration table: dense and MoE pre-training on DGX-H100, B200, B300, GB200 and GB300 in
 //! BF16, FP8 (current scaling), MXFP8 and NVFP4, each row costed with only what the page
-//! states (`megatron_bridge_performance.csv`'s header gives every mapping and its reason).
+//! states (`megatron_bridge_performance.csv`'s header gives every mapping and its reason),
+//! and, where the performance recipe that ran it was traced in Megatron-Bridge's code at the
+//! release's tag, with what that recipe set beyond the page (`megatron_bridge_recipes.csv`:
+//! the experts' dispatcher, the all-to-all overlap, selective recomputation).
+
+use std::collections::HashMap;
 
 use plait_spec::{
-    cluster_preset, model_preset, CpComm, Dtype, Engine, Float8Recipe, ModelSpec, ParallelConfig,
-    Recompute, RecomputeModules, Schedule, SpecError, TrainSpec,
+    cluster_preset, model_preset, CpComm, Dtype, Engine, Float8Recipe, ModelSpec, MoeDispatcher,
+    ParallelConfig, Recompute, RecomputeModules, Schedule, SpecError, TrainSpec,
 };
 
 use super::{csv, rows, Row, Run, Skipped, Table};
 use crate::estimate::device_for;
 
 const SOURCE: &str = "megatron_bridge_performance.csv";
+const RECIPES: &str = "megatron_bridge_recipes.csv";
+
+/// What a run's performance recipe set that the page does not print.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Recipe {
+    dispatcher: MoeDispatcher,
+    a2a_overlap: bool,
+    recompute: Recompute,
+    recompute_modules: RecomputeModules,
+}
+
+impl Default for Recipe {
+    /// Megatron-Core's defaults, for a run whose recipe was not traced.
+    fn default() -> Self {
+        Recipe {
+            dispatcher: MoeDispatcher::AllToAll,
+            a2a_overlap: false,
+            recompute: Recipe::NO_RECOMPUTE.0,
+            recompute_modules: Recipe::NO_RECOMPUTE.1,
+        }
+    }
+}
+
+impl Recipe {
+    const NO_RECOMPUTE: (Recompute, RecomputeModules) =
+        (Recompute::None, RecomputeModules::CORE_ATTN);
+
+    /// The recompute column: `none`, `full` or `selective:<modules joined by +>`.
+    fn recompute(row: &Row) -> Result<(Recompute, RecomputeModules), SpecError> {
+        let bad = |why: String| {
+            SpecError::new(
+                RECIPES,
+                "recompute",
+                format!("row {}: {why}", row.line),
+                "none|full|selective:<modules joined by +>",
+            )
+        };
+        match row.str("recompute")? {
+            "none" => Ok(Recipe::NO_RECOMPUTE),
+            "full" => Ok((Recompute::Full, RecomputeModules::CORE_ATTN)),
+            other => {
+                let modules = other
+                    .strip_prefix("selective:")
+                    .ok_or_else(|| bad(format!("`{other}`")))?;
+                Ok((Recompute::Selective, modules.parse().map_err(bad)?))
+            }
+        }
+    }
+}
+
+/// The key that joins a page row to its recipe: release, system, model, precision, GPUs,
+/// global batch and degrees (two runs of one model on one system differ in these).
+fn recipe_key(row: &Row) -> Result<String, SpecError> {
+    let mut key = ["release", "system", "model", "precision"]
+        .map(|c| row.str(c).map(str::to_string))
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
+    for col in ["gpus", "gbs", "tp", "pp", "vp", "ep"] {
+        key.push(degree(row, col)?.to_string());
+    }
+    Ok(key.join("|"))
+}
+
+/// `megatron_bridge_recipes.csv`: each traced run's recipe by its key.
+fn recipes(text: &str) -> Result<HashMap<String, Recipe>, SpecError> {
+    let (header, data) = csv(text, RECIPES)?;
+    let mut out = HashMap::new();
+    for row in rows(RECIPES, &header, &data) {
+        let dispatcher = row.str("dispatcher")?.parse().map_err(|e: String| {
+            SpecError::new(
+                RECIPES,
+                "dispatcher",
+                format!("row {}: {e}", row.line),
+                MoeDispatcher::allowed(),
+            )
+        })?;
+        let (recompute, recompute_modules) = Recipe::recompute(&row)?;
+        let recipe = Recipe {
+            dispatcher,
+            a2a_overlap: row.flag("a2a_overlap")?,
+            recompute,
+            recompute_modules,
+        };
+        if out.insert(recipe_key(&row)?, recipe).is_some() {
+            return Err(SpecError::new(
+                RECIPES,
+                "(key)",
+                format!("row {}: a second recipe for one run", row.line),
+                "one row per run",
+            ));
+        }
+    }
+    Ok(out)
+}
 
 /// The page's model name → plait's preset; `None`: no preset of this model.
 fn preset_of(model: &str) -> Option<&'static str> {
@@ -133,11 +232,14 @@ fn model(row: &Row, preset: &str) -> Result<ModelSpec, SpecError> {
 
 /// `megatron_bridge_performance.csv`: Megatron-Core under Megatron-Bridge's performance
 /// recipes, the distributed optimizer (Megatron-Core's FSDP where `fsdp` > 0), sequence
-/// parallelism with tp > 1; what the pages do not publish (recompute, CUDA graphs, offload,
-/// overlap, expert tp) at plait's defaults. Rows without a model or cluster preset, and
-/// plans plait refuses, are listed as skipped with the reason.
-pub fn megatron_bridge(text: &str) -> Result<Table, SpecError> {
+/// parallelism with tp > 1; the experts' dispatcher, the all-to-all overlap and selective
+/// recomputation from `recipes_text` (`megatron_bridge_recipes.csv`) where the run's recipe
+/// was traced; what neither publishes (CUDA graphs, offload, expert tp, and the traced
+/// settings of the other runs) at plait's defaults. Rows without a model or cluster
+/// preset, and plans plait refuses, are listed as skipped with the reason.
+pub fn megatron_bridge(text: &str, recipes_text: &str) -> Result<Table, SpecError> {
     let (header, data) = csv(text, SOURCE)?;
+    let mut recipes = recipes(recipes_text)?;
     let labels = rows(SOURCE, &header, &data)
         .map(|r| label(&r))
         .collect::<Result<Vec<_>, _>>()?;
@@ -176,11 +278,16 @@ pub fn megatron_bridge(text: &str) -> Result<Table, SpecError> {
             degree(&row, "vp")?,
             degree(&row, "ep")?,
         );
+        // What the run's recipe set beyond the page, where it was traced; else
+        // Megatron-Core's defaults.
+        let recipe = recipes.remove(&recipe_key(&row)?).unwrap_or_default();
         let train = TrainSpec {
             dtype,
             engine: Engine::Megatron,
             float8_recipe,
             moe_capacity,
+            moe_dispatcher: recipe.dispatcher,
+            moe_a2a_overlap: recipe.a2a_overlap,
             ..TrainSpec::new(gbs, seq)
         };
         let config = ParallelConfig {
@@ -194,8 +301,8 @@ pub fn megatron_bridge(text: &str) -> Result<Table, SpecError> {
             zero: if fsdp(&row)? { 3 } else { 1 },
             sp: tp > 1,
             schedule: Schedule::megatron_for_chunks(vp),
-            recompute: Recompute::None,
-            recompute_modules: RecomputeModules::CORE_ATTN,
+            recompute: recipe.recompute,
+            recompute_modules: recipe.recompute_modules,
             // Expert tp at plait's default (1, as NVIDIA's MoE perf recipes set it).
             etp: None,
             // Megatron-Core's default ring (`cp_comm_type` p2p).
@@ -226,6 +333,15 @@ pub fn megatron_bridge(text: &str) -> Result<Table, SpecError> {
             measured_memory_bytes: None,
         });
     }
+    // Every traced recipe belongs to a run of the page.
+    if let Some(key) = recipes.keys().min() {
+        return Err(SpecError::new(
+            RECIPES,
+            "(key)",
+            format!("`{key}` matches no run of {SOURCE}"),
+            "release|system|model|precision|gpus|gbs|tp|pp|vp|ep of a run",
+        ));
+    }
     Ok(Table {
         name: "Megatron-Bridge (NeMo 25.09–26.08, H100 to GB300)",
         engine: Engine::Megatron,
@@ -239,6 +355,7 @@ mod tests {
     use super::*;
 
     const TABLE: &str = include_str!("../../data/megatron_bridge_performance.csv");
+    const RECIPE_TABLE: &str = include_str!("../../data/megatron_bridge_recipes.csv");
 
     #[test]
     fn step_times_follow_from_the_published_throughput() {
@@ -282,7 +399,7 @@ mod tests {
     #[test]
     fn every_row_is_run_or_skipped_with_a_reason() {
         let (_, data) = csv(TABLE, SOURCE).unwrap();
-        let t = megatron_bridge(TABLE).unwrap();
+        let t = megatron_bridge(TABLE, RECIPE_TABLE).unwrap();
         assert_eq!(t.runs.len() + t.skipped.len(), data.len());
         let mut labels: Vec<&str> = t.runs.iter().map(|r| r.label.as_str()).collect();
         labels.extend(t.skipped.iter().map(|s| s.label.as_str()));
@@ -306,5 +423,71 @@ mod tests {
             .find(|r| r.label == "25.11 DeepSeekV3 BF16 on 256 DGX-GB300")
             .unwrap();
         assert_eq!(r.model.mtp_layers, 0);
+    }
+
+    /// The recipes table's header and one run of the page (26.04 Qwen3 235B on 256 H100).
+    const HEADER: &str = "release,system,model,precision,gpus,gbs,tp,pp,vp,ep,dispatcher,\
+                          a2a_overlap,recompute,cuda_graph,source\n";
+    const QWEN3_235B: &str = "26.04,DGX-H100,Qwen3_235B_a22B,FP8-CS,256,8192,2,8,4,32";
+
+    fn check_recipes(rows: &str, expected: Result<(), &str>) {
+        let got = megatron_bridge(TABLE, &format!("{HEADER}{rows}"));
+        match (got, expected) {
+            (Ok(_), Ok(())) => {}
+            (Err(e), Err(needle)) => {
+                let e = e.to_string();
+                assert!(e.contains(RECIPES) && e.contains(needle), "{e}");
+            }
+            (got, expected) => panic!("{:?} against {expected:?}", got.map(|t| t.runs.len())),
+        }
+    }
+
+    #[test]
+    fn a_recipe_sets_what_the_page_does_not_print() {
+        let row = format!("{QWEN3_235B},alltoall,1,selective:core_attn+moe_act,none,test\n");
+        let t = megatron_bridge(TABLE, &format!("{HEADER}{row}")).unwrap();
+        let run = |t: &Table| {
+            t.runs
+                .iter()
+                .find(|r| r.label == "26.04 Qwen3_235B_a22B FP8-CS on 256 DGX-H100")
+                .cloned()
+                .unwrap()
+        };
+        let (traced, plain) = (run(&t), run(&megatron_bridge(TABLE, HEADER).unwrap()));
+        assert!(traced.train.moe_a2a_overlap && !plain.train.moe_a2a_overlap);
+        assert_eq!(traced.config.recompute, Recompute::Selective);
+        assert_eq!(
+            traced.config.recompute_modules.to_string(),
+            "core_attn+moe_act"
+        );
+        assert_eq!(plain.config.recompute, Recompute::None);
+    }
+
+    #[test]
+    fn a_recipe_row_that_is_malformed_or_matches_no_run_is_an_error() {
+        check_recipes("", Ok(()));
+        let ok = format!("{QWEN3_235B},hybridep,0,none,none,test\n");
+        check_recipes(&ok, Ok(()));
+        check_recipes(&format!("{ok}{ok}"), Err("a second recipe"));
+        check_recipes(
+            &format!("{QWEN3_235B},nccl,0,none,none,test\n"),
+            Err("dispatcher"),
+        );
+        check_recipes(
+            &format!("{QWEN3_235B},alltoall,0,some,none,test\n"),
+            Err("recompute"),
+        );
+        check_recipes(
+            &format!("{QWEN3_235B},alltoall,0,selective:everything,none,test\n"),
+            Err("recompute"),
+        );
+        check_recipes(
+            &format!("{QWEN3_235B},alltoall,yes,none,none,test\n"),
+            Err("a2a_overlap"),
+        );
+        check_recipes(
+            "26.04,DGX-H100,Qwen3_235B_a22B,FP8-CS,256,8192,2,8,4,64,alltoall,0,none,none,test\n",
+            Err("matches no run"),
+        );
     }
 }

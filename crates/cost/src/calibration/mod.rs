@@ -836,7 +836,10 @@ pub fn builtin_tables() -> Result<Vec<Table>, SpecError> {
         nemo_blackwell_dense(include_str!("../../data/nemo_blackwell_dense.csv"))?,
         nemo_long_context_h100(include_str!("../../data/nemo_long_context_h100.csv"))?,
         torchtitan_benchmarks(include_str!("../../data/torchtitan_benchmarks.csv"))?,
-        megatron_bridge(include_str!("../../data/megatron_bridge_performance.csv"))?,
+        megatron_bridge(
+            include_str!("../../data/megatron_bridge_performance.csv"),
+            include_str!("../../data/megatron_bridge_recipes.csv"),
+        )?,
     ])
 }
 
