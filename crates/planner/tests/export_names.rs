@@ -646,16 +646,7 @@ fn megatron_exports_the_dispatcher_the_plan_was_costed_with() {
             moe_dispatcher: dispatcher,
             ..TrainSpec::new(64, 4096)
         };
-        let cluster = cluster_preset("dgx-h100").unwrap();
-        let d = plait_cost::device_for(&cluster, t.dtype).unwrap();
-        let est = plait_cost::estimate(&model, &cluster, &t, &c, &d).unwrap();
-        let plan = Plan::new(
-            c,
-            StageMap::uniform(model.layers, &c),
-            c.microbatches(&t),
-            est.clone(),
-            est.iteration_time_s,
-        );
+        let plan = plan_on("dgx-h100", &model, &t, c);
         let refused = export(Engine::DeepSpeed, &plan, &model, &t).err();
         let files = export(Engine::Megatron, &plan, &model, &t).unwrap();
         (megatron_flags(file(&files, "megatron_args.sh")), refused)

@@ -19,22 +19,26 @@ pub struct Case {
 pub fn case(model: &str, gbs: u64, seq: u64, c: ParallelConfig) -> Case {
     let m = model_preset(model).unwrap();
     let t = TrainSpec::new(gbs, seq);
-    let cluster = cluster_preset("dgx-a100-80g").unwrap();
-    c.validate(&m, &t, c.gpus()).unwrap();
-    let d = plait_cost::device_for(&cluster, t.dtype).unwrap();
-    let est = plait_cost::estimate(&m, &cluster, &t, &c, &d).unwrap();
-    let plan = Plan::new(
-        c,
-        StageMap::uniform(m.layers, &c),
-        c.microbatches(&t),
-        est.clone(),
-        est.iteration_time_s,
-    );
     Case {
-        plan,
+        plan: plan_on("dgx-a100-80g", &m, &t, c),
         model: m,
         train: t,
     }
+}
+
+/// `c` for `m` and `t` on cluster preset `cluster`, checked, estimated, under the even layout.
+pub fn plan_on(cluster: &str, m: &ModelSpec, t: &TrainSpec, c: ParallelConfig) -> Plan {
+    let cluster = cluster_preset(cluster).unwrap();
+    c.validate(m, t, c.gpus()).unwrap();
+    let d = plait_cost::device_for(&cluster, t.dtype).unwrap();
+    let est = plait_cost::estimate(m, &cluster, t, &c, &d).unwrap();
+    Plan::new(
+        c,
+        StageMap::uniform(m.layers, &c),
+        c.microbatches(t),
+        est.clone(),
+        est.iteration_time_s,
+    )
 }
 
 /// GPT-3 175B on 1024 A100s (Narayanan et al. 2021, Table 1 style): dp16 tp8 pp8.
