@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use plait_planner::export::{export, Engine};
 use plait_planner::{plan, simulate_mapped, Infeasible, Pins, Plan, Request, SearchStats};
-use plait_spec::{Recompute, Schedule};
+use plait_spec::{MoeDispatcher, Recompute, Schedule, TrainSpec};
 
 use crate::inputs::{bounded, parse_keyword, positive, KnobArgs, WorkloadArgs};
 use crate::outputs::{write_pictures, Pictures};
@@ -142,16 +142,16 @@ struct WhatIf {
     change: f64,
 }
 
-/// What torchtitan's own switches would do to `best`: `--compile` for an eager run, then
-/// `--async-tp` for a compiled one whose tp runs over sequence parallelism: the plan's own
-/// layout (stage map) estimated with and without the switch.
+/// What the engine's own switches, left off by the request, would do to `best` (the plan's
+/// own layout estimated with and without each): torchtitan's `--compile` for an eager run,
+/// then `--async-tp` for a compiled one whose tp runs over sequence parallelism;
+/// Megatron-Core's flex dispatcher over HybridEP where the plan's expert groups span NVLink
+/// domains (a token crosses to each other domain once, not once per expert), and its
+/// all-to-all overlap (combined 1F1B) where the plan allows it; these two are named only
+/// where they shorten the step.
 fn what_if(r: &crate::inputs::Resolved, best: &Plan) -> Result<Vec<WhatIf>> {
     let t = &r.train;
-    let mut out = Vec::new();
-    if !t.engine.compiles() {
-        return Ok(out);
-    }
-    let step = |train: &plait_spec::TrainSpec| {
+    let step = |train: &TrainSpec| {
         plait_cost::estimate_mapped(
             &r.model,
             &r.cluster,
@@ -165,31 +165,62 @@ fn what_if(r: &crate::inputs::Resolved, best: &Plan) -> Result<Vec<WhatIf>> {
     // The plan's step may be simulated: the closed forms give the relative change, which
     // scales the step the table shows.
     let now = step(t)?;
-    let mut push = |flag, train: plait_spec::TrainSpec| -> Result<()> {
+    let mut switches: Vec<(&'static str, TrainSpec)> = Vec::new();
+    if t.engine.compiles() {
+        if !t.compile {
+            switches.push((
+                "--compile",
+                TrainSpec {
+                    compile: true,
+                    ..t.clone()
+                },
+            ));
+        } else if !t.async_tp && best.config.tp > 1 && best.config.sp {
+            switches.push((
+                "--async-tp",
+                TrainSpec {
+                    async_tp: true,
+                    ..t.clone()
+                },
+            ));
+        }
+    }
+    let experts =
+        best.config.ep > 1 && r.model.parameter_count() > r.model.active_parameter_count();
+    let hybrid_ep = TrainSpec {
+        moe_dispatcher: MoeDispatcher::HybridEp,
+        ..t.clone()
+    };
+    if experts
+        && t.moe_dispatcher == MoeDispatcher::AllToAll
+        && hybrid_ep.moe_dispatcher_refused().is_none()
+    {
+        switches.push(("--moe-dispatcher hybridep", hybrid_ep));
+    }
+    let overlap = TrainSpec {
+        moe_a2a_overlap: true,
+        ..t.clone()
+    };
+    if experts
+        && !t.moe_a2a_overlap
+        && best
+            .config
+            .check_moe_a2a_overlap(&r.model, &overlap)
+            .is_ok()
+    {
+        switches.push(("--moe-a2a-overlap", overlap));
+    }
+    let mut out = Vec::new();
+    for (flag, train) in switches {
         let change = step(&train)? / now - 1.0;
+        if flag.starts_with("--moe") && change >= 0.0 {
+            continue;
+        }
         out.push(WhatIf {
             flag,
             iteration_time_s: best.estimate.iteration_time_s * (1.0 + change),
             change,
         });
-        Ok(())
-    };
-    if !t.compile {
-        push(
-            "--compile",
-            plait_spec::TrainSpec {
-                compile: true,
-                ..t.clone()
-            },
-        )?;
-    } else if !t.async_tp && best.config.tp > 1 && best.config.sp {
-        push(
-            "--async-tp",
-            plait_spec::TrainSpec {
-                async_tp: true,
-                ..t.clone()
-            },
-        )?;
     }
     Ok(out)
 }

@@ -772,3 +772,52 @@ fn every_degree_has_its_flag_in_its_own_words() {
         "the argument '--config <CONFIG>' cannot be used with '--ep <EP>'",
     );
 }
+
+#[test]
+fn a_megatron_moe_plan_names_the_dispatcher_that_would_shorten_it() {
+    // A Megatron MoE plan whose expert groups span nodes says what Megatron-Core's HybridEP
+    // dispatcher would save (DeepSeek-V3 at ep 64 over eight DGX H100 nodes); asked for, the
+    // dispatcher is no longer suggested.
+    let moe = [
+        "plan",
+        "--model",
+        "deepseek-v3",
+        "--cluster",
+        "dgx-h100",
+        "--gpus",
+        "1024",
+        "--gbs",
+        "8192",
+        "--seq",
+        "4096",
+        "--dtype",
+        "fp8",
+        "--tp",
+        "2",
+        "--pp",
+        "8",
+        "--ep",
+        "64",
+        "--top",
+        "1",
+    ];
+    let (code, out, err) = plait(&moe);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("with --moe-dispatcher hybridep plan 1 would take"),
+        "{out}"
+    );
+    let v = common::json(&[&moe[..], &["--json"]].concat());
+    let hint = &v["what_if"][0];
+    assert_eq!(hint["flag"], "--moe-dispatcher hybridep");
+    assert!(hint["change"].as_f64().unwrap() < -0.1, "{hint}");
+    let v = common::json(&[&moe[..], &["--moe-dispatcher", "hybridep", "--json"]].concat());
+    assert!(
+        v["what_if"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|w| w["flag"] != "--moe-dispatcher hybridep"),
+        "{v}"
+    );
+}
