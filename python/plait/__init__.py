@@ -404,12 +404,14 @@ _CONFIG: Dict[str, Any] = {
     "sp": bool,
     "recompute": _check_str,
     "recompute_layers": _check_int,
+    "pipeline_layout": _check_str,
     "schedule": _check_str,
 }
 
 _PINS: Dict[str, Any] = {**_CONFIG, "sp": "tristate"}
 del _PINS["config"]
 del _PINS["recompute_layers"]
+del _PINS["pipeline_layout"]
 
 _PICTURES: Dict[str, Any] = {"svg": _check_path, "trace": _check_path}
 
@@ -558,6 +560,7 @@ def estimate(
     sp: bool = False,
     recompute: Optional[str] = None,
     recompute_layers: Optional[int] = None,
+    pipeline_layout: Optional[str] = None,
     schedule: Optional[str] = None,
     config: Optional[str] = None,
     engine: Optional[str] = None,
@@ -614,6 +617,7 @@ def simulate(
     sp: bool = False,
     recompute: Optional[str] = None,
     recompute_layers: Optional[int] = None,
+    pipeline_layout: Optional[str] = None,
     schedule: Optional[str] = None,
     config: Optional[str] = None,
     engine: Optional[str] = None,

@@ -79,6 +79,10 @@ ESTIMATES = [
         dict(model="llama3-8b", cluster="dgx-h200", gpus=8, gbs=16, no_profile=True),
         ["--model", "llama3-8b", "--cluster", "dgx-h200", "--gpus", "8", "--gbs", "16", "--no-profile"],
     ),
+    (
+        dict(model="llama3-8b", cluster="dgx-h100", gpus=8, pp=4, gbs=32, pipeline_layout="Et*7|t*9|t*9|t*7L"),
+        ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--pp", "4", "--gbs", "32", "--pipeline-layout", "Et*7|t*9|t*9|t*7L"],
+    ),
 ]
 
 

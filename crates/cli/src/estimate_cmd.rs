@@ -186,8 +186,15 @@ fn render(r: &crate::inputs::Resolved, e: &Estimate, map: &StageMap, simulated: 
     } else {
         String::new()
     };
+    // A layout other than the even split (`--pipeline-layout`): its blocks per stage.
+    let layout_line = if map.chunk_blocks == StageMap::uniform(r.model.layers, c).chunk_blocks {
+        String::new()
+    } else {
+        let stage = if c.vp > 1 { "virtual stage" } else { "stage" };
+        format!(" · blocks per {stage} {:?}", map.chunk_blocks)
+    };
     let mut out = format!(
-        "plait estimate: {} ({}) on {} × {} ({}), engine {}\ncluster: {}\nplacement: {}\nconfig: {c}{recompute_line}\nbatch: {} sequences × {} tokens, {} micro-batches of {} per pipeline, {}{}{}\n\n",
+        "plait estimate: {} ({}) on {} × {} ({}), engine {}\ncluster: {}\nplacement: {}\nconfig: {c}{recompute_line}{layout_line}\nbatch: {} sequences × {} tokens, {} micro-batches of {} per pipeline, {}{}{}\n\n",
         r.model.name,
         parameters_line(&r.model),
         c.gpus(),

@@ -269,6 +269,12 @@ pub struct ConfigArgs {
     /// other blocks keep their activations (default: every block).
     #[arg(long, allow_negative_numbers = true)]
     pub recompute_layers: Option<i64>,
+    /// Megatron-Core's pipeline layout (its --pipeline-model-parallel-layout): the layers of
+    /// each virtual stage in model order, E the embedding, t a decoder layer, m an MTP
+    /// layer, L the loss, stages separated by |, (…)*n and x*n to repeat; e.g.
+    /// "Et|(tt|)*30mL" (DeepSeek-V3 at pp 8 × vp 4). Default: the even split.
+    #[arg(long)]
+    pub pipeline_layout: Option<String>,
     // Its help lists the kinds `plait-schedule` knows, with their rules.
     #[arg(long, default_value = "1f1b", value_parser = parse_keyword::<Schedule>, help = schedule_help("--vp", "pp"))]
     pub schedule: Schedule,
@@ -610,7 +616,7 @@ fn replicas(gpus: u64, model_parallel: u64) -> Result<u64, SpecError> {
 }
 
 impl ConfigArgs {
-    /// The layout of `c`'s blocks: Megatron's even split, with `--recompute-layers` blocks
+    /// The layout of `c`'s blocks: Megatron's even split or the given pipeline layout, with `--recompute-layers` blocks
     /// of each chunk recomputed where given (which needs full recomputation).
     pub fn stage_map(
         &self,
@@ -618,7 +624,13 @@ impl ConfigArgs {
         t: &plait_spec::TrainSpec,
         c: &ParallelConfig,
     ) -> Result<plait_spec::StageMap, SpecError> {
-        let map = plait_spec::StageMap::uniform_checked(m, t, c)?;
+        let map = match &self.pipeline_layout {
+            None => plait_spec::StageMap::uniform_checked(m, t, c)?,
+            Some(layout) => {
+                c.validate(m, t, c.gpus())?;
+                plait_spec::StageMap::from_megatron_layout(layout, m, c)?
+            }
+        };
         let Some(n) = self.recompute_layers else {
             return Ok(map);
         };

@@ -821,3 +821,65 @@ fn a_megatron_moe_plan_names_the_dispatcher_that_would_shorten_it() {
         "{v}"
     );
 }
+
+#[test]
+fn a_megatron_pipeline_layout_sets_the_blocks_of_each_stage() {
+    // DeepSeek-V3 on 1,024 H100 as NVIDIA's recipe lays it out (the embedding and one
+    // layer, thirty stages of two, the MTP layer and the loss alone): the last stage no
+    // longer holds blocks beside the head, and the step is shorter than the even split's.
+    let base = [
+        "estimate",
+        "--model",
+        "deepseek-v3",
+        "--cluster",
+        "dgx-h100",
+        "--gpus",
+        "1024",
+        "--gbs",
+        "8192",
+        "--seq",
+        "4096",
+        "--tp",
+        "2",
+        "--pp",
+        "8",
+        "--vp",
+        "4",
+        "--ep",
+        "64",
+        "--sp",
+        "--zero",
+        "1",
+        "--json",
+    ];
+    let even = common::json(&base);
+    let laid = common::json(&[&base[..], &["--pipeline-layout", "Et|(tt|)*30mL"]].concat());
+    let step = |v: &serde_json::Value| v["iteration_time_s"].as_f64().unwrap();
+    assert!(
+        step(&laid) < step(&even),
+        "{} vs {}",
+        step(&laid),
+        step(&even)
+    );
+    // The header names the blocks of each virtual stage where they are not the even split.
+    let text_args = [
+        &base[..base.len() - 1],
+        &["--pipeline-layout", "Et|(tt|)*30mL"],
+    ]
+    .concat();
+    let (code, out, err) = plait(&text_args);
+    assert_eq!(code, 0, "{err}");
+    let twos = vec!["2"; 30].join(", ");
+    assert!(
+        out.contains(&format!("· blocks per virtual stage [1, {twos}, 0]")),
+        "{out}"
+    );
+    common::check(
+        &[&base[..], &["--pipeline-layout", "Et|(tt|)*29mL"]].concat(),
+        "--pipeline-layout: `pipeline_layout`: 31 stages for pp 8 × vp 4 = 32 chunks",
+    );
+    common::check(
+        &[&base[..], &["--pipeline-layout", "Et|(tt|)*30L"]].concat(),
+        "0 × m where plait needs 1",
+    );
+}

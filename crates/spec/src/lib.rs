@@ -12,6 +12,7 @@ pub mod mesh;
 pub mod mixed;
 pub mod model;
 pub mod parallel;
+pub mod pipeline_layout;
 pub mod presets;
 pub mod stage_map;
 pub mod train;

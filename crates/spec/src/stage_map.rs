@@ -147,9 +147,15 @@ impl StageMap {
     /// rank, except scp's last rank, whose backward follows its forward at once and keeps
     /// its activations (Merak).
     pub fn uniform(layers: u64, c: &ParallelConfig) -> StageMap {
-        let (p, v) = (c.pp, c.vp);
-        let split = EvenSplit::new(layers, p * v);
-        let chunk_blocks: Vec<u64> = (0..p * v).map(|j| split.blocks(j)).collect();
+        let split = EvenSplit::new(layers, c.pp * c.vp);
+        let chunk_blocks = (0..c.pp * c.vp).map(|j| split.blocks(j)).collect();
+        StageMap::with_chunk_blocks(chunk_blocks, c)
+    }
+
+    /// `chunk_blocks` (one count per virtual stage, in model order) laid out as `c`'s
+    /// schedule places chunks, recomputed as [`StageMap::uniform`] says.
+    pub fn with_chunk_blocks(chunk_blocks: Vec<u64>, c: &ParallelConfig) -> StageMap {
+        let p = c.pp;
         let mut map = StageMap {
             recompute_blocks: vec![0; p as usize],
             chunk_blocks,

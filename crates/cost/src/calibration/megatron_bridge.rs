@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use plait_spec::{
     cluster_preset, model_preset, CpComm, Dtype, Engine, Float8Recipe, ModelSpec, MoeDispatcher,
-    ParallelConfig, Recompute, RecomputeModules, Schedule, SpecError, TrainSpec,
+    ParallelConfig, Recompute, RecomputeModules, Schedule, SpecError, StageMap, TrainSpec,
 };
 
 use super::{csv, rows, Row, Run, Skipped, Table};
@@ -20,12 +20,14 @@ const SOURCE: &str = "megatron_bridge_performance.csv";
 const RECIPES: &str = "megatron_bridge_recipes.csv";
 
 /// What a run's performance recipe set that the page does not print.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 struct Recipe {
     dispatcher: MoeDispatcher,
     a2a_overlap: bool,
     recompute: Recompute,
     recompute_modules: RecomputeModules,
+    /// Megatron-Core's pipeline layout; `None`: its even split.
+    layout: Option<String>,
 }
 
 impl Default for Recipe {
@@ -36,6 +38,7 @@ impl Default for Recipe {
             a2a_overlap: false,
             recompute: Recipe::NO_RECOMPUTE.0,
             recompute_modules: Recipe::NO_RECOMPUTE.1,
+            layout: None,
         }
     }
 }
@@ -94,11 +97,13 @@ fn recipes(text: &str) -> Result<HashMap<String, Recipe>, SpecError> {
             )
         })?;
         let (recompute, recompute_modules) = Recipe::recompute(&row)?;
+        let layout = row.str("layout")?;
         let recipe = Recipe {
             dispatcher,
             a2a_overlap: row.flag("a2a_overlap")?,
             recompute,
             recompute_modules,
+            layout: (!layout.is_empty()).then(|| layout.to_string()),
         };
         if out.insert(recipe_key(&row)?, recipe).is_some() {
             return Err(SpecError::new(
@@ -312,17 +317,30 @@ pub fn megatron_bridge(text: &str, recipes_text: &str) -> Result<Table, SpecErro
         // A plan plait refuses (e.g. more pipeline chunks than layers), or a format the
         // GPU has no tensor cores for, is skipped with plait's reason, not an error of the
         // whole table.
+        // The recipe's pipeline layout, where it set one (checked after the plan).
+        let laid_out = |()| {
+            recipe
+                .layout
+                .as_deref()
+                .map(|l| StageMap::from_megatron_layout(l, &model, &config))
+                .transpose()
+        };
         let refused = config
             .validate(&model, &train, gpus)
-            .and_then(|()| device_for(&cluster, dtype).map(|_| ()));
-        if let Err(e) = refused {
-            skipped.push(Skipped {
-                label,
-                reason: format!("plait refuses the plan: {e}"),
-            });
-            continue;
-        }
+            .and_then(|()| device_for(&cluster, dtype).map(|_| ()))
+            .and_then(laid_out);
+        let stage_map = match refused {
+            Ok(map) => map,
+            Err(e) => {
+                skipped.push(Skipped {
+                    label,
+                    reason: format!("plait refuses the plan: {e}"),
+                });
+                continue;
+            }
+        };
         runs.push(Run {
+            stage_map,
             label,
             software: release.to_string(),
             model,
@@ -427,7 +445,7 @@ mod tests {
 
     /// The recipes table's header and one run of the page (26.04 Qwen3 235B on 256 H100).
     const HEADER: &str = "release,system,model,precision,gpus,gbs,tp,pp,vp,ep,dispatcher,\
-                          a2a_overlap,recompute,cuda_graph,source\n";
+                          a2a_overlap,recompute,cuda_graph,layout,source\n";
     const QWEN3_235B: &str = "26.04,DGX-H100,Qwen3_235B_a22B,FP8-CS,256,8192,2,8,4,32";
 
     fn check_recipes(rows: &str, expected: Result<(), &str>) {
@@ -444,7 +462,7 @@ mod tests {
 
     #[test]
     fn a_recipe_sets_what_the_page_does_not_print() {
-        let row = format!("{QWEN3_235B},alltoall,1,selective:core_attn+moe_act,none,test\n");
+        let row = format!("{QWEN3_235B},alltoall,1,selective:core_attn+moe_act,none,,test\n");
         let t = megatron_bridge(TABLE, &format!("{HEADER}{row}")).unwrap();
         let run = |t: &Table| {
             t.runs
@@ -466,27 +484,27 @@ mod tests {
     #[test]
     fn a_recipe_row_that_is_malformed_or_matches_no_run_is_an_error() {
         check_recipes("", Ok(()));
-        let ok = format!("{QWEN3_235B},hybridep,0,none,none,test\n");
+        let ok = format!("{QWEN3_235B},hybridep,0,none,none,,test\n");
         check_recipes(&ok, Ok(()));
         check_recipes(&format!("{ok}{ok}"), Err("a second recipe"));
         check_recipes(
-            &format!("{QWEN3_235B},nccl,0,none,none,test\n"),
+            &format!("{QWEN3_235B},nccl,0,none,none,,test\n"),
             Err("dispatcher"),
         );
         check_recipes(
-            &format!("{QWEN3_235B},alltoall,0,some,none,test\n"),
+            &format!("{QWEN3_235B},alltoall,0,some,none,,test\n"),
             Err("recompute"),
         );
         check_recipes(
-            &format!("{QWEN3_235B},alltoall,0,selective:everything,none,test\n"),
+            &format!("{QWEN3_235B},alltoall,0,selective:everything,none,,test\n"),
             Err("recompute"),
         );
         check_recipes(
-            &format!("{QWEN3_235B},alltoall,yes,none,none,test\n"),
+            &format!("{QWEN3_235B},alltoall,yes,none,none,,test\n"),
             Err("a2a_overlap"),
         );
         check_recipes(
-            "26.04,DGX-H100,Qwen3_235B_a22B,FP8-CS,256,8192,2,8,4,64,alltoall,0,none,none,test\n",
+            "26.04,DGX-H100,Qwen3_235B_a22B,FP8-CS,256,8192,2,8,4,64,alltoall,0,none,none,,test\n",
             Err("matches no run"),
         );
     }

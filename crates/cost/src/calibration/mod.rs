@@ -9,11 +9,11 @@
 
 use plait_spec::{
     cluster_preset, model_preset, AttentionImpl, ClusterSpec, CpComm, Dtype, Engine, Float8Recipe,
-    Lora, ModelSpec, MoeSpec, ParallelConfig, Positions, Recompute, Schedule, SpecError, Task,
-    TrainSpec,
+    Lora, ModelSpec, MoeSpec, ParallelConfig, Positions, Recompute, Schedule, SpecError, StageMap,
+    Task, TrainSpec,
 };
 
-use crate::estimate::{device_for, estimate, Breakdown};
+use crate::estimate::{device_for, estimate, estimate_mapped, Breakdown};
 
 mod megatron_bridge;
 mod nemo_long_context;
@@ -35,6 +35,9 @@ pub struct Run {
     pub cluster: ClusterSpec,
     pub train: TrainSpec,
     pub config: ParallelConfig,
+    /// The blocks of each pipeline stage where the run laid them out itself (Megatron-Core's
+    /// pipeline layout); `None`: the engine's even split.
+    pub stage_map: Option<StageMap>,
     pub measured_step_s: f64,
     /// The peak memory per GPU the run reported, where it did (bytes).
     pub measured_memory_bytes: Option<f64>,
@@ -193,7 +196,10 @@ pub fn evaluate(table: &Table) -> Result<TableResult, SpecError> {
     let mut rows = Vec::with_capacity(table.runs.len());
     for r in &table.runs {
         let device = device_for(&r.cluster, r.train.dtype)?;
-        let e = estimate(&r.model, &r.cluster, &r.train, &r.config, &device)?;
+        let e = match &r.stage_map {
+            None => estimate(&r.model, &r.cluster, &r.train, &r.config, &device)?,
+            Some(map) => estimate_mapped(&r.model, &r.cluster, &r.train, &r.config, &device, map)?,
+        };
         rows.push(RowResult {
             label: r.label.clone(),
             measured_step_s: r.measured_step_s,
@@ -342,6 +348,7 @@ pub fn sc21_table1(text: &str) -> Result<Table, SpecError> {
         let m = model_preset(name)?;
         let measured = sc21_flops(&m, gbs) / (row.num("tflops_per_gpu")? * 1e12 * gpus as f64);
         runs.push(Run {
+            stage_map: None,
             label: format!("{name} tp{tp} pp{pp} vp{vp} mbs{mbs} on {gpus}"),
             software: String::new(),
             model: m,
@@ -410,6 +417,7 @@ pub fn sc21_table2(text: &str) -> Result<Table, SpecError> {
             }
         };
         runs.push(Run {
+            stage_map: None,
             label: format!("{scheme} tp{tp} pp{pp} mbs{mbs} on {gpus}"),
             software: String::new(),
             model: m.clone(),
@@ -532,6 +540,7 @@ fn llmfoundry_table(
             Recompute::None
         };
         runs.push(Run {
+            stage_map: None,
             label: format!(
                 "{} seq{seq} mbs{mbs} {}{} on {gpus}{}",
                 model.name,
@@ -735,6 +744,7 @@ fn nemo_table(text: &str, source: &'static str, name: &'static str) -> Result<Ta
         };
         let moe_capacity = model.moe.map(|_| 1.0);
         runs.push(Run {
+            stage_map: None,
             label,
             software: release.to_string(),
             model,

@@ -27,6 +27,7 @@ pub fn nemo_long_context_h100(text: &str) -> Result<Table, SpecError> {
             row.int("cp")?,
         );
         runs.push(Run {
+            stage_map: None,
             label: format!("24.03 LLAMA2-7B {seq_k}K tokens on {gpus} (tp{tp} pp{pp} cp{cp})"),
             software: String::new(),
             model: model.clone(),

@@ -86,6 +86,7 @@ pub fn torchtitan_benchmarks(text: &str) -> Result<Table, SpecError> {
             )
         })?;
         runs.push(Run {
+            stage_map: None,
             label,
             software: row.str("source")?.to_string(),
             model: model_preset(row.str("model")?)?,
