@@ -46,6 +46,11 @@ fn plan_string() {
 }
 
 #[test]
+fn pipeline_layout() {
+    run("pipeline_layout");
+}
+
+#[test]
 fn data() {
     run("data");
 }

@@ -20,6 +20,7 @@ pub const SURFACES: &[&str] = &[
     "placement_json",
     "onnx",
     "plan_string",
+    "pipeline_layout",
     "data",
     "checkpoint",
 ];
@@ -427,6 +428,45 @@ fn check_plan_string(input: &[u8]) -> Result<(), String> {
     ])
 }
 
+fn check_pipeline_layout(input: &[u8]) -> Result<(), String> {
+    let text = String::from_utf8_lossy(input);
+    // DeepSeek-V3 (61 blocks and an MTP layer) at pp 8 × vp 4, in process and through the
+    // command line.
+    let model = plait_spec::model_preset("deepseek-v3").map_err(|e| e.to_string())?;
+    let c: plait_spec::ParallelConfig = "dp4 tp2 pp8 vp4 ep8 mbs1 zero1 sp interleaved".parse()?;
+    if let Ok(map) = plait_spec::StageMap::from_megatron_layout(&text, &model, &c) {
+        map.validate(model.layers, &c)
+            .map_err(|e| format!("`{text}` read into an invalid map: {e}"))?;
+    }
+    cli(&[
+        "estimate",
+        "--model",
+        "deepseek-v3",
+        "--cluster",
+        "dgx-h100",
+        "--gpus",
+        "512",
+        "--config",
+        "dp4 tp2 pp8 vp4 ep8 mbs1 zero1 sp interleaved",
+        "--gbs",
+        "512",
+        "--pipeline-layout",
+        &text,
+    ])
+}
+
+fn pipeline_layout_seeds() -> Vec<Vec<u8>> {
+    [
+        "Et|(tt|)*30mL",
+        "Et*2|(tt|)*29,t|mL",
+        "E(t|)*31tmL",
+        "Ett|(tt|)*29mL|L",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect()
+}
+
 fn plan_string_seeds() -> Vec<Vec<u8>> {
     [
         "dp8 tp1 pp1 mbs1 1f1b",
@@ -621,6 +661,7 @@ pub fn surface(name: &str) -> (Vec<Vec<u8>>, Check) {
         "placement_json" => placement_seeds(),
         "onnx" => onnx_seeds(),
         "plan_string" => plan_string_seeds(),
+        "pipeline_layout" => pipeline_layout_seeds(),
         "data" => data_seeds(),
         "checkpoint" => checkpoint_seeds(),
         other => panic!("no surface `{other}`"),
@@ -638,6 +679,7 @@ pub fn check_of(name: &str) -> Check {
         "placement_json" => check_placement,
         "onnx" => check_onnx,
         "plan_string" => check_plan_string,
+        "pipeline_layout" => check_pipeline_layout,
         "data" => check_data,
         "checkpoint" => check_checkpoint,
         other => panic!("no surface `{other}`"),
