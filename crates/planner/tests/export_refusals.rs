@@ -4,7 +4,7 @@
 mod common;
 
 use plait_planner::export::{export, expressible, Engine};
-use plait_spec::{Dtype, Float8Recipe, Recompute, Schedule};
+use plait_spec::{Dtype, Float8Recipe, Recompute, Schedule, StageMap};
 
 use common::*;
 
@@ -294,4 +294,19 @@ fn megatron_writes_recompute_modules_and_the_others_refuse_them() {
         "megatron_args.sh",
     ));
     assert!(!f.contains_key("--recompute-modules"));
+}
+
+#[test]
+fn megatron_layouts_carry_the_mtp_layers() {
+    // DeepSeek-V3's MTP layer sits in the last stage before the loss: a layout without it
+    // is one Megatron-Core refuses (its `m` count must equal `--mtp-num-layers`).
+    let mut k = pp4("deepseek-v3");
+    let layout = "Et*14|t*17|t*15|t*15mL";
+    k.plan.stage_map = StageMap::from_megatron_layout(layout, &k.model, &k.plan.config).unwrap();
+    let f = megatron_flags(file(
+        &run(Engine::Megatron, &k).unwrap(),
+        "megatron_args.sh",
+    ));
+    assert_eq!(f["--pipeline-model-parallel-layout"], layout);
+    assert_eq!(f["--mtp-num-layers"], "1");
 }

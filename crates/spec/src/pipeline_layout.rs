@@ -179,6 +179,39 @@ impl StageMap {
     }
 }
 
+impl StageMap {
+    /// The layout string Megatron-Core reads for this map of a model with `mtp_layers`
+    /// multi-token-prediction layers: the embedding before the first stage's blocks, the MTP
+    /// layers and the loss after the last's ([`StageMap::from_megatron_layout`] reads it
+    /// back).
+    pub fn to_megatron_layout(&self, mtp_layers: u64) -> String {
+        let repeated = |layer: char, n: u64| match n {
+            0 => String::new(),
+            1 => layer.to_string(),
+            n => format!("{layer}*{n}"),
+        };
+        let last = self.chunk_blocks.len().saturating_sub(1);
+        self.chunk_blocks
+            .iter()
+            .enumerate()
+            .map(|(j, &blocks)| {
+                let mut stage = if j == 0 {
+                    "E".to_string()
+                } else {
+                    String::new()
+                };
+                stage += &repeated('t', blocks);
+                if j == last {
+                    stage += &repeated('m', mtp_layers);
+                    stage.push('L');
+                }
+                stage
+            })
+            .collect::<Vec<_>>()
+            .join("|")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,6 +247,34 @@ mod tests {
         // Commas are cosmetic, as in Megatron-Core's own example.
         let same = StageMap::from_megatron_layout("Et*4,|(tttt|)*14,tmL", &m, &c).unwrap();
         assert_eq!(same, map);
+    }
+
+    #[test]
+    fn a_map_written_as_a_layout_reads_back_the_same() {
+        // The export writes what the reader reads: DeepSeek-V3's recipe map, with its MTP
+        // layer, and uneven maps with empty stages at either end.
+        let (m, c) = dsv3(8, 4);
+        let map = StageMap::from_megatron_layout("Et|(tt|)*30mL", &m, &c).unwrap();
+        let text = map.to_megatron_layout(m.mtp_layers);
+        assert!(
+            text.starts_with("Et|t*2|") && text.ends_with("|t*2|mL"),
+            "{text}"
+        );
+        assert_eq!(StageMap::from_megatron_layout(&text, &m, &c).unwrap(), map);
+        let (m, c) = dsv3(4, 1);
+        for blocks in [
+            vec![0, 21, 20, 20],
+            vec![16, 16, 16, 13],
+            vec![20, 21, 20, 0],
+        ] {
+            let map = StageMap::with_chunk_blocks(blocks, &c);
+            let text = map.to_megatron_layout(m.mtp_layers);
+            assert_eq!(
+                StageMap::from_megatron_layout(&text, &m, &c).unwrap(),
+                map,
+                "{text}"
+            );
+        }
     }
 
     #[test]

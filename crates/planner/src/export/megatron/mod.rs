@@ -336,7 +336,7 @@ enum Split {
     Layout(String),
 }
 
-fn split(plan: &Plan) -> Split {
+fn split(plan: &Plan, mtp_layers: u64) -> Split {
     let (c, blocks) = (&plan.config, &plan.stage_map.chunk_blocks);
     let (p, v) = (c.pp as usize, c.vp as usize);
     if blocks.windows(2).all(|w| w[0] == w[1]) {
@@ -362,27 +362,7 @@ fn split(plan: &Plan) -> Split {
             };
         }
     }
-    let last = blocks.len() - 1;
-    let stages: Vec<String> = blocks
-        .iter()
-        .enumerate()
-        .map(|(j, &k)| {
-            let mut s = String::new();
-            if j == 0 {
-                s.push('E');
-            }
-            match k {
-                0 => {}
-                1 => s.push('t'),
-                k => s.push_str(&format!("t*{k}")),
-            }
-            if j == last {
-                s.push('L');
-            }
-            s
-        })
-        .collect();
-    Split::Layout(stages.join("|"))
+    Split::Layout(plan.stage_map.to_megatron_layout(mtp_layers))
 }
 
 /// `megatron_args.sh`. Callers have checked `plan_reasons` and `model_reasons`.
@@ -539,7 +519,7 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     let split = if pattern.is_some() {
         Split::Even
     } else {
-        split(plan)
+        split(plan, model.mtp_layers)
     };
     match split {
         Split::Even => {
