@@ -773,34 +773,20 @@ fn every_degree_has_its_flag_in_its_own_words() {
     );
 }
 
+/// DeepSeek-V3 on 1,024 DGX H100 GPUs at tp 2 × pp 8, as NVIDIA's recipe runs it.
+const DSV3_ON_1024_H100: &str =
+    "--model deepseek-v3 --cluster dgx-h100 --gpus 1024 --gbs 8192 --seq 4096 --tp 2 --pp 8";
+
 #[test]
 fn a_megatron_moe_plan_names_the_dispatcher_that_would_shorten_it() {
     // A Megatron MoE plan whose expert groups span nodes says what Megatron-Core's HybridEP
     // dispatcher would save (DeepSeek-V3 at ep 64 over eight DGX H100 nodes); asked for, the
     // dispatcher is no longer suggested.
-    let moe = [
-        "plan",
-        "--model",
-        "deepseek-v3",
-        "--cluster",
-        "dgx-h100",
-        "--gpus",
-        "1024",
-        "--gbs",
-        "8192",
-        "--seq",
-        "4096",
-        "--dtype",
-        "fp8",
-        "--tp",
-        "2",
-        "--pp",
-        "8",
-        "--ep",
-        "64",
-        "--top",
-        "1",
-    ];
+    let moe: Vec<&str> = ["plan"]
+        .into_iter()
+        .chain(DSV3_ON_1024_H100.split_whitespace())
+        .chain(["--dtype", "fp8", "--ep", "64", "--top", "1"])
+        .collect();
     let (code, out, err) = plait(&moe);
     assert_eq!(code, 0, "{err}");
     assert!(
@@ -827,31 +813,11 @@ fn a_megatron_pipeline_layout_sets_the_blocks_of_each_stage() {
     // DeepSeek-V3 on 1,024 H100 as NVIDIA's recipe lays it out (the embedding and one
     // layer, thirty stages of two, the MTP layer and the loss alone): the last stage no
     // longer holds blocks beside the head, and the step is shorter than the even split's.
-    let base = [
-        "estimate",
-        "--model",
-        "deepseek-v3",
-        "--cluster",
-        "dgx-h100",
-        "--gpus",
-        "1024",
-        "--gbs",
-        "8192",
-        "--seq",
-        "4096",
-        "--tp",
-        "2",
-        "--pp",
-        "8",
-        "--vp",
-        "4",
-        "--ep",
-        "64",
-        "--sp",
-        "--zero",
-        "1",
-        "--json",
-    ];
+    let base: Vec<&str> = ["estimate"]
+        .into_iter()
+        .chain(DSV3_ON_1024_H100.split_whitespace())
+        .chain(["--vp", "4", "--ep", "64", "--sp", "--zero", "1", "--json"])
+        .collect();
     let even = common::json(&base);
     let laid = common::json(&[&base[..], &["--pipeline-layout", "Et|(tt|)*30mL"]].concat());
     let step = |v: &serde_json::Value| v["iteration_time_s"].as_f64().unwrap();
