@@ -180,9 +180,16 @@ impl Group {
         let per_peer = bytes / self.size as f64;
         let local_peers = (self.local.min(self.size) - 1) as f64;
         let remote_peers = (self.size - self.local.min(self.size)) as f64;
-        let intra = local_peers * per_peer / self.intra_bytes_per_s;
-        let inter = if remote_peers > 0.0 {
-            remote_peers * per_peer / self.point_bytes_per_s
+        self.exchange_s(local_peers * per_peer, remote_peers * per_peer)
+    }
+
+    /// An exchange with every peer at once, `intra_bytes` of it over NVLink and
+    /// `inter_bytes` over this rank's NIC share: the slower of the two, after a latency per
+    /// peer.
+    fn exchange_s(&self, intra_bytes: f64, inter_bytes: f64) -> f64 {
+        let intra = intra_bytes / self.intra_bytes_per_s;
+        let inter = if inter_bytes > 0.0 {
+            inter_bytes / self.point_bytes_per_s
         } else {
             0.0
         };
@@ -206,13 +213,8 @@ impl Group {
             return 0.0;
         }
         let local = self.local.min(self.size) as f64;
-        let intra = copies_bytes * (local - 1.0) / local / self.intra_bytes_per_s;
-        let inter = if self.nodes > 1 {
-            token_bytes * remote_domains / self.point_bytes_per_s
-        } else {
-            0.0
-        };
-        (self.size - 1) as f64 * self.step_latency_s + intra.max(inter)
+        let remote = if self.nodes > 1 { remote_domains } else { 0.0 };
+        self.exchange_s(copies_bytes * (local - 1.0) / local, token_bytes * remote)
     }
 
     /// One point-to-point transfer of `bytes` to a neighbour in this group.
