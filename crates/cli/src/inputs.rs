@@ -616,8 +616,9 @@ fn replicas(gpus: u64, model_parallel: u64) -> Result<u64, SpecError> {
 }
 
 impl ConfigArgs {
-    /// The layout of `c`'s blocks: Megatron's even split or the given pipeline layout, with `--recompute-layers` blocks
-    /// of each chunk recomputed where given (which needs full recomputation).
+    /// The layout of `c`'s blocks: Megatron's even split, or the given pipeline layout; with
+    /// `--recompute-layers` blocks of each chunk recomputed where given (which needs full
+    /// recomputation).
     pub fn stage_map(
         &self,
         m: &plait_spec::ModelSpec,

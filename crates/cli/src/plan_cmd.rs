@@ -165,7 +165,8 @@ fn what_if(r: &crate::inputs::Resolved, best: &Plan) -> Result<Vec<WhatIf>> {
     // The plan's step may be simulated: the closed forms give the relative change, which
     // scales the step the table shows.
     let now = step(t)?;
-    let mut switches: Vec<(&'static str, TrainSpec)> = Vec::new();
+    // Each switch: its flag, the run with it, and whether it is named only where faster.
+    let mut switches: Vec<(&'static str, TrainSpec, bool)> = Vec::new();
     if t.engine.compiles() {
         if !t.compile {
             switches.push((
@@ -174,6 +175,7 @@ fn what_if(r: &crate::inputs::Resolved, best: &Plan) -> Result<Vec<WhatIf>> {
                     compile: true,
                     ..t.clone()
                 },
+                false,
             ));
         } else if !t.async_tp && best.config.tp > 1 && best.config.sp {
             switches.push((
@@ -182,6 +184,7 @@ fn what_if(r: &crate::inputs::Resolved, best: &Plan) -> Result<Vec<WhatIf>> {
                     async_tp: true,
                     ..t.clone()
                 },
+                false,
             ));
         }
     }
@@ -195,7 +198,7 @@ fn what_if(r: &crate::inputs::Resolved, best: &Plan) -> Result<Vec<WhatIf>> {
         && t.moe_dispatcher == MoeDispatcher::AllToAll
         && hybrid_ep.moe_dispatcher_refused().is_none()
     {
-        switches.push(("--moe-dispatcher hybridep", hybrid_ep));
+        switches.push(("--moe-dispatcher hybridep", hybrid_ep, true));
     }
     let overlap = TrainSpec {
         moe_a2a_overlap: true,
@@ -208,12 +211,12 @@ fn what_if(r: &crate::inputs::Resolved, best: &Plan) -> Result<Vec<WhatIf>> {
             .check_moe_a2a_overlap(&r.model, &overlap)
             .is_ok()
     {
-        switches.push(("--moe-a2a-overlap", overlap));
+        switches.push(("--moe-a2a-overlap", overlap, true));
     }
     let mut out = Vec::new();
-    for (flag, train) in switches {
+    for (flag, train, only_if_faster) in switches {
         let change = step(&train)? / now - 1.0;
-        if flag.starts_with("--moe") && change >= 0.0 {
+        if only_if_faster && change >= 0.0 {
             continue;
         }
         out.push(WhatIf {

@@ -192,11 +192,7 @@ pub fn check_priced(c: &ParallelConfig) -> Result<(), SpecError> {
                 "{} = {} has no cost mechanism yet (the cost model prices {})",
                 d.name(),
                 c.degree(d),
-                PRICED_DEGREES
-                    .iter()
-                    .map(|d| d.name())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                plait_spec::Degree::names(&PRICED_DEGREES)
             ),
             format!("{} = 1", d.name()),
         )),

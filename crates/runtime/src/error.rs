@@ -137,7 +137,7 @@ fn gib(bytes: f64) -> f64 {
 pub enum Unsupported {
     /// A parallel degree the runtime does not run (`config::RUNTIME_DEGREES` lists those it
     /// does), at a size other than 1.
-    #[error("{} = {size} is not run by the runtime, which runs {}; use {} = 1", .degree.name(), names(.runs), .degree.name())]
+    #[error("{} = {size} is not run by the runtime, which runs {}; use {} = 1", .degree.name(), plait_spec::Degree::names(.runs), .degree.name())]
     Degree {
         degree: plait_spec::Degree,
         size: u64,
@@ -649,13 +649,4 @@ impl RuntimeError {
             RuntimeError::PlanMismatch(_) | RuntimeError::DoesNotFit(_) | RuntimeError::Resume(_)
         )
     }
-}
-
-/// Degrees' names joined for a message (`dp, tp, pp, vp`).
-fn names(degrees: &[plait_spec::Degree]) -> String {
-    degrees
-        .iter()
-        .map(|d| d.name())
-        .collect::<Vec<_>>()
-        .join(", ")
 }

@@ -214,6 +214,12 @@ impl Degree {
         Degree::ALL.iter().copied().find(|d| d.name() == name)
     }
 
+    /// The names of `degrees` joined for a message (`dp, tp, pp, vp`).
+    pub fn names(degrees: &[Degree]) -> String {
+        let names: Vec<&str> = degrees.iter().map(|d| d.name()).collect();
+        names.join(", ")
+    }
+
     /// Whether a configuration's display writes this degree when it is 1.
     pub fn shown_at_one(self) -> bool {
         matches!(self, Degree::Dp | Degree::Tp | Degree::Pp)

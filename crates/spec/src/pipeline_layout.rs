@@ -58,19 +58,18 @@ fn count(text: &[char], i: usize) -> Result<(usize, usize)> {
 /// (one pass each, parentheses not nested), bounded by [`MAX_UNROLLED`].
 fn unroll(text: &str) -> Result<String> {
     let text: Vec<char> = text.chars().filter(|&c| c != ',').collect();
-    let push = |out: &mut String, piece: &str, n: usize| -> Result<()> {
-        if out.len() + piece.len().saturating_mul(n) > MAX_UNROLLED {
-            return Err(bad(format!(
-                "longer than {MAX_UNROLLED} layers once unrolled"
-            )));
-        }
-        out.push_str(&piece.repeat(n));
-        Ok(())
-    };
-    let mut groups = String::new();
+    let groups: Vec<char> = unroll_pass(&text, true)?.chars().collect();
+    unroll_pass(&groups, false)
+}
+
+/// One pass of [`unroll`]: each parenthesised group (`groups`) or each character (not
+/// `groups`) followed by `*n` written n times, everything else copied.
+fn unroll_pass(text: &[char], groups: bool) -> Result<String> {
+    let mut out = String::new();
     let mut i = 0;
     while i < text.len() {
-        if text[i] == '(' {
+        let group = groups && text[i] == '(';
+        let (piece, end) = if group {
             let close = (i + 1..text.len())
                 .find(|&j| text[j] == ')')
                 .ok_or_else(|| bad("a `(` without its `)`".into()))?;
@@ -81,26 +80,23 @@ fn unroll(text: &str) -> Result<String> {
             if text.get(close + 1) != Some(&'*') {
                 return Err(bad(format!("`({inner})` without `*n` after it")));
             }
-            let (n, end) = count(&text, close + 2)?;
-            push(&mut groups, &inner, n)?;
-            i = end;
+            (inner, close + 1)
         } else {
-            push(&mut groups, &text[i].to_string(), 1)?;
-            i += 1;
-        }
-    }
-    let text: Vec<char> = groups.chars().collect();
-    let mut out = String::new();
-    let mut i = 0;
-    while i < text.len() {
-        if text.get(i + 1) == Some(&'*') {
-            let (n, end) = count(&text, i + 2)?;
-            push(&mut out, &text[i].to_string(), n)?;
-            i = end;
+            (text[i].to_string(), i + 1)
+        };
+        let repeats = (group || !groups) && text.get(end) == Some(&'*');
+        let (n, next) = if repeats {
+            count(text, end + 1)?
         } else {
-            push(&mut out, &text[i].to_string(), 1)?;
-            i += 1;
+            (1, end)
+        };
+        if out.len() + piece.len().saturating_mul(n) > MAX_UNROLLED {
+            return Err(bad(format!(
+                "longer than {MAX_UNROLLED} layers once unrolled"
+            )));
         }
+        out.push_str(&piece.repeat(n));
+        i = next;
     }
     Ok(out)
 }

@@ -322,6 +322,12 @@ impl Engine {
         }
     }
 
+    /// [`Engine::moe_dispatchers`] by name, joined by commas.
+    pub fn moe_dispatcher_names(self) -> String {
+        let names: Vec<&str> = self.moe_dispatchers().iter().map(|d| d.keyword()).collect();
+        names.join(", ")
+    }
+
     /// Whether the engine runs Megatron-Core's choice of selective recompute modules
     /// (`recompute_modules`).
     pub fn recomputes_modules(self) -> bool {
@@ -629,14 +635,12 @@ impl TrainSpec {
     /// Where the run names an expert dispatcher its engine does not run: the dispatcher
     /// and the ones allowed.
     pub fn moe_dispatcher_refused(&self) -> Option<String> {
-        let allowed = self.engine.moe_dispatchers();
-        (!allowed.contains(&self.moe_dispatcher)).then(|| {
-            let names: Vec<&str> = allowed.iter().map(|d| d.keyword()).collect();
+        (!self.engine.moe_dispatchers().contains(&self.moe_dispatcher)).then(|| {
             format!(
                 "engine {} does not run the {} dispatcher (allowed: {})",
                 self.engine.keyword(),
                 self.moe_dispatcher,
-                names.join(", ")
+                self.engine.moe_dispatcher_names()
             )
         })
     }

@@ -4,7 +4,8 @@
 //! states (`megatron_bridge_performance.csv`'s header gives every mapping and its reason),
 //! and, where the performance recipe that ran it was traced in Megatron-Bridge's code at the
 //! release's tag, with what that recipe set beyond the page (`megatron_bridge_recipes.csv`:
-//! the experts' dispatcher, the all-to-all overlap, selective recomputation).
+//! the experts' dispatcher, the all-to-all overlap, selective recomputation, the pipeline
+//! layout).
 
 use std::collections::HashMap;
 
@@ -31,22 +32,20 @@ struct Recipe {
 }
 
 impl Default for Recipe {
-    /// Megatron-Core's defaults, for a run whose recipe was not traced.
+    /// Megatron-Core's defaults (plait's), for a run whose recipe was not traced.
     fn default() -> Self {
+        let c = ParallelConfig::default();
         Recipe {
             dispatcher: MoeDispatcher::AllToAll,
             a2a_overlap: false,
-            recompute: Recipe::NO_RECOMPUTE.0,
-            recompute_modules: Recipe::NO_RECOMPUTE.1,
+            recompute: c.recompute,
+            recompute_modules: c.recompute_modules,
             layout: None,
         }
     }
 }
 
 impl Recipe {
-    const NO_RECOMPUTE: (Recompute, RecomputeModules) =
-        (Recompute::None, RecomputeModules::CORE_ATTN);
-
     /// The recompute column: `none`, `full` or `selective:<modules joined by +>`.
     fn recompute(row: &Row) -> Result<(Recompute, RecomputeModules), SpecError> {
         let bad = |why: String| {
@@ -58,7 +57,7 @@ impl Recipe {
             )
         };
         match row.str("recompute")? {
-            "none" => Ok(Recipe::NO_RECOMPUTE),
+            "none" => Ok((Recompute::None, RecomputeModules::CORE_ATTN)),
             "full" => Ok((Recompute::Full, RecomputeModules::CORE_ATTN)),
             other => {
                 let modules = other
@@ -237,9 +236,9 @@ fn model(row: &Row, preset: &str) -> Result<ModelSpec, SpecError> {
 
 /// `megatron_bridge_performance.csv`: Megatron-Core under Megatron-Bridge's performance
 /// recipes, the distributed optimizer (Megatron-Core's FSDP where `fsdp` > 0), sequence
-/// parallelism with tp > 1; the experts' dispatcher, the all-to-all overlap and selective
-/// recomputation from `recipes_text` (`megatron_bridge_recipes.csv`) where the run's recipe
-/// was traced; what neither publishes (CUDA graphs, offload, expert tp, and the traced
+/// parallelism with tp > 1; the experts' dispatcher, the all-to-all overlap, selective
+/// recomputation and the pipeline layout from `recipes_text` (`megatron_bridge_recipes.csv`)
+/// where the run's recipe was traced; what neither publishes (CUDA graphs, offload, expert tp, and the traced
 /// settings of the other runs) at plait's defaults. Rows without a model or cluster
 /// preset, and plans plait refuses, are listed as skipped with the reason.
 pub fn megatron_bridge(text: &str, recipes_text: &str) -> Result<Table, SpecError> {
@@ -314,10 +313,10 @@ pub fn megatron_bridge(text: &str, recipes_text: &str) -> Result<Table, SpecErro
             cp_comm: CpComm::P2p,
             ..ParallelConfig::default()
         };
-        // A plan plait refuses (e.g. more pipeline chunks than layers), or a format the
-        // GPU has no tensor cores for, is skipped with plait's reason, not an error of the
-        // whole table.
-        // The recipe's pipeline layout, where it set one (checked after the plan).
+        // The recipe's pipeline layout, where it set one (read once the plan is checked).
+        // A plan plait refuses (e.g. more pipeline chunks than layers), a format the GPU
+        // has no tensor cores for, or a layout plait cannot cost, is skipped with plait's
+        // reason, not an error of the whole table.
         let laid_out = |()| {
             recipe
                 .layout
@@ -325,11 +324,11 @@ pub fn megatron_bridge(text: &str, recipes_text: &str) -> Result<Table, SpecErro
                 .map(|l| StageMap::from_megatron_layout(l, &model, &config))
                 .transpose()
         };
-        let refused = config
+        let checked = config
             .validate(&model, &train, gpus)
             .and_then(|()| device_for(&cluster, dtype).map(|_| ()))
             .and_then(laid_out);
-        let stage_map = match refused {
+        let stage_map = match checked {
             Ok(map) => map,
             Err(e) => {
                 skipped.push(Skipped {

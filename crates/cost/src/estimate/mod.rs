@@ -86,7 +86,7 @@ pub fn model_flops(m: &ModelSpec, t: &TrainSpec) -> f64 {
                     let routed_width = moe.expert_width(m.hidden) as f64;
                     moe.top_k as f64 * mlp(routed_width)
                         + moe.shared_experts as f64 * mlp(h)
-                        + moe.latent.map_or(0.0, |latent| 2.0 * h * latent as f64)
+                        + k.latent_projection_params() as f64
                         + h * moe.experts as f64
                 }
                 None => mlp(h),

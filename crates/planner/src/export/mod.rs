@@ -333,10 +333,9 @@ fn plan_reasons(engine: Engine, plan: &Layout) -> Vec<String> {
     let c = plan.config;
     let untaught: Vec<Degree> = c.degrees_outside(taught_degrees(engine)).collect();
     if !untaught.is_empty() {
-        let names: Vec<&str> = untaught.iter().map(|d| d.name()).collect();
         return vec![format!(
             "the {engine} export does not write the degree {} yet",
-            names.join(", ")
+            Degree::names(&untaught)
         )];
     }
     if !runs_under(engine).recomputes_modules()

@@ -208,16 +208,7 @@ impl ParallelConfig {
             Some(why) => Err(SpecError::for_field(
                 "moe_dispatcher",
                 why,
-                format!(
-                    "one of {}",
-                    train
-                        .engine
-                        .moe_dispatchers()
-                        .iter()
-                        .map(|d| d.keyword())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
+                format!("one of {}", train.engine.moe_dispatcher_names()),
             )),
             None => Ok(()),
         }

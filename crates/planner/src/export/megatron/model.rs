@@ -15,8 +15,8 @@ pub(super) fn dense_layer_width(model: &ModelSpec) -> Option<u64> {
 /// Flags of a MoE model's layer mix and expert sizes: `--moe-ffn-hidden-size` where dense
 /// layers (`--ffn-hidden-size`, [`dense_layer_width`]) sit among the MoE ones, `--moe-layer-freq` as the list of
 /// which layers are MoE (`moe_freq_type` in arguments.py), the shared experts' width
-/// (`--moe-shared-expert-intermediate-size`), LatentMoE's width (`--moe-latent-size`), or why the mix has no flags (dense layers of
-/// more than one width).
+/// (`--moe-shared-expert-intermediate-size`), LatentMoE's width (`--moe-latent-size`), or
+/// why the mix has no flags (dense layers of more than one width).
 pub(super) fn moe_layer_flags(model: &ModelSpec) -> Result<Vec<(&'static str, String)>, String> {
     let Some(moe) = model.moe else {
         if model.block_runs.iter().any(|r| r.dense_ffn.is_some()) {
