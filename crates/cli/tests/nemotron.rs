@@ -183,3 +183,40 @@ fn a_nemotron_h_config_json_estimates_and_only_megatron_exports_it() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn nemotron_3_super_exports_its_multi_token_prediction_module() {
+    // Super's MTP module (an attention and a MoE block) follows the layers in Megatron-Core's
+    // unified pattern, one depth after `/`, its module shared across depths.
+    let dir = std::env::temp_dir().join(format!("plait-super-mtp-{}", std::process::id()));
+    let (code, out, err) = plait(&[
+        "plan",
+        "--model",
+        "nemotron-3-super-120b-a12b",
+        "--cluster",
+        "gb300-nvl72",
+        "--gpus",
+        "64",
+        "--gbs",
+        "512",
+        "--seq",
+        "8192",
+        "--dtype",
+        "mxfp8",
+        "--export",
+        "megatron",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let args = std::fs::read_to_string(dir.join("megatron_args.sh")).unwrap();
+    let pattern = args
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("--hybrid-layer-pattern "))
+        .expect("the export names the layer pattern");
+    assert!(pattern.trim_matches('"').ends_with("EME/*E"), "{pattern}");
+    for flag in ["--mtp-num-layers 1", "--mtp-use-repeated-layer"] {
+        assert!(args.contains(flag), "{flag}: {args}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -368,6 +368,19 @@ impl DeviceModel {
         })
     }
 
+    /// The same GPU running its GEMMs in 16-bit: the layers a low-precision run keeps in
+    /// bf16 (Megatron Bridge's multi-token-prediction modules). A profile's GEMM corrections,
+    /// measured in the run's format, are dropped.
+    pub fn sixteen_bit(&self) -> DeviceModel {
+        DeviceModel {
+            peak_flops_per_s: self.sixteen_bit_peak_flops_per_s,
+            gemm_flops_per_s: self.gemm16_flops_per_s,
+            gemm_corrections: vec![],
+            element_bytes: Dtype::Bf16.gemm_element_bytes(),
+            ..self.clone()
+        }
+    }
+
     /// Checks `profile` against this GPU's physical limits before it is applied: no
     /// measured GEMM (in this dtype) beats the dense tensor peak, and the measured copy
     /// bandwidth is at most the HBM's. `source` names the profile in the error.

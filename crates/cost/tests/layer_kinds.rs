@@ -3,7 +3,8 @@
 use plait_cost::estimate::{layer_costs, rank_block_layers};
 use plait_cost::{comm::Groups, device_for, estimate, layer::Workload};
 use plait_spec::{
-    cluster_preset, model_preset, BlockRun, ParallelConfig, Recompute, StageMap, TrainSpec,
+    cluster_preset, model_preset, BlockKind, BlockRun, ParallelConfig, Recompute, StageMap,
+    TrainSpec,
 };
 
 fn llama_with(runs: Vec<BlockRun>) -> plait_spec::ModelSpec {
@@ -207,6 +208,9 @@ fn multi_token_prediction_runs_on_the_last_stage() {
     assert_eq!(with_mtp.mtp_layers, 1);
     let without = plait_spec::ModelSpec {
         mtp_layers: 0,
+        mtp_pattern: None,
+        mtp_shared: false,
+        mtp_bf16: false,
         ..with_mtp.clone()
     };
     // The published size counts the main model only.
@@ -227,6 +231,64 @@ fn multi_token_prediction_runs_on_the_last_stage() {
     assert!(b.stages[1].forward_s > a.stages[1].forward_s * 1.1);
     assert!(b.stages[1].memory.weights_bytes > a.stages[1].memory.weights_bytes);
     assert!(b.model_flops_per_iteration > a.model_flops_per_iteration);
+}
+
+#[test]
+fn a_hybrid_multi_token_prediction_module_runs_its_own_blocks() {
+    // Nemotron 3 Super's MTP module is an attention and a MoE block ("*E"), not one more
+    // block of the last kind; Megatron Bridge runs its two passes on one shared module,
+    // kept in bf16 in an MXFP8 run.
+    let super_ = model_preset("nemotron-3-super-120b-a12b").unwrap();
+    let cluster = cluster_preset("gb300-nvl72").unwrap();
+    let d = device_for(&cluster, plait_spec::Dtype::Mxfp8).unwrap();
+    let t = TrainSpec {
+        dtype: plait_spec::Dtype::Mxfp8,
+        ..TrainSpec::new(64, 8192)
+    };
+    let c = ParallelConfig {
+        dp: 64,
+        ep: 64,
+        ..ParallelConfig::default()
+    };
+    let g = Groups::new(&cluster, &c);
+    let w = Workload::new(&c, &t);
+    let costs = |m: &plait_spec::ModelSpec| layer_costs(m, &d, &g, &w);
+    let one = costs(&super_);
+    let kinds = super_.block_kinds();
+    let attention = kinds
+        .iter()
+        .position(|k| k.block == BlockKind::Attention)
+        .unwrap();
+    let moe = kinds.iter().position(|k| k.moe.is_some()).unwrap();
+    // Its blocks' weights: an attention and a MoE block's, and the 2h → h projection.
+    let h = super_.hidden as f64;
+    let blocks = one.kinds[attention].params + one.kinds[moe].params;
+    assert!((one.mtp.params - blocks - 2.0 * h * h - 2.0 * h).abs() < 1.0);
+    assert_eq!(one.mtp.expert_params, one.kinds[moe].expert_params);
+    // In bf16 the module's blocks take longer than they would in MXFP8 (the head pass
+    // runs as the main model's).
+    let in_mxfp8 = costs(&plait_spec::ModelSpec {
+        mtp_bf16: false,
+        ..super_.clone()
+    });
+    let module_s =
+        |c: &plait_cost::estimate::LayerCosts| c.mtp.forward.compute_s - c.head.forward.compute_s;
+    let (bf16_s, mxfp8_s) = (module_s(&one), module_s(&in_mxfp8));
+    assert!(bf16_s > 1.1 * mxfp8_s, "{bf16_s} vs {mxfp8_s}");
+    // Two passes of one shared module: twice the time, the weights once.
+    let two = plait_spec::ModelSpec {
+        mtp_layers: 2,
+        ..super_.clone()
+    };
+    let two_costs = costs(&two);
+    assert_eq!(two_costs.mtp.forward, one.mtp.forward);
+    assert!((2.0 * two_costs.mtp.params - one.mtp.params).abs() < 1.0);
+    let (a, b) = (
+        estimate(&super_, &cluster, &t, &c, &d).unwrap(),
+        estimate(&two, &cluster, &t, &c, &d).unwrap(),
+    );
+    assert!(b.iteration_time_s > a.iteration_time_s);
+    assert!((b.memory.weights_bytes - a.memory.weights_bytes).abs() < 1.0);
 }
 
 #[test]

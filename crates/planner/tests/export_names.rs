@@ -511,6 +511,9 @@ fn megatron_exports_build_the_model_the_config_describes_or_refuse() {
             },
         ],
         mtp_layers: 1,
+        mtp_pattern: None,
+        mtp_shared: false,
+        mtp_bf16: false,
         ..qwen3.clone()
     };
     let f = megatron_export(moe.clone()).unwrap();

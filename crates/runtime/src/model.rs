@@ -765,6 +765,9 @@ mod tests {
         };
         let mtp = ModelSpec {
             mtp_layers: 1,
+            mtp_pattern: None,
+            mtp_shared: false,
+            mtp_bf16: false,
             ..llama
         };
         for m in [windowed, mtp] {

@@ -675,3 +675,69 @@ fn nemotron_3_super_latent_experts() {
     assert_eq!((down.m, down.n, down.k), (4096, 1024, 4096));
     assert_eq!((up.m, up.n, up.k), (4096, 4096, 1024));
 }
+
+#[test]
+fn nemotron_3_multi_token_prediction_module() {
+    // Super's config.json names one MTP module of an attention and a MoE block
+    // (`mtp_hybrid_override_pattern` "*E"); Megatron Bridge runs its passes on one shared
+    // module, in bf16, unless the config says otherwise.
+    let m = plait_spec::model_preset("nemotron-3-super-120b-a12b").unwrap();
+    assert_eq!((m.mtp_layers, m.mtp_pattern.as_deref()), (1, Some("*E")));
+    assert!(m.mtp_shared && m.mtp_bf16);
+    let kinds = m.block_kinds();
+    let blocks: Vec<(BlockKind, bool)> = m
+        .mtp_kinds()
+        .unwrap()
+        .into_iter()
+        .map(|k| (kinds[k].block, kinds[k].moe.is_some()))
+        .collect();
+    assert_eq!(
+        blocks,
+        [(BlockKind::Attention, false), (BlockKind::Mlp, true)]
+    );
+    let released = include_str!("../presets/nemotron-3-super-120b-a12b.json");
+    // transformers' spelling: a list of layer types, by default attention then MoE.
+    let listed = with(
+        &with(released, "mtp_hybrid_override_pattern", Value::Null),
+        "mtp_layers_block_type",
+        json!(["linear_attention", "moe"]),
+    );
+    assert_eq!(parse(&listed, "x.json").mtp_pattern.as_deref(), Some("ME"));
+    let default = with(released, "mtp_hybrid_override_pattern", Value::Null);
+    assert_eq!(parse(&default, "x.json").mtp_pattern.as_deref(), Some("*E"));
+    let unshared = with(
+        &with(released, "mtp_use_repeated_layer", json!(false)),
+        "keep_mtp_spec_in_bf16",
+        json!(false),
+    );
+    let u = parse(&unshared, "x.json");
+    assert!(!u.mtp_shared && !u.mtp_bf16);
+    // Without MTP layers none of it applies.
+    let none = parse(
+        &with(released, "num_nextn_predict_layers", json!(0)),
+        "x.json",
+    );
+    assert_eq!(
+        (none.mtp_layers, none.mtp_pattern, none.mtp_shared),
+        (0, None, false)
+    );
+    // A pattern naming a kind the model lacks (no dense `-` layer in Super) or no kind at
+    // all, or a layer type transformers does not know, is refused by name.
+    let e = error(
+        &with(released, "mtp_hybrid_override_pattern", json!("*-")),
+        "mtp_hybrid_override_pattern",
+    );
+    assert!(e.problem.contains("MTP layer 1"), "{e}");
+    error(
+        &with(released, "mtp_hybrid_override_pattern", json!("*X")),
+        "mtp_hybrid_override_pattern",
+    );
+    error(
+        &with(
+            &default,
+            "mtp_layers_block_type",
+            json!(["full_attention", "dense"]),
+        ),
+        "mtp_layers_block_type",
+    );
+}

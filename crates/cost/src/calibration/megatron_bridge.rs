@@ -29,6 +29,9 @@ struct Recipe {
     recompute_modules: RecomputeModules,
     /// Megatron-Core's pipeline layout; `None`: its even split.
     layout: Option<String>,
+    /// Multi-token-prediction passes (Megatron-Core's `mtp_num_layers`) where the recipe
+    /// sets them over the model's; `None`: the model's.
+    mtp: Option<u64>,
 }
 
 impl Default for Recipe {
@@ -41,6 +44,7 @@ impl Default for Recipe {
             recompute: c.recompute,
             recompute_modules: c.recompute_modules,
             layout: None,
+            mtp: None,
         }
     }
 }
@@ -97,7 +101,12 @@ fn recipes(text: &str) -> Result<HashMap<String, Recipe>, SpecError> {
         })?;
         let (recompute, recompute_modules) = Recipe::recompute(&row)?;
         let layout = row.str("layout")?;
+        let mtp = match row.str("mtp")? {
+            "" => None,
+            _ => Some(row.int("mtp")?),
+        };
         let recipe = Recipe {
+            mtp,
             dispatcher,
             a2a_overlap: row.flag("a2a_overlap")?,
             recompute,
@@ -268,7 +277,7 @@ pub fn megatron_bridge(text: &str, recipes_text: &str) -> Result<Table, SpecErro
             skipped.push(Skipped { label, reason });
             continue;
         };
-        let (cluster, model) = (cluster_preset(cluster)?, model(&row, preset)?);
+        let (cluster, mut model) = (cluster_preset(cluster)?, model(&row, preset)?);
         let (gpus, gbs, mbs, seq) = (
             row.int("gpus")?,
             row.int("gbs")?,
@@ -285,6 +294,9 @@ pub fn megatron_bridge(text: &str, recipes_text: &str) -> Result<Table, SpecErro
         // What the run's recipe set beyond the page, where it was traced; else
         // Megatron-Core's defaults.
         let recipe = recipes.remove(&recipe_key(&row)?).unwrap_or_default();
+        if let Some(passes) = recipe.mtp {
+            model.mtp_layers = passes;
+        }
         let train = TrainSpec {
             dtype,
             engine: Engine::Megatron,
@@ -444,7 +456,7 @@ mod tests {
 
     /// The recipes table's header and one run of the page (26.04 Qwen3 235B on 256 H100).
     const HEADER: &str = "release,system,model,precision,gpus,gbs,tp,pp,vp,ep,dispatcher,\
-                          a2a_overlap,recompute,cuda_graph,layout,source\n";
+                          a2a_overlap,recompute,cuda_graph,layout,mtp,source\n";
     const QWEN3_235B: &str = "26.04,DGX-H100,Qwen3_235B_a22B,FP8-CS,256,8192,2,8,4,32";
 
     fn check_recipes(rows: &str, expected: Result<(), &str>) {
@@ -461,7 +473,7 @@ mod tests {
 
     #[test]
     fn a_recipe_sets_what_the_page_does_not_print() {
-        let row = format!("{QWEN3_235B},alltoall,1,selective:core_attn+moe_act,none,,test\n");
+        let row = format!("{QWEN3_235B},alltoall,1,selective:core_attn+moe_act,none,,,test\n");
         let t = megatron_bridge(TABLE, &format!("{HEADER}{row}")).unwrap();
         let run = |t: &Table| {
             t.runs
@@ -478,32 +490,41 @@ mod tests {
             "core_attn+moe_act"
         );
         assert_eq!(plain.config.recompute, Recompute::None);
+        assert_eq!(traced.model.mtp_layers, plain.model.mtp_layers);
+        // A recipe's MTP passes replace the model's.
+        let row = format!("{QWEN3_235B},alltoall,0,none,none,,2,test\n");
+        let t = megatron_bridge(TABLE, &format!("{HEADER}{row}")).unwrap();
+        assert_eq!((run(&t).model.mtp_layers, plain.model.mtp_layers), (2, 0));
     }
 
     #[test]
     fn a_recipe_row_that_is_malformed_or_matches_no_run_is_an_error() {
         check_recipes("", Ok(()));
-        let ok = format!("{QWEN3_235B},hybridep,0,none,none,,test\n");
+        let ok = format!("{QWEN3_235B},hybridep,0,none,none,,,test\n");
         check_recipes(&ok, Ok(()));
         check_recipes(&format!("{ok}{ok}"), Err("a second recipe"));
         check_recipes(
-            &format!("{QWEN3_235B},nccl,0,none,none,,test\n"),
+            &format!("{QWEN3_235B},nccl,0,none,none,,,test\n"),
             Err("dispatcher"),
         );
         check_recipes(
-            &format!("{QWEN3_235B},alltoall,0,some,none,,test\n"),
+            &format!("{QWEN3_235B},alltoall,0,some,none,,,test\n"),
             Err("recompute"),
         );
         check_recipes(
-            &format!("{QWEN3_235B},alltoall,0,selective:everything,none,,test\n"),
+            &format!("{QWEN3_235B},alltoall,0,selective:everything,none,,,test\n"),
             Err("recompute"),
         );
         check_recipes(
-            &format!("{QWEN3_235B},alltoall,yes,none,none,,test\n"),
+            &format!("{QWEN3_235B},alltoall,yes,none,none,,,test\n"),
             Err("a2a_overlap"),
         );
         check_recipes(
-            "26.04,DGX-H100,Qwen3_235B_a22B,FP8-CS,256,8192,2,8,4,64,alltoall,0,none,none,,test\n",
+            &format!("{QWEN3_235B},alltoall,0,none,none,,two,test\n"),
+            Err("mtp"),
+        );
+        check_recipes(
+            "26.04,DGX-H100,Qwen3_235B_a22B,FP8-CS,256,8192,2,8,4,64,alltoall,0,none,none,,,test\n",
             Err("matches no run"),
         );
     }

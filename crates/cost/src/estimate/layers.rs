@@ -23,8 +23,8 @@ pub struct LayerCosts {
     /// Cost of each kind of block, in the order of [`ModelSpec::block_kinds`].
     pub kinds: [LayerCost; MAX_BLOCK_KINDS],
     pub n_kinds: usize,
-    /// One multi-token-prediction module (a block of the last block's kind, its
-    /// projection and a pass through the head), on the last stage; zero without MTP.
+    /// One pass of a multi-token-prediction module (its blocks, its projection and a pass
+    /// through the head: `mtp_pass_cost`), on the last stage; zero without MTP.
     pub mtp: LayerCost,
 }
 
@@ -59,14 +59,7 @@ pub fn layer_costs(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> 
     let parts: Vec<(LayerCost, f64)> = (0..n_kinds).map(|k| (kinds[k], counts[k] as f64)).collect();
     let head = head_cost(m, d, g, w);
     let mtp = if m.mtp_layers > 0 {
-        let last = m.last_block_kind();
-        // The head's parameters are the main model's (shared), counted once.
-        let pass = LayerCost {
-            params: 0.0,
-            trainable_params: 0.0,
-            ..head
-        };
-        kinds[last].plus(&mtp_projection_cost(m, d, w)).plus(&pass)
+        mtp_pass_cost(m, (d, g, w), (&kinds, &variants), &head)
     } else {
         LayerCost::default()
     };
@@ -78,6 +71,52 @@ pub fn layer_costs(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> 
         n_kinds,
         mtp,
     }
+}
+
+/// One pass of a multi-token-prediction module: its blocks ([`ModelSpec::mtp_kinds`], each
+/// costed as the model's block of that kind, `kinds` of `variants`), its projection and a
+/// pass through the shared head (whose parameters are the main model's, counted once). In
+/// 16-bit where the model keeps the module there in a low-precision run
+/// ([`ModelSpec::mtp_bf16`]; the head runs as the main model's). Where the passes share one
+/// module ([`ModelSpec::mtp_shared`]), each holds its share of the module's weights.
+fn mtp_pass_cost(
+    m: &ModelSpec,
+    (d, g, w): (&DeviceModel, &Groups, &Workload),
+    (kinds, variants): (&[LayerCost], &[ModelSpec]),
+    head: &LayerCost,
+) -> LayerCost {
+    let sixteen_bit = m.mtp_bf16 && w.low_precision();
+    let bf16 = sixteen_bit.then(|| {
+        let w16 = Workload {
+            linear_format: plait_spec::Dtype::Bf16,
+            fp8_recipe: None,
+            ..*w
+        };
+        (d.sixteen_bit(), w16)
+    });
+    let (d, w) = bf16.as_ref().map_or((d, w), |(d16, w16)| (d16, w16));
+    let blocks = m.mtp_kinds().unwrap_or_else(|_| vec![m.last_block_kind()]);
+    let mut pass = mtp_projection_cost(m, d, w).plus(&LayerCost {
+        params: 0.0,
+        trainable_params: 0.0,
+        ..*head
+    });
+    for k in blocks.into_iter().filter(|&k| k < variants.len()) {
+        let block = if sixteen_bit {
+            block_cost(&variants[k], d, g, w)
+        } else {
+            kinds[k]
+        };
+        pass = pass.plus(&block);
+    }
+    if m.mtp_shared {
+        let share = 1.0 / m.mtp_layers.max(1) as f64;
+        pass.params *= share;
+        pass.expert_params *= share;
+        pass.trainable_params *= share;
+        pass.trainable_expert_params *= share;
+    }
+    pass
 }
 
 /// Measured / modelled ratios of the nearest matching profile layer (by micro-batch size).

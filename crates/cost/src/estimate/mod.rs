@@ -118,11 +118,15 @@ pub fn model_flops(m: &ModelSpec, t: &TrainSpec) -> f64 {
         .map(|(f, n)| f * n as f64)
         .sum();
     let head = 2.0 * tokens * h * m.vocab as f64;
-    // Each multi-token-prediction module: a block of the last kind (counted above per
-    // block), its 2h → h projection and one more pass through the head.
+    // Each multi-token-prediction pass: its module's blocks (counted above per block), its
+    // 2h → h projection and one more pass through the head.
     let mtp = if m.mtp_layers > 0 {
-        let last_kind = m.last_block_kind();
-        let per_block = blocks_flops_per_kind.get(last_kind).copied().unwrap_or(0.0);
+        let per_block: f64 = m
+            .mtp_kinds()
+            .unwrap_or_else(|_| vec![m.last_block_kind()])
+            .iter()
+            .filter_map(|&k| blocks_flops_per_kind.get(k))
+            .sum();
         m.mtp_layers as f64 * (per_block + weight_passes * (2.0 * tokens * 2.0 * h * h + head))
     } else {
         0.0

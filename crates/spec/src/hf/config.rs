@@ -75,6 +75,15 @@ impl Config<'_> {
             .transpose()
     }
 
+    /// An optional count that may be 0 (absent: 0), such as `num_nextn_predict_layers`.
+    pub(super) fn count(&self, key: &str, max: u64) -> Result<u64> {
+        match self.get(key) {
+            None => Ok(0),
+            Some(Value::Number(n)) if n.as_u64() == Some(0) => Ok(0),
+            Some(v) => self.check_int(key, v, max),
+        }
+    }
+
     pub(super) fn check_int(&self, key: &str, v: &Value, max: u64) -> Result<u64> {
         let problem = match v {
             Value::Number(n) => match (n.as_u64(), n.as_i64()) {

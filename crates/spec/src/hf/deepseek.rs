@@ -73,11 +73,7 @@ impl Config<'_> {
             rope_theta: self.rope_theta("rope_theta", DEFAULT_ROPE_THETA)?,
             norm_eps: self.float("rms_norm_eps", 1e-6)?,
             mla: Some(mla),
-            mtp_layers: match self.get("num_nextn_predict_layers") {
-                None => 0,
-                Some(Value::Number(n)) if n.as_u64() == Some(0) => 0,
-                Some(v) => self.check_int("num_nextn_predict_layers", v, MAX_LAYERS)?,
-            },
+            mtp_layers: self.count("num_nextn_predict_layers", MAX_LAYERS)?,
             block_runs: runs,
             ..arch::llama(
                 "",

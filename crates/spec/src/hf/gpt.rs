@@ -119,6 +119,9 @@ impl Config<'_> {
             block_runs: Vec::new(),
             mla: None,
             mtp_layers: 0,
+            mtp_pattern: None,
+            mtp_shared: false,
+            mtp_bf16: false,
             ..arch::gpt("", hidden, layers, heads, vocab, positions)
         };
         self.check_size(
@@ -246,6 +249,9 @@ impl Config<'_> {
             block_runs: Vec::new(),
             mla: None,
             mtp_layers: 0,
+            mtp_pattern: None,
+            mtp_shared: false,
+            mtp_bf16: false,
             ..arch::bert("", hidden, layers, heads, vocab, positions)
         };
         self.check_size(

@@ -92,6 +92,50 @@ impl Config<'_> {
         )))
     }
 
+    /// The blocks of Nemotron 3's multi-token-prediction module as pattern symbols:
+    /// `mtp_hybrid_override_pattern` (NVIDIA's configs, which Megatron Bridge requires), or
+    /// transformers' `mtp_layers_block_type` list (`linear_attention` M, `full_attention` *,
+    /// `mlp` -, `moe` E), by default `["full_attention", "moe"]` (`NemotronHConfig`).
+    fn nemotron_h_mtp_pattern(&self) -> Result<String> {
+        const ALLOWED: &str = "the symbols M, *, - and E";
+        if let Some(v) = self.get("mtp_hybrid_override_pattern") {
+            let key = "mtp_hybrid_override_pattern";
+            return match v.as_str() {
+                Some(s) if !s.is_empty() && s.chars().all(|c| "M*-E".contains(c)) => {
+                    if s.chars().count() as u64 > MAX_LAYERS {
+                        return Err(self.err(key, "is too long".to_string(), ALLOWED));
+                    }
+                    Ok(s.to_string())
+                }
+                _ => Err(self.err(key, format!("{} is not a layer pattern", show(v)), ALLOWED)),
+            };
+        }
+        let key = "mtp_layers_block_type";
+        let Some(v) = self.get(key) else {
+            return Ok("*E".into());
+        };
+        let allowed = "a list of linear_attention, full_attention, mlp, moe";
+        let list = v
+            .as_array()
+            .filter(|l| !l.is_empty() && l.len() as u64 <= MAX_LAYERS)
+            .ok_or_else(|| {
+                self.err(
+                    key,
+                    format!("{} is not a list of layer types", show(v)),
+                    allowed,
+                )
+            })?;
+        list.iter()
+            .map(|t| match t.as_str() {
+                Some("linear_attention" | "mamba") => Ok('M'),
+                Some("full_attention" | "attention") => Ok('*'),
+                Some("mlp") => Ok('-'),
+                Some("moe") => Ok('E'),
+                _ => Err(self.err(key, format!("{} is not a layer type", show(t)), allowed)),
+            })
+            .collect()
+    }
+
     /// `nemotron_h` (transformers' `NemotronHForCausalLM`): `hybrid_override_pattern` gives
     /// each layer its kind — `M` a Mamba-2 mixer, `*` grouped-query attention, `-` a
     /// squared-ReLU MLP of `intermediate_size` — each behind an RMSNorm; an untied head by
@@ -228,14 +272,34 @@ impl Config<'_> {
             Some((moe, _)) => Some(self.nemotron_h_router(moe.experts)?),
             None => None,
         };
+        let mtp_layers = self.count("num_nextn_predict_layers", MAX_LAYERS)?;
         let spec = ModelSpec {
             router,
+            mtp_layers,
+            mtp_pattern: (mtp_layers > 0)
+                .then(|| self.nemotron_h_mtp_pattern())
+                .transpose()?,
+            // Megatron Bridge's Nemotron-H conversion (`nemotron_h_bridge.py`,
+            // `provider_bridge`, v0.6.0): both default to true where the config has MTP layers.
+            mtp_shared: mtp_layers > 0 && self.flag("mtp_use_repeated_layer", true)?,
+            mtp_bf16: mtp_layers > 0 && self.flag("keep_mtp_spec_in_bf16", true)?,
             qkv_bias: self.flag("attention_bias", false)?,
             linear_bias: self.flag("mlp_bias", false)?,
             tied_embeddings: self.flag("tie_word_embeddings", false)?,
             norm_eps: self.float("layer_norm_epsilon", 1e-5)?,
             ..base
         };
+        if let Err((i, c)) = spec.mtp_kinds() {
+            let key = self.first_of(&["mtp_hybrid_override_pattern", "mtp_layers_block_type"]);
+            return Err(self.err(
+                key,
+                format!(
+                    "MTP layer {i} (`{}`) is of a kind the model's layers do not have",
+                    c.escape_debug()
+                ),
+                "kinds of hybrid_override_pattern's layers",
+            ));
+        }
         self.check_size(
             &spec,
             &[

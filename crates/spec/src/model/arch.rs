@@ -43,6 +43,9 @@ pub fn gpt(name: &str, hidden: u64, layers: u64, heads: u64, vocab: u64, seq: u6
         qk_norm: None,
         router: None,
         mtp_layers: 0,
+        mtp_pattern: None,
+        mtp_shared: false,
+        mtp_bf16: false,
         block: BlockKind::Transformer,
         mamba: None,
     }
@@ -95,6 +98,9 @@ pub fn llama(
         qk_norm: None,
         router: None,
         mtp_layers: 0,
+        mtp_pattern: None,
+        mtp_shared: false,
+        mtp_bf16: false,
         block: BlockKind::Transformer,
         mamba: None,
     }
@@ -122,6 +128,9 @@ pub(crate) fn bert(
         qk_norm: None,
         router: None,
         mtp_layers: 0,
+        mtp_pattern: None,
+        mtp_shared: false,
+        mtp_bf16: false,
         ..gpt(name, hidden, layers, heads, vocab, seq)
     }
 }

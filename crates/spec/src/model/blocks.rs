@@ -361,6 +361,29 @@ impl ModelSpec {
             .unwrap_or(0)
     }
 
+    /// The kinds (indexed as [`ModelSpec::block_kinds`]) of a multi-token-prediction
+    /// module's blocks, in order: those [`ModelSpec::mtp_pattern`] names (`M` Mamba-2, `*`
+    /// attention, `-` a dense MLP, `E` a MoE MLP), or the last block's kind without one.
+    /// `Err` with the position and symbol of one naming no kind of the model's blocks.
+    pub fn mtp_kinds(&self) -> std::result::Result<Vec<usize>, (usize, char)> {
+        let Some(pattern) = &self.mtp_pattern else {
+            return Ok(vec![self.last_block_kind()]);
+        };
+        let kinds = self.block_kinds();
+        pattern
+            .chars()
+            .enumerate()
+            .map(|(i, c)| {
+                let wanted = |v: &ModelSpec| match c {
+                    'E' => v.block == BlockKind::Mlp && v.moe.is_some(),
+                    '-' => v.block == BlockKind::Mlp && v.moe.is_none(),
+                    _ => BlockKind::from_pattern_symbol(c) == Some(v.block),
+                };
+                kinds.iter().position(wanted).ok_or((i, c))
+            })
+            .collect()
+    }
+
     /// Blocks of each kind (indexed as [`ModelSpec::block_kinds`]) among blocks
     /// `first..first + count`; blocks past the last are ignored. Callers that ask many
     /// times take [`ModelSpec::kind_runs`] once.

@@ -284,6 +284,19 @@ pub struct ModelSpec {
     /// the main model), but in memory and time.
     #[serde(default)]
     pub mtp_layers: u64,
+    /// The blocks of a multi-token-prediction module as `hybrid_override_pattern` symbols
+    /// (Nemotron 3's `mtp_hybrid_override_pattern`, `*E`: an attention block, then a MoE
+    /// block); `None`: one block of the last block's kind (DeepSeek-V3's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtp_pattern: Option<String>,
+    /// The `mtp_layers` passes run one module, its weights held once (Megatron-Core's
+    /// `mtp_use_repeated_layer`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mtp_shared: bool,
+    /// The multi-token-prediction modules' linears run in 16-bit whatever the run's format
+    /// (Megatron Bridge's `keep_mtp_spec_in_bf16`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mtp_bf16: bool,
     /// What each block holds when the blocks are alike (with `block_runs`, each run says
     /// its own). Left out of the serialised form when it is the transformer block.
     #[serde(default, skip_serializing_if = "BlockKind::is_transformer")]

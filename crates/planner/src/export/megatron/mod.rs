@@ -45,7 +45,10 @@
 //!   `validate_args`), `--squared-relu` (arguments.py), `--mamba-state-dim`,
 //!   `--mamba-head-dim`, `--mamba-num-groups`, `--mamba-num-heads` (`TransformerConfig`),
 //!   `--position-embedding-type none`; the `--spec` value and the flag set as
-//!   `examples/mamba/train.sh` writes them.
+//!   `examples/mamba/train.sh` writes them. A hybrid's MTP module follows its layers in
+//!   the unified pattern, `/` before each depth (`hybrid_model.py`, "M*M*/MM/MM"), with
+//!   `--mtp-num-layers` and, for one module run at every depth, `--mtp-use-repeated-layer`
+//!   (`TransformerConfig.mtp_use_repeated_layer`).
 //! * `megatron/training/config/training_config.py` (`TrainingConfig`): `--micro-batch-size`,
 //!   `--global-batch-size`; `megatron/training/config/common_config.py`
 //!   (`DistributedInitConfig`): `--use-megatron-fsdp`; `training_config.py`
@@ -376,10 +379,19 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     // The model. A hybrid's layer count and pipeline layout come from its pattern.
     let pattern = model.hybrid_pattern();
     let mut m: Vec<(&str, String)> = match &pattern {
-        Some(p) => vec![(
-            "--hybrid-layer-pattern",
-            format!("\"{}\"", hybrid_layer_pattern(plan, p)),
-        )],
+        Some(p) => {
+            // Megatron-Core's unified pattern carries the MTP depths after `/`, one module
+            // pattern per depth (`HybridModel`, "M*M*/MM/MM": two depths).
+            let mtp = model
+                .mtp_pattern
+                .as_deref()
+                .map(|mtp| format!("/{mtp}").repeat(model.mtp_layers as usize))
+                .unwrap_or_default();
+            vec![(
+                "--hybrid-layer-pattern",
+                format!("\"{}{mtp}\"", hybrid_layer_pattern(plan, p)),
+            )]
+        }
         None => vec![("--num-layers", model.layers.to_string())],
     };
     m.push(("--hidden-size", model.hidden.to_string()));
@@ -495,6 +507,9 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     }
     if model.mtp_layers > 0 {
         m.push(("--mtp-num-layers", model.mtp_layers.to_string()));
+        if model.mtp_shared {
+            m.push(flag("--mtp-use-repeated-layer"));
+        }
     }
     if !train.dropout {
         m.push(("--hidden-dropout", "0.0".into()));
