@@ -386,6 +386,8 @@ _WORKLOAD: Dict[str, Any] = {
     "float8_all_gather": bool,
     "moe_a2a_overlap": bool,
     "moe_dispatcher": _check_str,
+    "bf16_first_layers": _check_int,
+    "bf16_last_layers": _check_int,
 }
 
 # The parallel degrees, as the native module lists them (``plait_spec::Degree::ALL``): one
@@ -584,6 +586,8 @@ def estimate(
     float8_all_gather: bool = False,
     moe_a2a_overlap: bool = False,
     moe_dispatcher: Optional[str] = None,
+    bf16_first_layers: Optional[int] = None,
+    bf16_last_layers: Optional[int] = None,
     simulate: bool = False,
     **degrees: int,
 ) -> Estimate:
@@ -641,6 +645,8 @@ def simulate(
     float8_all_gather: bool = False,
     moe_a2a_overlap: bool = False,
     moe_dispatcher: Optional[str] = None,
+    bf16_first_layers: Optional[int] = None,
+    bf16_last_layers: Optional[int] = None,
     svg: Any = None,
     trace: Any = None,
     ir: bool = False,
@@ -701,6 +707,8 @@ def plan(
     float8_all_gather: bool = False,
     moe_a2a_overlap: bool = False,
     moe_dispatcher: Optional[str] = None,
+    bf16_first_layers: Optional[int] = None,
+    bf16_last_layers: Optional[int] = None,
     top: Optional[int] = None,
     simulate: Optional[int] = None,
     threads: Optional[int] = None,

@@ -83,6 +83,10 @@ ESTIMATES = [
         dict(model="llama3-8b", cluster="dgx-h100", gpus=8, pp=4, gbs=32, pipeline_layout="Et*7|t*9|t*9|t*7L"),
         ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--pp", "4", "--gbs", "32", "--pipeline-layout", "Et*7|t*9|t*9|t*7L"],
     ),
+    (
+        dict(model="llama3-8b", cluster="dgx-b200", gpus=8, gbs=32, dtype="nvfp4", bf16_first_layers=1, bf16_last_layers=4),
+        ["--model", "llama3-8b", "--cluster", "dgx-b200", "--gpus", "8", "--gbs", "32", "--dtype", "nvfp4", "--bf16-first-layers", "1", "--bf16-last-layers", "4"],
+    ),
 ]
 
 

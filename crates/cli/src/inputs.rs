@@ -133,6 +133,14 @@ pub struct WorkloadArgs {
     /// allowed with --engine megatron)
     #[arg(long, value_parser = parse_keyword::<MoeDispatcher>, default_value = "alltoall")]
     pub moe_dispatcher: MoeDispatcher,
+    /// Blocks at the start of the model whose linears run in bf16 in an fp8, mxfp8 or nvfp4
+    /// run (Megatron-Core's --first-last-layers-bf16 --num-layers-at-start-in-bf16)
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
+    pub bf16_first_layers: i64,
+    /// Blocks at the end of the model kept in bf16 likewise (--num-layers-at-end-in-bf16;
+    /// NVIDIA's NVFP4 recipe for Nemotron 3 Super keeps 14)
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
+    pub bf16_last_layers: i64,
 }
 
 /// One flag per parallel degree (`--dp`, `--tp`, …), written from `plait_spec::Degree::ALL`
@@ -341,6 +349,18 @@ pub(crate) fn bounded(flag: &str, v: i64, max: u64, why: &str) -> Result<u64, Sp
     Ok(n)
 }
 
+/// A count of blocks that may be 0.
+fn layer_count(flag: &str, v: i64) -> Result<u64, SpecError> {
+    u64::try_from(v).map_err(|_| {
+        SpecError::new(
+            format!("--{flag}"),
+            flag,
+            format!("must be ≥ 0, got {v}"),
+            "integers ≥ 0",
+        )
+    })
+}
+
 pub(crate) fn positive(flag: &str, v: i64) -> Result<u64, SpecError> {
     if v <= 0 {
         Err(SpecError::new(
@@ -513,8 +533,18 @@ impl WorkloadArgs {
             float8_all_gather: self.float8_all_gather,
             moe_a2a_overlap: self.moe_a2a_overlap,
             moe_dispatcher: self.moe_dispatcher,
+            bf16_first_layers: layer_count("bf16-first-layers", self.bf16_first_layers)?,
+            bf16_last_layers: layer_count("bf16-last-layers", self.bf16_last_layers)?,
             ..TrainSpec::new(positive("gbs", self.gbs)?, sequence(self.seq)?)
         };
+        if let Err(e) = plait_spec::ParallelConfig::check_bf16_layers(&model, &train) {
+            bail!(
+                "--{}: {} (allowed: {})",
+                e.field.replace('_', "-"),
+                e.problem,
+                e.allowed
+            );
+        }
         // An fp8 run that names no recipe runs the one the caller expects.
         if self.float8_recipe.is_none() && train.dtype == Dtype::Fp8 {
             train.float8_recipe = default_float8;

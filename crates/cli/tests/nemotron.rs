@@ -220,3 +220,108 @@ fn nemotron_3_super_exports_its_multi_token_prediction_module() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn blocks_kept_in_bf16_are_costed_and_exported_as_megatron_runs_them() {
+    // NVIDIA's NVFP4 recipe for Super keeps its last 14 blocks in bf16: slower than all in
+    // NVFP4, and Megatron's launch carries the three flags that do it.
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "estimate",
+            "--model",
+            "nemotron-3-super-120b-a12b",
+            "--cluster",
+            "gb300-nvl72",
+            "--gpus",
+            "64",
+            "--ep",
+            "64",
+            "--gbs",
+            "512",
+            "--seq",
+            "8192",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        json(&args)["iteration_time_s"].as_f64().unwrap()
+    };
+    let nvfp4 = run(&["--dtype", "nvfp4"]);
+    let kept = run(&["--dtype", "nvfp4", "--bf16-last-layers", "14"]);
+    assert!(kept > 1.05 * nvfp4, "{kept} vs {nvfp4}");
+    // A bf16 run has nothing to keep; more blocks than the model has are refused by flag.
+    check(
+        &[
+            "estimate",
+            "--model",
+            "llama3-8b",
+            "--bf16-last-layers",
+            "2",
+        ],
+        "--bf16-last-layers: a bf16 run has no low-precision layers",
+    );
+    check(
+        &[
+            "estimate",
+            "--model",
+            "llama3-8b",
+            "--dtype",
+            "fp8",
+            "--bf16-first-layers",
+            "20",
+            "--bf16-last-layers",
+            "20",
+        ],
+        "together at most 32",
+    );
+    check(
+        &[
+            "estimate",
+            "--model",
+            "llama3-8b",
+            "--dtype",
+            "fp8",
+            "--bf16-first-layers=-1",
+        ],
+        "must be ≥ 0",
+    );
+    let dir = std::env::temp_dir().join(format!("plait-bf16-layers-{}", std::process::id()));
+    let plan = |engine: &str, recipe: &str| {
+        plait(&[
+            "plan",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            "dgx-b200",
+            "--gpus",
+            "8",
+            "--dtype",
+            "fp8",
+            "--float8-recipe",
+            recipe,
+            "--bf16-first-layers",
+            "1",
+            "--bf16-last-layers",
+            "2",
+            "--export",
+            engine,
+            "--out",
+            dir.to_str().unwrap(),
+        ])
+    };
+    let (code, out, err) = plan("megatron", "tensorwise");
+    assert_eq!(code, 0, "{out}{err}");
+    let args = std::fs::read_to_string(dir.join("megatron_args.sh")).unwrap();
+    for flag in [
+        "--first-last-layers-bf16",
+        "--num-layers-at-start-in-bf16 1",
+        "--num-layers-at-end-in-bf16 2",
+    ] {
+        assert!(args.contains(flag), "{flag}: {args}");
+    }
+    // Megatron-Core refuses them under delayed scaling; the other exports do not write them.
+    let (code, _, err) = plan("megatron", "delayed");
+    assert!(code != 0 && err.contains("delayed fp8 scaling"), "{err}");
+    let (code, _, err) = plan("torchtitan", "tensorwise");
+    assert!(code != 0 && err.contains("blocks in bf16"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

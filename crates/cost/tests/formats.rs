@@ -230,3 +230,66 @@ fn fp8_recipes_follow_the_engine() {
     assert_eq!(t.fp8_recipe(), None);
     assert!(t.float8_recipe_refused().unwrap().contains("bf16"));
 }
+
+#[test]
+fn blocks_kept_in_bf16_cost_their_16_bit_gemms_on_their_own_stage() {
+    // Megatron-Core's first_last_layers_bf16: NVIDIA's NVFP4 recipe for Nemotron 3 Super
+    // keeps its last 14 blocks in bf16. In a pipeline, only the stages holding those blocks
+    // slow down; a bf16 count asks nothing of a bf16 run (validation refuses it there).
+    let m = model_preset("llama3-70b").unwrap();
+    let cluster = cluster_preset("dgx-b200").unwrap();
+    let d = device_for(&cluster, Dtype::Nvfp4).unwrap();
+    let c = ParallelConfig {
+        dp: 8,
+        tp: 8,
+        pp: 4,
+        sp: true,
+        zero: 1,
+        ..ParallelConfig::default()
+    };
+    let with = |first: u64, last: u64| {
+        let t = TrainSpec {
+            dtype: Dtype::Nvfp4,
+            bf16_first_layers: first,
+            bf16_last_layers: last,
+            ..TrainSpec::new(512, 8192)
+        };
+        estimate(&m, &cluster, &t, &c, &d).unwrap()
+    };
+    let (none, last) = (with(0, 0), with(0, 14));
+    let stage = |e: &Estimate, k: usize| e.stages[k].forward_s;
+    // 20 blocks per stage: the last 14 all on stage 3.
+    assert_eq!(stage(&none, 0), stage(&last, 0));
+    assert_eq!(stage(&none, 2), stage(&last, 2));
+    assert!(
+        stage(&last, 3) > 1.3 * stage(&none, 3),
+        "{} vs {}",
+        stage(&last, 3),
+        stage(&none, 3)
+    );
+    assert!(last.iteration_time_s > none.iteration_time_s);
+    // Split across the two ends: the first stage's blocks slow down too, less than with all
+    // of them at one end.
+    let both = with(7, 7);
+    assert!(stage(&both, 0) > stage(&none, 0) && stage(&both, 3) < stage(&last, 3));
+    // Every block in bf16 costs what a bf16 run's linears do (same micro-batch shape).
+    let all = with(40, 40);
+    let d16 = device_for(&cluster, Dtype::Bf16).unwrap();
+    let bf16 = estimate(&m, &cluster, &TrainSpec::new(512, 8192), &c, &d16).unwrap();
+    let ratio = stage(&all, 1) / stage(&bf16, 1);
+    assert!((0.97..1.03).contains(&ratio), "{ratio}");
+    let t = TrainSpec {
+        bf16_last_layers: 4,
+        ..TrainSpec::new(512, 8192)
+    };
+    let err = c.validate(&m, &t, 256).unwrap_err();
+    assert_eq!(err.field, "bf16_last_layers");
+    let t = TrainSpec {
+        dtype: Dtype::Nvfp4,
+        bf16_first_layers: 41,
+        bf16_last_layers: 40,
+        ..TrainSpec::new(512, 8192)
+    };
+    let err = c.validate(&m, &t, 256).unwrap_err();
+    assert!(err.problem.contains("more than"), "{err}");
+}

@@ -62,6 +62,7 @@ pub fn check_pins(req: &Request) -> Result<(), SpecError> {
         }
         .check_recompute_modules(m, t)?;
     }
+    ParallelConfig::check_bf16_layers(m, t)?;
     if let Some(tp) = p.tp {
         check_tp_split(m, tp)?;
     }

@@ -517,6 +517,20 @@ pub struct TrainSpec {
     /// engine's).
     #[serde(default = "default_moe_dispatcher")]
     pub moe_dispatcher: MoeDispatcher,
+    /// Blocks at the start of the model whose linears run in bf16 in a low-precision run
+    /// (Megatron-Core's `--first-last-layers-bf16` with `num_layers_at_start_in_bf16`,
+    /// `transformer_config.py`; Transformer Engine leaves those blocks outside its fp8 or
+    /// fp4 autocast).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub bf16_first_layers: u64,
+    /// Blocks at the end of the model kept in bf16 likewise (`num_layers_at_end_in_bf16`;
+    /// NVIDIA's NVFP4 recipe for Nemotron 3 Super keeps 14).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub bf16_last_layers: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn default_moe_dispatcher() -> MoeDispatcher {
@@ -621,6 +635,16 @@ impl TrainSpec {
         }
     }
 
+    /// The blocks at the start and at the end whose linears run in bf16: those asked for
+    /// in a run whose linears are low-precision, none otherwise.
+    pub fn bf16_layers(&self) -> (u64, u64) {
+        if self.dtype.low_precision_linears() {
+            (self.bf16_first_layers, self.bf16_last_layers)
+        } else {
+            (0, 0)
+        }
+    }
+
     /// Where the run asks for Megatron-Core's all-to-all overlap under an engine without it:
     /// why (the plan's own conditions are `ParallelConfig::check_moe_a2a_overlap`'s).
     pub fn moe_a2a_overlap_refused(&self) -> Option<String> {
@@ -689,6 +713,8 @@ impl TrainSpec {
             float8_all_gather: false,
             moe_a2a_overlap: false,
             moe_dispatcher: MoeDispatcher::AllToAll,
+            bf16_first_layers: 0,
+            bf16_last_layers: 0,
         }
     }
 }

@@ -32,6 +32,9 @@ struct Recipe {
     /// Multi-token-prediction passes (Megatron-Core's `mtp_num_layers`) where the recipe
     /// sets them over the model's; `None`: the model's.
     mtp: Option<u64>,
+    /// Blocks at the start and at the end kept in bf16 (`TrainSpec::bf16_first_layers`,
+    /// `bf16_last_layers`).
+    bf16_layers: (u64, u64),
 }
 
 impl Default for Recipe {
@@ -45,6 +48,7 @@ impl Default for Recipe {
             recompute_modules: c.recompute_modules,
             layout: None,
             mtp: None,
+            bf16_layers: (0, 0),
         }
     }
 }
@@ -70,6 +74,27 @@ impl Recipe {
                 Ok((Recompute::Selective, modules.parse().map_err(bad)?))
             }
         }
+    }
+
+    /// The bf16_layers column: empty, or `first+last`.
+    fn bf16_layers(row: &Row) -> Result<(u64, u64), SpecError> {
+        let text = row.str("bf16_layers")?;
+        if text.is_empty() {
+            return Ok((0, 0));
+        }
+        let bad = || {
+            SpecError::new(
+                RECIPES,
+                "bf16_layers",
+                format!("row {}: `{text}`", row.line),
+                "empty, or first+last block counts",
+            )
+        };
+        let (first, last) = text.split_once('+').ok_or_else(bad)?;
+        Ok((
+            first.parse().map_err(|_| bad())?,
+            last.parse().map_err(|_| bad())?,
+        ))
     }
 }
 
@@ -107,6 +132,7 @@ fn recipes(text: &str) -> Result<HashMap<String, Recipe>, SpecError> {
         };
         let recipe = Recipe {
             mtp,
+            bf16_layers: Recipe::bf16_layers(&row)?,
             dispatcher,
             a2a_overlap: row.flag("a2a_overlap")?,
             recompute,
@@ -304,6 +330,8 @@ pub fn megatron_bridge(text: &str, recipes_text: &str) -> Result<Table, SpecErro
             moe_capacity,
             moe_dispatcher: recipe.dispatcher,
             moe_a2a_overlap: recipe.a2a_overlap,
+            bf16_first_layers: recipe.bf16_layers.0,
+            bf16_last_layers: recipe.bf16_layers.1,
             ..TrainSpec::new(gbs, seq)
         };
         let config = ParallelConfig {
@@ -456,7 +484,7 @@ mod tests {
 
     /// The recipes table's header and one run of the page (26.04 Qwen3 235B on 256 H100).
     const HEADER: &str = "release,system,model,precision,gpus,gbs,tp,pp,vp,ep,dispatcher,\
-                          a2a_overlap,recompute,cuda_graph,layout,mtp,source\n";
+                          a2a_overlap,recompute,cuda_graph,layout,mtp,bf16_layers,source\n";
     const QWEN3_235B: &str = "26.04,DGX-H100,Qwen3_235B_a22B,FP8-CS,256,8192,2,8,4,32";
 
     fn check_recipes(rows: &str, expected: Result<(), &str>) {
@@ -473,7 +501,7 @@ mod tests {
 
     #[test]
     fn a_recipe_sets_what_the_page_does_not_print() {
-        let row = format!("{QWEN3_235B},alltoall,1,selective:core_attn+moe_act,none,,,test\n");
+        let row = format!("{QWEN3_235B},alltoall,1,selective:core_attn+moe_act,none,,,,test\n");
         let t = megatron_bridge(TABLE, &format!("{HEADER}{row}")).unwrap();
         let run = |t: &Table| {
             t.runs
@@ -492,39 +520,48 @@ mod tests {
         assert_eq!(plain.config.recompute, Recompute::None);
         assert_eq!(traced.model.mtp_layers, plain.model.mtp_layers);
         // A recipe's MTP passes replace the model's.
-        let row = format!("{QWEN3_235B},alltoall,0,none,none,,2,test\n");
+        let row = format!("{QWEN3_235B},alltoall,0,none,none,,2,,test\n");
         let t = megatron_bridge(TABLE, &format!("{HEADER}{row}")).unwrap();
         assert_eq!((run(&t).model.mtp_layers, plain.model.mtp_layers), (2, 0));
+        // So do the blocks it keeps in bf16.
+        let row = format!("{QWEN3_235B},alltoall,0,none,none,,,2+14,test\n");
+        let t = megatron_bridge(TABLE, &format!("{HEADER}{row}")).unwrap();
+        let train = run(&t).train;
+        assert_eq!((train.bf16_first_layers, train.bf16_last_layers), (2, 14));
     }
 
     #[test]
     fn a_recipe_row_that_is_malformed_or_matches_no_run_is_an_error() {
         check_recipes("", Ok(()));
-        let ok = format!("{QWEN3_235B},hybridep,0,none,none,,,test\n");
+        let ok = format!("{QWEN3_235B},hybridep,0,none,none,,,,test\n");
         check_recipes(&ok, Ok(()));
         check_recipes(&format!("{ok}{ok}"), Err("a second recipe"));
         check_recipes(
-            &format!("{QWEN3_235B},nccl,0,none,none,,,test\n"),
+            &format!("{QWEN3_235B},nccl,0,none,none,,,,test\n"),
             Err("dispatcher"),
         );
         check_recipes(
-            &format!("{QWEN3_235B},alltoall,0,some,none,,,test\n"),
+            &format!("{QWEN3_235B},alltoall,0,some,none,,,,test\n"),
             Err("recompute"),
         );
         check_recipes(
-            &format!("{QWEN3_235B},alltoall,0,selective:everything,none,,,test\n"),
+            &format!("{QWEN3_235B},alltoall,0,selective:everything,none,,,,test\n"),
             Err("recompute"),
         );
         check_recipes(
-            &format!("{QWEN3_235B},alltoall,yes,none,none,,,test\n"),
+            &format!("{QWEN3_235B},alltoall,yes,none,none,,,,test\n"),
             Err("a2a_overlap"),
         );
         check_recipes(
-            &format!("{QWEN3_235B},alltoall,0,none,none,,two,test\n"),
+            &format!("{QWEN3_235B},alltoall,0,none,none,,two,,test\n"),
             Err("mtp"),
         );
         check_recipes(
-            "26.04,DGX-H100,Qwen3_235B_a22B,FP8-CS,256,8192,2,8,4,64,alltoall,0,none,none,,,test\n",
+            &format!("{QWEN3_235B},alltoall,0,none,none,,,14,test\n"),
+            Err("bf16_layers"),
+        );
+        check_recipes(
+            "26.04,DGX-H100,Qwen3_235B_a22B,FP8-CS,256,8192,2,8,4,64,alltoall,0,none,none,,,,test\n",
             Err("matches no run"),
         );
     }

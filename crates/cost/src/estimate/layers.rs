@@ -2,7 +2,7 @@
 //! of block and the head, corrected by a profile's whole-layer samples where one matches.
 //! What the estimate assembles; knows nothing of stages, schedules or memory.
 
-use plait_spec::{Family, ModelSpec, MAX_BLOCK_KINDS};
+use plait_spec::{Family, KindRuns, ModelSpec, MAX_BLOCK_KINDS};
 
 use crate::comm::{Group, Groups};
 use crate::device::DeviceModel;
@@ -20,9 +20,15 @@ pub struct LayerCosts {
     /// search balances by. Estimates cost each block by its kind (`kinds`).
     pub block: LayerCost,
     pub head: LayerCost,
-    /// Cost of each kind of block, in the order of [`ModelSpec::block_kinds`].
-    pub kinds: [LayerCost; MAX_BLOCK_KINDS],
+    /// Cost of each kind of block, in the order of [`ModelSpec::block_kinds`]; from slot
+    /// `n_kinds` on, the same kinds with their linears in bf16 (the blocks `bf16_layers`
+    /// keeps there).
+    pub kinds: [LayerCost; 2 * MAX_BLOCK_KINDS],
     pub n_kinds: usize,
+    /// Blocks at the start and at the end costed in bf16 (`Workload::bf16_layers`), of
+    /// the model's `layers`.
+    pub bf16_layers: (u64, u64),
+    pub layers: u64,
     /// One pass of a multi-token-prediction module (its blocks, its projection and a pass
     /// through the head: `mtp_pass_cost`), on the last stage; zero without MTP.
     pub mtp: LayerCost,
@@ -31,18 +37,48 @@ pub struct LayerCosts {
 impl LayerCosts {
     /// Each kind's cost with its count among blocks `first..first + count`.
     pub fn blocks(&self, m: &ModelSpec, first: u64, count: u64) -> Vec<(LayerCost, f64)> {
-        let counts = m.kind_counts(first, count);
-        (0..self.n_kinds)
+        let counts = self.kind_counts(&m.kind_runs(), first, count);
+        (0..2 * self.n_kinds)
             .filter(|&k| counts[k] > 0)
             .map(|k| (self.kinds[k], counts[k] as f64))
             .collect()
+    }
+
+    /// Blocks of each slot of `kinds` among blocks `first..first + count` of the model
+    /// whose blocks are `runs`: a block kept in bf16 counts in its kind's bf16 slot.
+    pub fn kind_counts(
+        &self,
+        runs: &KindRuns,
+        first: u64,
+        count: u64,
+    ) -> [u64; 2 * MAX_BLOCK_KINDS] {
+        let mut out = [0; 2 * MAX_BLOCK_KINDS];
+        let (head, tail) = self.bf16_layers;
+        let end = first.saturating_add(count).min(self.layers);
+        let tail_start = self.layers.saturating_sub(tail).max(head);
+        let mut add = |lo: u64, hi: u64, offset: usize| {
+            if hi > lo {
+                for (k, n) in runs.counts(lo, hi - lo).iter().enumerate() {
+                    out[offset + k] += n;
+                }
+            }
+        };
+        add(first, end.min(head), self.n_kinds);
+        add(first.max(head), end.min(tail_start), 0);
+        add(first.max(tail_start), end, self.n_kinds);
+        out
+    }
+
+    /// Whether every block costs the same: one kind, none kept in bf16.
+    pub fn uniform(&self, runs: &KindRuns) -> bool {
+        runs.is_uniform() && self.bf16_layers == (0, 0)
     }
 }
 
 /// Computes the layer costs, applying the profile's whole-layer measurements when one
 /// matches a block (same family, hidden, heads, sequence and tp).
 pub fn layer_costs(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> LayerCosts {
-    let mut kinds = [LayerCost::default(); MAX_BLOCK_KINDS];
+    let mut kinds = [LayerCost::default(); 2 * MAX_BLOCK_KINDS];
     let variants = m.block_kinds();
     let n_kinds = variants.len().min(MAX_BLOCK_KINDS);
     for (slot, v) in kinds.iter_mut().zip(&variants) {
@@ -55,22 +91,39 @@ pub fn layer_costs(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> 
         }
         *slot = block;
     }
-    let counts = m.kind_counts(0, m.layers);
-    let parts: Vec<(LayerCost, f64)> = (0..n_kinds).map(|k| (kinds[k], counts[k] as f64)).collect();
-    let head = head_cost(m, d, g, w);
-    let mtp = if m.mtp_layers > 0 {
-        mtp_pass_cost(m, (d, g, w), (&kinds, &variants), &head)
+    // The blocks a low-precision run keeps in bf16 (Megatron-Core's first and last
+    // layers): each kind once more, its linears in 16-bit.
+    let bf16_layers = if w.low_precision() {
+        w.bf16_layers
     } else {
-        LayerCost::default()
+        (0, 0)
     };
-    LayerCosts {
+    if bf16_layers != (0, 0) {
+        let (d16, w16) = (d.sixteen_bit(), w.in_sixteen_bit());
+        for (slot, v) in kinds[n_kinds..].iter_mut().zip(&variants) {
+            *slot = block_cost(v, &d16, g, &w16);
+        }
+    }
+    let mut costs = LayerCosts {
         embedding: embedding_cost(m, d, g, w),
-        block: LayerCost::weighted_mean(&parts),
-        head,
+        block: LayerCost::default(),
+        head: head_cost(m, d, g, w),
         kinds,
         n_kinds,
-        mtp,
+        bf16_layers,
+        layers: m.layers,
+        mtp: LayerCost::default(),
+    };
+    let counts = costs.kind_counts(&m.kind_runs(), 0, m.layers);
+    let parts: Vec<(LayerCost, f64)> = (0..2 * n_kinds)
+        .filter(|&k| counts[k] > 0)
+        .map(|k| (kinds[k], counts[k] as f64))
+        .collect();
+    costs.block = LayerCost::weighted_mean(&parts);
+    if m.mtp_layers > 0 {
+        costs.mtp = mtp_pass_cost(m, (d, g, w), (&kinds[..n_kinds], &variants), &costs.head);
     }
+    costs
 }
 
 /// One pass of a multi-token-prediction module: its blocks ([`ModelSpec::mtp_kinds`], each
@@ -86,14 +139,7 @@ fn mtp_pass_cost(
     head: &LayerCost,
 ) -> LayerCost {
     let sixteen_bit = m.mtp_bf16 && w.low_precision();
-    let bf16 = sixteen_bit.then(|| {
-        let w16 = Workload {
-            linear_format: plait_spec::Dtype::Bf16,
-            fp8_recipe: None,
-            ..*w
-        };
-        (d.sixteen_bit(), w16)
-    });
+    let bf16 = sixteen_bit.then(|| (d.sixteen_bit(), w.in_sixteen_bit()));
     let (d, w) = bf16.as_ref().map_or((d, w), |(d16, w16)| (d16, w16));
     let blocks = m.mtp_kinds().unwrap_or_else(|_| vec![m.last_block_kind()]);
     let mut pass = mtp_projection_cost(m, d, w).plus(&LayerCost {

@@ -232,27 +232,33 @@ pub fn rank_block_layers(
     // Counted per kind over the chunks first: one small list per rank (the search calls
     // this for every stage of every candidate).
     let chunks = map.chunk_blocks.len() as u64 / p.max(1);
-    let (mut recomputed, mut kept) = ([0u64; MAX_BLOCK_KINDS], [0u64; MAX_BLOCK_KINDS]);
-    if kinds.is_uniform() {
+    let slots = 2 * MAX_BLOCK_KINDS;
+    let (mut recomputed, mut kept) = ([0u64; 2 * MAX_BLOCK_KINDS], [0u64; 2 * MAX_BLOCK_KINDS]);
+    let uniform = policy.uniform(kinds);
+    if uniform {
         // One kind: where the blocks sit does not matter.
         let n = map.rank_blocks(r, p);
         recomputed[0] = map.recompute_blocks[r as usize].min(n);
         kept[0] = n - recomputed[0];
     }
-    for chunk in (0..chunks).filter(|_| !kinds.is_uniform()) {
+    for chunk in (0..chunks).filter(|_| !uniform) {
         let j = map.placement.virtual_stage(r, chunk, p) as usize;
         let first = map.chunk_first_block(j);
         let n = map.chunk_blocks[j];
         let x = map.chunk_recompute_blocks(r, chunk, p).min(n);
-        for (k, c) in kinds.counts(first, x).iter().enumerate() {
+        for (k, c) in policy.kind_counts(kinds, first, x).iter().enumerate() {
             recomputed[k] += c;
         }
-        for (k, c) in kinds.counts(first + x, n - x).iter().enumerate() {
+        for (k, c) in policy
+            .kind_counts(kinds, first + x, n - x)
+            .iter()
+            .enumerate()
+        {
             kept[k] += c;
         }
     }
-    let mut out = Vec::with_capacity(2 * policy.n_kinds + 2);
-    for k in 0..policy.n_kinds {
+    let mut out = Vec::with_capacity(2 * slots + 2);
+    for k in 0..(2 * policy.n_kinds).min(slots) {
         if recomputed[k] > 0 {
             out.push((full.kinds[k], recomputed[k] as f64));
         }
@@ -818,7 +824,8 @@ pub fn first_stage_layers(
     let kinds = m.kind_runs();
     for j in 0..c.vp {
         for b in even_chunk_blocks(m.layers, c.pp * c.vp, c.schedule.virtual_stage(0, j, c.pp)) {
-            let kind = kinds.counts(b, 1).iter().position(|&n| n > 0).unwrap_or(0);
+            let counts = costs.kind_counts(&kinds, b, 1);
+            let kind = counts.iter().position(|&n| n > 0).unwrap_or(0);
             out.push(report(format!("block.{b}"), &costs.kinds[kind]));
         }
     }

@@ -171,6 +171,9 @@ pub struct Workload {
     pub lora: Option<plait_spec::Lora>,
     /// How expert layers dispatch tokens (`TrainSpec::moe_dispatcher`).
     pub moe_dispatcher: plait_spec::MoeDispatcher,
+    /// Blocks at the start and at the end whose linears run in bf16
+    /// (`TrainSpec::bf16_layers`; none unless the run is low-precision).
+    pub bf16_layers: (u64, u64),
 }
 
 impl Workload {
@@ -203,6 +206,17 @@ impl Workload {
             attention_span: t.attention_span() as f64,
             lora: t.lora_adapters(),
             moe_dispatcher: t.moe_dispatcher,
+            bf16_layers: t.bf16_layers(),
+        }
+    }
+
+    /// The same micro-batch with the block linears in bf16 (the layers a low-precision
+    /// run keeps there), for [`DeviceModel::sixteen_bit`].
+    pub fn in_sixteen_bit(&self) -> Workload {
+        Workload {
+            linear_format: plait_spec::Dtype::Bf16,
+            fp8_recipe: None,
+            ..*self
         }
     }
 

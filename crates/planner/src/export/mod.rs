@@ -276,6 +276,13 @@ pub fn export(
             model.name, engine
         ));
     }
+    let (first, last) = train.bf16_layers();
+    if engine != Engine::Megatron && first + last > 0 {
+        reasons.push(format!(
+            "the run keeps {first} first and {last} last blocks in bf16, which the {engine} \
+             export does not write (Megatron-Core's first_last_layers_bf16 does)"
+        ));
+    }
     // The fp8 recipe the plan was costed with must be one the engine's quantiser runs.
     let as_exported = TrainSpec {
         engine: runs_under(engine),

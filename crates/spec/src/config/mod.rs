@@ -256,6 +256,42 @@ impl ParallelConfig {
         Ok(())
     }
 
+    /// Blocks kept in bf16 (`TrainSpec::bf16_first_layers`, `bf16_last_layers`) exist in
+    /// the model, together at most all of its blocks, and only in a run whose linears are
+    /// low-precision (Megatron-Core asks for fp8 or fp4 with them, `arguments.py`).
+    pub fn check_bf16_layers(model: &ModelSpec, train: &TrainSpec) -> Result<()> {
+        let (first, last) = (train.bf16_first_layers, train.bf16_last_layers);
+        if first == 0 && last == 0 {
+            return Ok(());
+        }
+        let field = if first > 0 {
+            "bf16_first_layers"
+        } else {
+            "bf16_last_layers"
+        };
+        if !train.dtype.low_precision_linears() {
+            return Err(SpecError::for_field(
+                field,
+                format!(
+                    "a {} run has no low-precision layers to keep in bf16",
+                    train.dtype
+                ),
+                "with dtype fp8, mxfp8 or nvfp4",
+            ));
+        }
+        if first.saturating_add(last) > model.layers {
+            return Err(SpecError::for_field(
+                field,
+                format!(
+                    "{first} first and {last} last blocks are more than {}'s {}",
+                    model.name, model.layers
+                ),
+                format!("together at most {}", model.layers),
+            ));
+        }
+        Ok(())
+    }
+
     /// Micro-batches per pipeline per iteration.
     pub fn microbatches(&self, train: &TrainSpec) -> u64 {
         train.gbs / (self.mbs * self.dp)
@@ -460,6 +496,7 @@ impl ParallelConfig {
         self.check_recompute_modules(model, train)?;
         self.check_moe_a2a_overlap(model, train)?;
         self.check_moe_dispatcher(train)?;
+        Self::check_bf16_layers(model, train)?;
         if let Some(shard) = self.dp_shard {
             if shard == 0 || !self.dp.is_multiple_of(shard) {
                 return err(

@@ -146,6 +146,30 @@ pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
 pub(super) fn model_reasons(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<String> {
     let c = &plan.config;
     let mut out = Vec::new();
+    // Megatron-Core keeps first and last blocks in bf16 under the current-scaling, block
+    // and MX recipes, at most a pipeline stage's blocks at each end
+    // (`transformer_config.py` `__post_init__`: "Delayed scaling does not support first /
+    // last layer in BF16", `max_bf16_layers_per_pipeline_stage`).
+    let (first, last) = train.bf16_layers();
+    if first + last > 0 {
+        if train.fp8_recipe_under(plait_spec::Engine::Megatron)
+            == Some(plait_spec::Float8Recipe::Delayed)
+        {
+            out.push(
+                "Megatron-Core keeps no first or last blocks in bf16 under delayed fp8 scaling \
+                 (transformer_config.py)"
+                    .into(),
+            );
+        }
+        let per_stage = model.layers / c.pp.max(1);
+        if first.max(last) > per_stage {
+            out.push(format!(
+                "Megatron-Core keeps at most a pipeline stage's {per_stage} blocks in bf16 at \
+                 each end, not {} (transformer_config.py)",
+                first.max(last)
+            ));
+        }
+    }
     if model.family == Family::Bert {
         out.push(format!(
             "{} is a BERT encoder; plait writes pretrain_gpt.py (decoder) arguments",
@@ -687,6 +711,13 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     // fp8_param_gather`); Megatron takes it with the distributed optimizer only.
     if matches!(train.dtype, Dtype::Fp8 | Dtype::Mxfp8) && c.zero >= 1 {
         prec.push(flag("--fp8-param-gather"));
+    }
+    // `TransformerConfig.first_last_layers_bf16` and its two counts (each 1 by default).
+    let (first, last) = train.bf16_layers();
+    if first + last > 0 {
+        prec.push(flag("--first-last-layers-bf16"));
+        prec.push(("--num-layers-at-start-in-bf16", first.to_string()));
+        prec.push(("--num-layers-at-end-in-bf16", last.to_string()));
     }
     groups.push(("precision", prec));
 
