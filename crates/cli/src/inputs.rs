@@ -121,18 +121,6 @@ pub struct WorkloadArgs {
     /// tensorwise recipe)
     #[arg(long)]
     pub float8_all_gather: bool,
-    /// Megatron-Core's overlap of the expert all-to-alls with another micro-batch's compute
-    /// in the 1F1B steady state (--overlap-moe-expert-parallel-comm, as NVIDIA's MoE
-    /// performance recipes run; allowed with --engine megatron, --ep > 1, interleaving
-    /// wherever --pp > 1, and no full recompute)
-    #[arg(long)]
-    pub moe_a2a_overlap: bool,
-    /// How expert layers send tokens to their experts: alltoall (the default: every routed
-    /// copy to its expert's rank), or deepep / hybridep (Megatron-Core's flex dispatcher:
-    /// each token once per NVLink domain holding one of its experts, forwarded inside it;
-    /// allowed with --engine megatron)
-    #[arg(long, value_parser = parse_keyword::<MoeDispatcher>, default_value = "alltoall")]
-    pub moe_dispatcher: MoeDispatcher,
     /// Blocks at the start of the model whose linears run in bf16 in an fp8, mxfp8 or nvfp4
     /// run (Megatron-Core's --first-last-layers-bf16 --num-layers-at-start-in-bf16)
     #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
@@ -230,6 +218,21 @@ pub struct KnobArgs {
     /// ZeRO stage 0–3 (default: 0; plan: searched).
     #[arg(long, allow_negative_numbers = true)]
     pub zero: Option<i64>,
+    /// How expert layers send tokens to their experts: alltoall (every routed copy to its
+    /// expert's rank), or deepep / hybridep (Megatron-Core's flex dispatcher: each token
+    /// once per NVLink domain holding one of its experts, forwarded inside it; allowed with
+    /// --engine megatron) (default: alltoall; plan: the engine's fastest, searched).
+    #[arg(long, value_parser = parse_keyword::<MoeDispatcher>)]
+    pub moe_dispatcher: Option<MoeDispatcher>,
+    /// Megatron-Core's overlap of the expert all-to-alls with another micro-batch's compute
+    /// in the 1F1B steady state (--overlap-moe-expert-parallel-comm, as NVIDIA's MoE
+    /// performance recipes run; allowed with --engine megatron, --ep > 1, interleaving
+    /// wherever --pp > 1, and no full recompute) (default: off; plan: on and off, searched).
+    #[arg(long, conflicts_with = "no_moe_a2a_overlap")]
+    pub moe_a2a_overlap: bool,
+    /// plan: no all-to-all overlap in any plan (unpinned, the search tries both).
+    #[arg(long)]
+    pub no_moe_a2a_overlap: bool,
 }
 
 impl KnobArgs {
@@ -250,6 +253,12 @@ impl KnobArgs {
         p.etp = opt("etp", self.etp)?.map(Some);
         p.dp_shard = opt("shard", self.shard)?.map(Some);
         p.cp_comm = self.cp_comm;
+        p.moe_dispatcher = self.moe_dispatcher;
+        p.moe_a2a_overlap = match (self.moe_a2a_overlap, self.no_moe_a2a_overlap) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        };
         Ok(p)
     }
 }
@@ -260,7 +269,7 @@ pub struct ConfigArgs {
     /// The whole configuration as `plait plan` prints it, e.g. "dp32 tp8 pp4 vp8 mbs4 zero1
     /// sp recompute=selective interleaved" (instead of the flags below; dp may be left to
     /// --gpus).
-    #[arg(long, conflicts_with_all = ["cp_comm", "etp", "shard", "mbs", "zero", "sp", "recompute", "schedule"])]
+    #[arg(long, conflicts_with_all = ["cp_comm", "etp", "shard", "mbs", "zero", "sp", "recompute", "schedule", "moe_dispatcher", "moe_a2a_overlap"])]
     pub config: Option<String>,
     #[command(flatten)]
     pub knobs: KnobArgs,
@@ -531,8 +540,6 @@ impl WorkloadArgs {
             sdpa: self.sdpa,
             float8_recipe: self.float8_recipe,
             float8_all_gather: self.float8_all_gather,
-            moe_a2a_overlap: self.moe_a2a_overlap,
-            moe_dispatcher: self.moe_dispatcher,
             bf16_first_layers: layer_count("bf16-first-layers", self.bf16_first_layers)?,
             bf16_last_layers: layer_count("bf16-last-layers", self.bf16_last_layers)?,
             ..TrainSpec::new(positive("gbs", self.gbs)?, sequence(self.seq)?)
@@ -565,12 +572,6 @@ impl WorkloadArgs {
                 train.engine.keyword(),
                 train.fp8_recipe().map_or("none", Float8Recipe::keyword)
             );
-        }
-        if let Some(why) = train.moe_a2a_overlap_refused() {
-            bail!("--moe-a2a-overlap: {why} (allowed with --engine megatron)");
-        }
-        if let Some(why) = train.moe_dispatcher_refused() {
-            bail!("--moe-dispatcher: {why}");
         }
         if train.async_tp && !train.compile {
             bail!("--async-tp: torchtitan's async tensor parallelism runs in compiled blocks (allowed with --compile)");
@@ -730,6 +731,8 @@ impl ConfigArgs {
         c.etp = k.etp.map(|e| positive("etp", e)).transpose()?;
         c.dp_shard = k.shard.map(|s| positive("shard", s)).transpose()?;
         c.cp_comm = k.cp_comm.unwrap_or(CpComm::P2p);
+        c.moe_dispatcher = k.moe_dispatcher.unwrap_or_default();
+        c.moe_a2a_overlap = k.moe_a2a_overlap;
         c = c.normalised();
         if c.vp > 1 && self.schedule == Schedule::OneFOneB {
             c.schedule = Schedule::Interleaved;

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use plait_planner::export::{export, Engine};
 use plait_planner::{plan, simulate_mapped, Infeasible, Pins, Plan, Request, SearchStats};
-use plait_spec::{MoeDispatcher, Recompute, Schedule, TrainSpec};
+use plait_spec::{Recompute, Schedule, TrainSpec};
 
 use crate::inputs::{bounded, parse_keyword, positive, KnobArgs, WorkloadArgs};
 use crate::outputs::{write_pictures, Pictures};
@@ -144,11 +144,9 @@ struct WhatIf {
 
 /// What the engine's own switches, left off by the request, would do to `best` (the plan's
 /// own layout estimated with and without each): torchtitan's `--compile` for an eager run,
-/// then `--async-tp` for a compiled one whose tp runs over sequence parallelism;
-/// Megatron-Core's flex dispatcher over HybridEP where the plan's expert groups span NVLink
-/// domains (a token crosses to each other domain once, not once per expert), and its
-/// all-to-all overlap (combined 1F1B) where the plan allows it; these two are named only
-/// where they shorten the step.
+/// then `--async-tp` for a compiled one whose tp runs over sequence parallelism.
+/// (Megatron-Core's expert dispatcher and all-to-all overlap are knobs of the plan, which
+/// the search picks.)
 fn what_if(r: &crate::inputs::Resolved, best: &Plan) -> Result<Vec<WhatIf>> {
     let t = &r.train;
     let step = |train: &TrainSpec| {
@@ -187,31 +185,6 @@ fn what_if(r: &crate::inputs::Resolved, best: &Plan) -> Result<Vec<WhatIf>> {
                 false,
             ));
         }
-    }
-    let experts =
-        best.config.ep > 1 && r.model.parameter_count() > r.model.active_parameter_count();
-    let hybrid_ep = TrainSpec {
-        moe_dispatcher: MoeDispatcher::HybridEp,
-        ..t.clone()
-    };
-    if experts
-        && t.moe_dispatcher == MoeDispatcher::AllToAll
-        && hybrid_ep.moe_dispatcher_refused().is_none()
-    {
-        switches.push(("--moe-dispatcher hybridep", hybrid_ep, true));
-    }
-    let overlap = TrainSpec {
-        moe_a2a_overlap: true,
-        ..t.clone()
-    };
-    if experts
-        && !t.moe_a2a_overlap
-        && best
-            .config
-            .check_moe_a2a_overlap(&r.model, &overlap)
-            .is_ok()
-    {
-        switches.push(("--moe-a2a-overlap", overlap, true));
     }
     let mut out = Vec::new();
     for (flag, train, only_if_faster) in switches {

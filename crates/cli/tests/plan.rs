@@ -196,3 +196,88 @@ fn onnx_models_plan_through_the_dag_partitioner() {
         "--export",
     );
 }
+
+/// DeepSeek-V3 on 1,024 DGX H100 GPUs at tp 2 × pp 8, as NVIDIA's recipe runs it.
+const DSV3_ON_1024_H100: &str =
+    "--model deepseek-v3 --cluster dgx-h100 --gpus 1024 --gbs 8192 --seq 4096 --tp 2 --pp 8";
+
+#[test]
+fn a_megatron_moe_plan_picks_its_dispatcher_and_overlap() {
+    // DeepSeek-V3 at ep 64 over eight DGX H100 nodes: the search prices Megatron-Core's
+    // dispatchers and picks one that sends a token once per node (DeepEP, which NVIDIA's
+    // H100 recipes run); pinned to the all-to-all, the plan keeps it and is slower.
+    let moe: Vec<&str> = ["plan"]
+        .into_iter()
+        .chain(DSV3_ON_1024_H100.split_whitespace())
+        .chain(["--dtype", "fp8", "--ep", "64", "--top", "1", "--json"])
+        .collect();
+    let best = |extra: &[&str]| {
+        let v = json(&[&moe[..], extra].concat());
+        let plan = &v["plans"][0];
+        (
+            plan["config"]["moe_dispatcher"]
+                .as_str()
+                .unwrap_or("alltoall")
+                .to_string(),
+            plan["config"]["moe_a2a_overlap"].as_bool().unwrap_or(false),
+            plan["estimate"]["iteration_time_s"].as_f64().unwrap(),
+        )
+    };
+    let (searched, _, searched_s) = best(&[]);
+    assert_eq!(searched, "deepep");
+    let (pinned, _, pinned_s) = best(&["--moe-dispatcher", "alltoall"]);
+    assert_eq!(pinned, "alltoall");
+    assert!(searched_s < 0.9 * pinned_s, "{searched_s} vs {pinned_s}");
+    // With interleaving the overlap runs (Qwen3 30B-A3B at ep 32 over four nodes, pp 2 ×
+    // 2): the search takes it, the simulated step shorter by what it hides; pinned off, no
+    // plan has it.
+    let qwen = |extra: &[&str]| {
+        let mut args = vec![
+            "plan",
+            "--model",
+            "qwen3-30b-a3b",
+            "--cluster",
+            "dgx-h100",
+            "--gpus",
+            "64",
+            "--gbs",
+            "512",
+            "--seq",
+            "4096",
+            "--dtype",
+            "fp8",
+            "--ep",
+            "32",
+            "--pp",
+            "2",
+            "--vp",
+            "2",
+            "--top",
+            "1",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let v = json(&args);
+        let plan = &v["plans"][0];
+        (
+            plan["config"]["moe_a2a_overlap"].as_bool().unwrap_or(false),
+            plan["estimate"]["iteration_time_s"].as_f64().unwrap(),
+        )
+    };
+    let ((overlap, overlap_s), (off, off_s)) = (qwen(&[]), qwen(&["--no-moe-a2a-overlap"]));
+    assert!(overlap && !off);
+    assert!(overlap_s < 0.95 * off_s, "{overlap_s} vs {off_s}");
+    // The export writes what the plan picked.
+    let dir = std::env::temp_dir().join(format!("plait-dsv3-flex-{}", std::process::id()));
+    let mut export = moe.clone();
+    export.retain(|a| *a != "--json");
+    export.extend(["--export", "megatron", "--out", dir.to_str().unwrap()]);
+    let (code, _, err) = plait(&export);
+    assert_eq!(code, 0, "{err}");
+    let args = std::fs::read_to_string(dir.join("megatron_args.sh")).unwrap();
+    assert!(
+        args.contains("--moe-flex-dispatcher-backend deepep"),
+        "{args}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -28,7 +28,7 @@ pub fn inflight_microbatches(
     )
 }
 
-/// What Megatron-Core's combined 1F1B (`TrainSpec::moe_a2a_overlap`) saves per micro-batch
+/// What Megatron-Core's combined 1F1B (`ParallelConfig::moe_a2a_overlap`) saves per micro-batch
 /// on one stage: the expert all-to-all time hidden behind the other micro-batch's compute,
 /// and the slowdown of that compute while the collective's channels share its SMs.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]

@@ -26,7 +26,7 @@ use crate::{DeviceModel, Estimate};
 const CENTRAL: usize = 1;
 
 /// Key of the layer-cost memo: the configuration with the knobs a layer's cost does not
-/// depend on (dp, pp, vp, ZeRO and its shard group, schedule) reset and the recompute policy costed; every
+/// depend on (dp, pp, vp, ZeRO and its shard group, schedule, the all-to-all overlap) reset and the recompute policy costed; every
 /// other knob (tp, cp, ep, mbs, sp — and any knob added to `plait_spec::Parallel`) tells
 /// shapes apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -42,6 +42,8 @@ impl ShapeKey {
             zero: d.zero,
             dp_shard: d.dp_shard,
             schedule: d.schedule,
+            // The overlap hides all-to-alls at the stage level; the layers cost the same.
+            moe_a2a_overlap: d.moe_a2a_overlap,
             recompute,
             ..*c
         })

@@ -95,12 +95,15 @@ fn combined_1f1b_hides_the_all_to_alls_behind_the_other_micro_batch() {
     let m = model_preset("qwen3-235b-a22b").unwrap();
     let cluster = cluster_preset("dgx-h100").unwrap();
     let d = device_for(&cluster, Dtype::Bf16).unwrap();
-    let mut t = TrainSpec::new(2048, 4096);
-    let c: ParallelConfig = "dp16 tp2 pp8 vp4 ep32 mbs1 zero1 sp interleaved"
+    let t = TrainSpec::new(2048, 4096);
+    let plain_c: ParallelConfig = "dp16 tp2 pp8 vp4 ep32 mbs1 zero1 sp interleaved"
         .parse()
         .unwrap();
-    let plain = estimate(&m, &cluster, &t, &c, &d).unwrap();
-    t.moe_a2a_overlap = true;
+    let c = ParallelConfig {
+        moe_a2a_overlap: true,
+        ..plain_c
+    };
+    let plain = estimate(&m, &cluster, &t, &plain_c, &d).unwrap();
     let overlapped = estimate(&m, &cluster, &t, &c, &d).unwrap();
     let (a, b) = (&plain.breakdown, &overlapped.breakdown);
     println!(
@@ -124,7 +127,9 @@ fn combined_1f1b_hides_the_all_to_alls_behind_the_other_micro_batch() {
     // Megatron-Core runs it under its own engine, with ep > 1, and interleaved where there
     // is a pipeline.
     let refused = |c: ParallelConfig, t: &TrainSpec| c.validate(&m, t, c.gpus()).unwrap_err().field;
-    let plain_1f1b: ParallelConfig = "dp16 tp2 pp8 ep32 mbs1 zero1 sp 1f1b".parse().unwrap();
+    let plain_1f1b: ParallelConfig = "dp16 tp2 pp8 ep32 mbs1 zero1 sp a2a-overlap 1f1b"
+        .parse()
+        .unwrap();
     assert_eq!(refused(plain_1f1b, &t), "moe_a2a_overlap");
     let torchtitan = TrainSpec {
         engine: plait_spec::Engine::Torchtitan,
@@ -147,11 +152,9 @@ fn a_domain_deduplicating_dispatcher_sends_each_token_once_per_remote_node() {
     };
     let d = device_for(&cluster, t.dtype).unwrap();
     let c: ParallelConfig = "dp64 tp2 pp8 vp4 ep64 mbs1 zero1 sp".parse().unwrap();
-    let ep_s = |dispatcher| {
-        let t = TrainSpec {
-            moe_dispatcher: dispatcher,
-            ..t.clone()
-        };
+    let ep_s = |dispatcher: MoeDispatcher| {
+        let mut c = c;
+        c.moe_dispatcher = dispatcher;
         estimate(&m, &cluster, &t, &c, &d)
             .unwrap()
             .breakdown
@@ -182,12 +185,10 @@ fn a_domain_deduplicating_dispatcher_sends_each_token_once_per_remote_node() {
     // Inside one node there is nothing to deduplicate: the same all-to-all.
     let node: ParallelConfig = "dp8 ep8 mbs1 zero1".parse().unwrap();
     let mixtral = model_preset("mixtral-8x7b").unwrap();
-    let in_node = |dispatcher| {
-        let t = TrainSpec {
-            moe_dispatcher: dispatcher,
-            ..TrainSpec::new(64, 4096)
-        };
-        estimate(&mixtral, &cluster, &t, &node, &d)
+    let in_node = |dispatcher: MoeDispatcher| {
+        let mut node = node;
+        node.moe_dispatcher = dispatcher;
+        estimate(&mixtral, &cluster, &TrainSpec::new(64, 4096), &node, &d)
             .unwrap()
             .iteration_time_s
     };
@@ -202,10 +203,10 @@ fn only_megatron_runs_the_flex_dispatchers() {
     let m = model_preset("mixtral-8x7b").unwrap();
     let cluster = cluster_preset("dgx-h100").unwrap();
     let d = device_for(&cluster, Dtype::Bf16).unwrap();
-    let c: ParallelConfig = "dp8 ep8 mbs1 zero1".parse().unwrap();
+    let c: ParallelConfig = "dp8 ep8 mbs1 zero1 dispatcher=hybridep".parse().unwrap();
+    assert_eq!(c.moe_dispatcher, MoeDispatcher::HybridEp);
     let t = TrainSpec {
         engine: Engine::Torchtitan,
-        moe_dispatcher: MoeDispatcher::HybridEp,
         ..TrainSpec::new(64, 4096)
     };
     let err = estimate(&m, &cluster, &t, &c, &d).unwrap_err().to_string();

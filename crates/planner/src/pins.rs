@@ -63,6 +63,27 @@ pub fn check_pins(req: &Request) -> Result<(), SpecError> {
         .check_recompute_modules(m, t)?;
     }
     ParallelConfig::check_bf16_layers(m, t)?;
+    // The experts' communication pinned to what the engine does not run.
+    if let Some(d) = p.moe_dispatcher {
+        if let Some(why) = t.engine.moe_dispatcher_refused(d) {
+            return err("moe_dispatcher", why, t.engine.moe_dispatcher_names());
+        }
+    }
+    if p.moe_a2a_overlap == Some(true) {
+        if let Some(why) = t.engine.moe_a2a_overlap_refused() {
+            return err("moe_a2a_overlap", why, "under engine megatron".into());
+        }
+        if m.moe.is_none() || p.ep == Some(1) {
+            return err(
+                "moe_a2a_overlap",
+                format!(
+                    "{} has no expert all-to-alls to overlap without ep > 1",
+                    m.name
+                ),
+                "with experts and ep > 1".into(),
+            );
+        }
+    }
     if let Some(tp) = p.tp {
         check_tp_split(m, tp)?;
     }

@@ -17,7 +17,8 @@ use rayon::prelude::*;
 use plait_cost::estimate::{estimate_from_costs, policy_recompute};
 use plait_cost::{Estimate, Scenario, ShapeKey};
 use plait_spec::{
-    CpComm, Degree, ModelSpec, ParallelConfig, Recompute, Schedule, StageMap, TrainSpec,
+    CpComm, Degree, ModelSpec, MoeDispatcher, ParallelConfig, Recompute, Schedule, StageMap,
+    TrainSpec,
 };
 
 use crate::export::Layout;
@@ -126,7 +127,7 @@ type Step = fn(&Request, ParallelConfig) -> Vec<ParallelConfig>;
 /// The knobs in the order the enumeration nests them, outermost first: a configuration is
 /// one choice per step, so the order of the steps and of each step's choices is the
 /// enumeration order (and so the tie-break between equally fast plans).
-const STEPS: [Step; 10] = [
+const STEPS: [Step; 11] = [
     step_pinned,
     step_tp,
     step_pp,
@@ -137,6 +138,7 @@ const STEPS: [Step; 10] = [
     step_sp,
     step_schedule,
     step_recompute,
+    step_moe_comm,
 ];
 
 /// The degrees the steps choose. Any other degree keeps its pin, or 1 (`step_pinned`): a
@@ -328,6 +330,26 @@ fn step_recompute(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
     })
 }
 
+/// How the experts' tokens move where they cross ranks (ep > 1): the pinned dispatcher, else
+/// `alltoall`, which `plan` turns into the fastest the engine runs for the configuration's
+/// shape (`twins`); Megatron-Core's all-to-all overlap pinned, else off and, where the
+/// engine runs it, on (`enumerate` drops the plans it cannot overlap).
+fn step_moe_comm(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
+    if c.ep == 1 {
+        return vec![c];
+    }
+    let c = ParallelConfig {
+        moe_dispatcher: req.pins.moe_dispatcher.unwrap_or_default(),
+        ..c
+    };
+    let overlaps = [false, req.train.engine.runs_combined_1f1b()];
+    let mut out = each(c, req.pins.moe_a2a_overlap, overlaps, |c, v| {
+        c.moe_a2a_overlap = v;
+    });
+    out.dedup();
+    out
+}
+
 /// Whether the engine the request plans under runs `c` (with `map`, or its even layout),
 /// and the caller's extra filter accepts it.
 fn allowed(req: &Request, c: &ParallelConfig, map: Option<&StageMap>) -> bool {
@@ -434,16 +456,49 @@ pub(super) struct Screened {
     peak_bytes: f64,
 }
 
-/// The twins of ring configuration `c` that move the sequence otherwise — Ulysses'
-/// all-to-all where the heads split over cp, and the key/value all-gather — where the
-/// communication is not pinned and the engine runs them.
-fn cp_twins(req: &Request, c: &ParallelConfig) -> Vec<ParallelConfig> {
-    if req.pins.cp_comm.is_some() || c.cp == 1 || c.cp_comm != CpComm::P2p {
-        return Vec::new();
-    }
-    [CpComm::A2a, CpComm::Allgather]
-        .into_iter()
-        .map(|cp_comm| ParallelConfig { cp_comm, ..*c })
+/// The twins of configuration `c` whose blocks move data otherwise, where the request
+/// leaves it open and the engine runs them: for a ring over cp, Ulysses' all-to-all where
+/// the heads split over cp and the key/value all-gather; for `alltoall` experts over ep,
+/// the engine's other dispatchers (Megatron-Core's DeepEP and HybridEP); and their
+/// combinations. The same weights, activations and collectives outside those, so the
+/// fastest blocks make the fastest configuration.
+fn twins(req: &Request, c: &ParallelConfig) -> Vec<ParallelConfig> {
+    let cp_comms: &[CpComm] = if req.pins.cp_comm.is_none() && c.cp > 1 && c.cp_comm == CpComm::P2p
+    {
+        &[CpComm::P2p, CpComm::A2a, CpComm::Allgather]
+    } else {
+        &[]
+    };
+    let dispatchers: &[MoeDispatcher] = if req.pins.moe_dispatcher.is_none()
+        && c.ep > 1
+        && c.moe_dispatcher == MoeDispatcher::AllToAll
+    {
+        req.train.engine.moe_dispatchers()
+    } else {
+        &[]
+    };
+    let cp_comms = if cp_comms.is_empty() {
+        &[c.cp_comm][..]
+    } else {
+        cp_comms
+    };
+    let dispatchers = if dispatchers.is_empty() {
+        &[c.moe_dispatcher][..]
+    } else {
+        dispatchers
+    };
+    cp_comms
+        .iter()
+        .flat_map(|&cp_comm| {
+            dispatchers
+                .iter()
+                .map(move |&moe_dispatcher| ParallelConfig {
+                    cp_comm,
+                    moe_dispatcher,
+                    ..*c
+                })
+        })
+        .filter(|t| t != c)
         .filter(|t| t.cp_comm != CpComm::A2a || t.heads_split_over_cp(req.model))
         .filter(|t| allowed(req, t, None))
         .collect()
@@ -497,16 +552,17 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
     // only), computed once, in parallel, into the scenario's memo that the screening, the
     // layouts and the simulations below all read.
     let scenario = req.scenario();
-    // The other ways to move each ring shape's sequence (Ulysses, the all-gather) that its
-    // engine runs, asked once per shape: an engine's rule on the communication does not
-    // depend on the knobs a shape leaves out (dp, pp, vp, ZeRO, schedule).
-    let mut twins: HashMap<ShapeKey, (ParallelConfig, Vec<ParallelConfig>), FixedState> =
+    // The other ways to move each shape's sequence (Ulysses, the all-gather) and its
+    // experts' tokens (DeepEP, HybridEP) that its engine runs, asked once per shape: an
+    // engine's rule on the communication does not depend on the knobs a shape leaves out
+    // (dp, pp, vp, ZeRO, schedule, the all-to-all overlap).
+    let mut twins_of: HashMap<ShapeKey, (ParallelConfig, Vec<ParallelConfig>), FixedState> =
         HashMap::default();
     for (_, c) in &hopeful {
-        if c.cp > 1 && c.cp_comm == CpComm::P2p && req.pins.cp_comm.is_none() {
-            twins
+        if c.cp > 1 || c.ep > 1 {
+            twins_of
                 .entry(ShapeKey::of(c, policy_recompute(c.recompute)))
-                .or_insert_with(|| (*c, cp_twins(req, c)));
+                .or_insert_with(|| (*c, twins(req, c)));
         }
     }
     // The candidates' shapes under their recompute policy and under full recompute; the
@@ -515,16 +571,15 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
         .iter()
         .flat_map(|(_, c)| [(*c, policy_recompute(c.recompute)), (*c, Recompute::Full)])
         .chain(
-            twins
+            twins_of
                 .values()
                 .flat_map(|(_, ts)| ts)
                 .map(|t| (*t, policy_recompute(t.recompute))),
         );
     cost_shapes(&scenario, shapes);
-    // The ring, Ulysses or the all-gather: the same weights, activations and collectives
-    // outside attention, so the shape's fastest blocks make the fastest configuration (the
-    // ring on a tie).
-    let fastest: HashMap<ShapeKey, ParallelConfig, FixedState> = twins
+    // The shape's fastest blocks make the fastest configuration (the ring and the
+    // all-to-all on a tie).
+    let fastest: HashMap<ShapeKey, ParallelConfig, FixedState> = twins_of
         .into_iter()
         .map(|(key, (ring, twins))| {
             let best = twins.into_iter().fold(ring, |best, t| {
@@ -542,12 +597,14 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
     let hopeful: Vec<(usize, ParallelConfig)> = hopeful
         .into_iter()
         .map(|(i, c)| {
-            let key = (c.cp > 1).then(|| ShapeKey::of(&c, policy_recompute(c.recompute)));
+            let key =
+                (c.cp > 1 || c.ep > 1).then(|| ShapeKey::of(&c, policy_recompute(c.recompute)));
             match key.and_then(|k| fastest.get(&k)) {
                 Some(best) => (
                     i,
                     ParallelConfig {
                         cp_comm: best.cp_comm,
+                        moe_dispatcher: best.moe_dispatcher,
                         ..c
                     },
                 ),

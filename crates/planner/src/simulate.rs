@@ -115,6 +115,12 @@ pub fn costs(
                         0.0
                     };
                     let stage_fwd = stage.forward_s.max(f64::MIN_POSITIVE);
+                    // Megatron-Core's all-to-all overlap changes the rank's backward per
+                    // micro-batch (`moe_a2a_overlap_s`): each chunk takes its share.
+                    let chunk_bwd = backward + sum(&|l| l.recompute.total_s());
+                    let rank_bwd =
+                        (stage.backward_s - stage.moe_a2a_overlap_s).max(f64::MIN_POSITIVE);
+                    let a2a_s = stage.moe_a2a_overlap_s * chunk_bwd / rank_bwd;
                     let share = if rank_params > 0.0 {
                         params / rank_params
                     } else {
@@ -122,7 +128,7 @@ pub fn costs(
                     };
                     ChunkCosts {
                         forward_s: forward + stage.zero3_exposed_per_mb_s * forward / stage_fwd,
-                        backward_input_s: backward - weight + in_backward_s,
+                        backward_input_s: (backward - weight + in_backward_s + a2a_s).max(0.0),
                         backward_weight_s: weight,
                         recompute_s: rebuild_s,
                         send_activation_s: if j + 1 < p * v { p2p_one } else { 0.0 },

@@ -641,14 +641,12 @@ fn megatron_exports_nemotron_3_with_its_router() {
 #[test]
 fn megatron_exports_the_dispatcher_the_plan_was_costed_with() {
     // Mixtral 8x7B at ep 8: the all-to-all by default, Megatron-Core's flex dispatcher over
-    // HybridEP where the run names it; an engine without it refuses the plan.
+    // HybridEP where the plan has it; an engine without it refuses the plan.
     let model = model_preset("mixtral-8x7b").unwrap();
-    let c: ParallelConfig = "dp8 ep8 mbs1 zero1".parse().unwrap();
-    let flags = |dispatcher| {
-        let t = TrainSpec {
-            moe_dispatcher: dispatcher,
-            ..TrainSpec::new(64, 4096)
-        };
+    let flags = |dispatcher: plait_spec::MoeDispatcher| {
+        let t = TrainSpec::new(64, 4096);
+        let mut c: ParallelConfig = "dp8 ep8 mbs1 zero1".parse().unwrap();
+        c.moe_dispatcher = dispatcher;
         let plan = plan_on("dgx-h100", &model, &t, c);
         let refused = export(Engine::DeepSpeed, &plan, &model, &t).err();
         let files = export(Engine::Megatron, &plan, &model, &t).unwrap();

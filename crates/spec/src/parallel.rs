@@ -1,6 +1,6 @@
 //! The knobs of a parallel configuration, declared once: [`Parallel`] holds the degrees
-//! (dp, tp, pp, vp, cp, ep, and the experts' own tp), the micro-batch, ZeRO, sequence parallelism, recompute and the
-//! schedule, each as `F::Of<T>` for a [`Form`] `F`. [`Exact`] gives the configuration itself
+//! (dp, tp, pp, vp, cp, ep, and the experts' own tp), the micro-batch, ZeRO, sequence parallelism, recompute,
+//! the schedule and how the experts' tokens move, each as `F::Of<T>` for a [`Form`] `F`. [`Exact`] gives the configuration itself
 //! ([`ParallelConfig`](crate::ParallelConfig): every knob has its value); [`Pinned`] gives
 //! the planner's pins ([`ParallelPins`]: every knob `Option`al, `None` = search it). A new
 //! knob is one field here and it exists in both forms.
@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::mesh::Dim;
-use crate::train::{CpComm, Recompute, RecomputeModules, Schedule};
+use crate::train::{CpComm, MoeDispatcher, Recompute, RecomputeModules, Schedule};
 
 /// What a knob's value may be: plain data.
 pub trait Value:
@@ -41,6 +41,11 @@ impl<T> Value for T where
 /// How each knob of a [`Parallel`] is held.
 pub trait Form: Copy + fmt::Debug + PartialEq + Eq + Hash + Send + Sync + 'static {
     type Of<T: Value>: Value;
+    /// A knob at its default: the value's default, or unpinned.
+    fn default_of<T: Value + Default>() -> Self::Of<T>;
+    /// Whether a knob is at its default (it is then left out of the serialised form, which
+    /// keeps configurations written before the knob existed byte for byte).
+    fn is_default_of<T: Value + Default>(v: &Self::Of<T>) -> bool;
 }
 
 /// Every knob has its value: a configuration.
@@ -53,10 +58,22 @@ pub struct Pinned;
 
 impl Form for Exact {
     type Of<T: Value> = T;
+    fn default_of<T: Value + Default>() -> T {
+        T::default()
+    }
+    fn is_default_of<T: Value + Default>(v: &T) -> bool {
+        *v == T::default()
+    }
 }
 
 impl Form for Pinned {
     type Of<T: Value> = Option<T>;
+    fn default_of<T: Value + Default>() -> Option<T> {
+        None
+    }
+    fn is_default_of<T: Value + Default>(v: &Option<T>) -> bool {
+        v.is_none()
+    }
 }
 
 /// One parallel configuration (`F = Exact`) or pins on one (`F = Pinned`): degrees,
@@ -101,6 +118,25 @@ pub struct Parallel<F: Form> {
     /// selective.
     pub recompute_modules: F::Of<RecomputeModules>,
     pub schedule: F::Of<Schedule>,
+    /// How the expert layers dispatch tokens ([`MoeDispatcher`]); `alltoall` whenever
+    /// ep = 1. Left out of the serialised form at its default.
+    #[serde(
+        default = "F::default_of::<MoeDispatcher>",
+        skip_serializing_if = "F::is_default_of::<MoeDispatcher>"
+    )]
+    pub moe_dispatcher: F::Of<MoeDispatcher>,
+    /// Megatron-Core's overlap of the expert all-to-alls with another micro-batch's compute
+    /// (`overlap_moe_expert_parallel_comm`, Megatron-LM d98e8a6 `model_parallel_config.py`,
+    /// `pipeline_parallel/combined_1f1b.py`): in the 1F1B steady state each forward runs
+    /// beside the backward of another micro-batch, and the expert all-to-alls of each
+    /// overlap the other's compute. NVIDIA's MoE performance recipes turn it on
+    /// (Megatron-Bridge 067f987 `perf_recipes/deepseek/common.py`, `qwen/common.py`,
+    /// `gpt_oss/common.py`); Megatron-Core's default is off.
+    #[serde(
+        default = "F::default_of::<bool>",
+        skip_serializing_if = "F::is_default_of::<bool>"
+    )]
+    pub moe_a2a_overlap: F::Of<bool>,
 }
 
 /// Pins on a configuration: the knobs the user fixed; `None` means "search it".
@@ -124,6 +160,8 @@ impl Default for Parallel<Exact> {
             recompute: Recompute::None,
             recompute_modules: RecomputeModules::CORE_ATTN,
             schedule: Schedule::OneFOneB,
+            moe_dispatcher: MoeDispatcher::AllToAll,
+            moe_a2a_overlap: false,
         }
     }
 }
@@ -146,6 +184,8 @@ impl Default for Parallel<Pinned> {
             recompute: None,
             recompute_modules: None,
             schedule: None,
+            moe_dispatcher: None,
+            moe_a2a_overlap: None,
         }
     }
 }

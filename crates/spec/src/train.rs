@@ -301,7 +301,7 @@ impl Engine {
     }
 
     /// Whether the engine runs Megatron-Core's combined 1F1B, which overlaps the expert
-    /// all-to-alls of one micro-batch with another's compute (`TrainSpec::moe_a2a_overlap`).
+    /// all-to-alls of one micro-batch with another's compute (`ParallelConfig::moe_a2a_overlap`).
     pub fn runs_combined_1f1b(self) -> bool {
         self == Engine::Megatron
     }
@@ -320,6 +320,29 @@ impl Engine {
         } else {
             &[MoeDispatcher::AllToAll]
         }
+    }
+
+    /// Why this engine cannot run Megatron-Core's all-to-all overlap, where it cannot (the
+    /// plan's own conditions are `ParallelConfig::check_moe_a2a_overlap`'s).
+    pub fn moe_a2a_overlap_refused(self) -> Option<String> {
+        (!self.runs_combined_1f1b()).then(|| {
+            format!(
+                "the overlap is Megatron-Core's combined 1F1B, not engine {}'s",
+                self.keyword()
+            )
+        })
+    }
+
+    /// Why this engine cannot run `dispatcher`, where it cannot ([`Engine::moe_dispatchers`]
+    /// says which it runs).
+    pub fn moe_dispatcher_refused(self, dispatcher: MoeDispatcher) -> Option<String> {
+        (!self.moe_dispatchers().contains(&dispatcher)).then(|| {
+            format!(
+                "engine {} does not run the {} dispatcher",
+                self.keyword(),
+                dispatcher
+            )
+        })
     }
 
     /// [`Engine::moe_dispatchers`] by name, joined by commas.
@@ -505,18 +528,6 @@ pub struct TrainSpec {
     /// `components/quantization/float8.py:60-98`).
     #[serde(default)]
     pub float8_all_gather: bool,
-    /// Megatron-Core's `overlap_moe_expert_parallel_comm` (Megatron-LM d98e8a6
-    /// `model_parallel_config.py:343`, `pipeline_parallel/combined_1f1b.py`): in the 1F1B
-    /// steady state each forward runs beside the backward of another micro-batch, and the
-    /// expert all-to-alls of each overlap the other's compute. NVIDIA's MoE performance
-    /// recipes turn it on (Megatron-Bridge 067f987 `perf_recipes/deepseek/common.py`,
-    /// `qwen/common.py`, `gpt_oss/common.py`); Megatron-Core's default is off.
-    #[serde(default)]
-    pub moe_a2a_overlap: bool,
-    /// How expert layers dispatch tokens ([`MoeDispatcher`]; default `alltoall`, every
-    /// engine's).
-    #[serde(default = "default_moe_dispatcher")]
-    pub moe_dispatcher: MoeDispatcher,
     /// Blocks at the start of the model whose linears run in bf16 in a low-precision run
     /// (Megatron-Core's `--first-last-layers-bf16` with `num_layers_at_start_in_bf16`,
     /// `transformer_config.py`; Transformer Engine leaves those blocks outside its fp8 or
@@ -533,8 +544,11 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-fn default_moe_dispatcher() -> MoeDispatcher {
-    MoeDispatcher::AllToAll
+impl Default for MoeDispatcher {
+    /// Every engine's: one all-to-all per dispatch and combine.
+    fn default() -> Self {
+        MoeDispatcher::AllToAll
+    }
 }
 
 fn default_sdpa() -> Sdpa {
@@ -645,30 +659,6 @@ impl TrainSpec {
         }
     }
 
-    /// Where the run asks for Megatron-Core's all-to-all overlap under an engine without it:
-    /// why (the plan's own conditions are `ParallelConfig::check_moe_a2a_overlap`'s).
-    pub fn moe_a2a_overlap_refused(&self) -> Option<String> {
-        (self.moe_a2a_overlap && !self.engine.runs_combined_1f1b()).then(|| {
-            format!(
-                "the overlap is Megatron-Core's combined 1F1B, not engine {}'s",
-                self.engine.keyword()
-            )
-        })
-    }
-
-    /// Where the run names an expert dispatcher its engine does not run: the dispatcher
-    /// and the ones allowed.
-    pub fn moe_dispatcher_refused(&self) -> Option<String> {
-        (!self.engine.moe_dispatchers().contains(&self.moe_dispatcher)).then(|| {
-            format!(
-                "engine {} does not run the {} dispatcher (allowed: {})",
-                self.engine.keyword(),
-                self.moe_dispatcher,
-                self.engine.moe_dispatcher_names()
-            )
-        })
-    }
-
     /// Whether FSDP gathers the float8 weights in fp8: asked for, and torchao's tensor-wise
     /// recipe in force (the only one that can).
     pub fn gathers_float8(&self) -> bool {
@@ -711,8 +701,6 @@ impl TrainSpec {
             sdpa: Sdpa::Flash,
             float8_recipe: None,
             float8_all_gather: false,
-            moe_a2a_overlap: false,
-            moe_dispatcher: MoeDispatcher::AllToAll,
             bf16_first_layers: 0,
             bf16_last_layers: 0,
         }

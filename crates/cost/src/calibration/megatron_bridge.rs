@@ -328,8 +328,6 @@ pub fn megatron_bridge(text: &str, recipes_text: &str) -> Result<Table, SpecErro
             engine: Engine::Megatron,
             float8_recipe,
             moe_capacity,
-            moe_dispatcher: recipe.dispatcher,
-            moe_a2a_overlap: recipe.a2a_overlap,
             bf16_first_layers: recipe.bf16_layers.0,
             bf16_last_layers: recipe.bf16_layers.1,
             ..TrainSpec::new(gbs, seq)
@@ -351,6 +349,8 @@ pub fn megatron_bridge(text: &str, recipes_text: &str) -> Result<Table, SpecErro
             etp: None,
             // Megatron-Core's default ring (`cp_comm_type` p2p).
             cp_comm: CpComm::P2p,
+            moe_dispatcher: recipe.dispatcher,
+            moe_a2a_overlap: recipe.a2a_overlap,
             ..ParallelConfig::default()
         };
         // The recipe's pipeline layout, where it set one (read once the plan is checked).
@@ -511,7 +511,7 @@ mod tests {
                 .unwrap()
         };
         let (traced, plain) = (run(&t), run(&megatron_bridge(TABLE, HEADER).unwrap()));
-        assert!(traced.train.moe_a2a_overlap && !plain.train.moe_a2a_overlap);
+        assert!(traced.config.moe_a2a_overlap && !plain.config.moe_a2a_overlap);
         assert_eq!(traced.config.recompute, Recompute::Selective);
         assert_eq!(
             traced.config.recompute_modules.to_string(),

@@ -383,9 +383,9 @@ fn assemble(
     // first and the last rank, or rank 0 twice when the schedule places its chunks in a V.
     let first_rank = map.placement.locate(0, c.pp).0 as usize;
     let last_rank = map.placement.locate(c.pp * c.vp - 1, c.pp).0 as usize;
-    // Megatron-Core's combined 1F1B (`TrainSpec::moe_a2a_overlap`) on stage `k`.
+    // Megatron-Core's combined 1F1B (`ParallelConfig::moe_a2a_overlap`) on stage `k`.
     let a2a_overlap = |k: usize, layers: &[(LayerCost, f64)]| {
-        if !t.moe_a2a_overlap {
+        if !c.moe_a2a_overlap {
             return A2aOverlap::default();
         }
         let contention =
@@ -714,6 +714,7 @@ fn assemble(
             dp_reduce_s: dp_total,
             dp_param_gather_s: param_gather,
             zero3_exposed_per_mb_s: zero3_exposed,
+            moe_a2a_overlap_s: a2a.contention_s - a2a.hidden_s,
             dp_contention_s,
             optimizer_s,
             peak_memory_bytes: memory.total_bytes(),

@@ -99,6 +99,11 @@ pub struct StageEstimate {
     /// ZeRO-3 gather/reduce time per micro-batch that compute cannot hide, plus the compute
     /// slowed by the part it hides (the collectives' SMs).
     pub zero3_exposed_per_mb_s: f64,
+    /// Per micro-batch, what Megatron-Core's all-to-all overlap changes of the backward
+    /// (already in `backward_s`): the compute slowed by the collectives it hides, less the
+    /// expert all-to-all time hidden; 0 without the overlap.
+    #[serde(default)]
+    pub moe_a2a_overlap_s: f64,
     /// Once per iteration: compute slowed by the data-parallel reduction it hides, and the
     /// last ZeRO-3 reduce-scatter, which nothing follows.
     pub dp_contention_s: f64,

@@ -169,7 +169,7 @@ pub struct Workload {
     pub attention_span: f64,
     /// LoRA adapters beside frozen weights (`None`: every weight trains).
     pub lora: Option<plait_spec::Lora>,
-    /// How expert layers dispatch tokens (`TrainSpec::moe_dispatcher`).
+    /// How expert layers dispatch tokens (`ParallelConfig::moe_dispatcher`).
     pub moe_dispatcher: plait_spec::MoeDispatcher,
     /// Blocks at the start and at the end whose linears run in bf16
     /// (`TrainSpec::bf16_layers`; none unless the run is low-precision).
@@ -205,7 +205,7 @@ impl Workload {
             moe_capacity: t.moe_capacity,
             attention_span: t.attention_span() as f64,
             lora: t.lora_adapters(),
-            moe_dispatcher: t.moe_dispatcher,
+            moe_dispatcher: c.moe_dispatcher,
             bf16_layers: t.bf16_layers(),
         }
     }

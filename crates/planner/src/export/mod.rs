@@ -292,8 +292,14 @@ pub fn export(
         reasons.push(format!("fp8 as costed: {why}"));
     }
     if model.moe.is_some() && plan.config.ep > 1 {
-        if let Some(why) = as_exported.moe_dispatcher_refused() {
+        let runner = as_exported.engine;
+        if let Some(why) = runner.moe_dispatcher_refused(plan.config.moe_dispatcher) {
             reasons.push(format!("the experts' dispatch as costed: {why}"));
+        }
+        if plan.config.moe_a2a_overlap {
+            if let Some(why) = runner.moe_a2a_overlap_refused() {
+                reasons.push(format!("the all-to-all overlap as costed: {why}"));
+            }
         }
     }
     reasons.extend(match engine {

@@ -12,7 +12,9 @@ use std::str::FromStr;
 use crate::error::{Result, SpecError};
 use crate::model::ModelSpec;
 use crate::parallel::{Degree, Exact, Parallel};
-use crate::train::{CpComm, Recompute, RecomputeModule, RecomputeModules, Schedule, TrainSpec};
+use crate::train::{
+    CpComm, MoeDispatcher, Recompute, RecomputeModule, RecomputeModules, Schedule, TrainSpec,
+};
 
 /// `model` splits over tensor-parallel degree `tp`: its attention heads, its key/value
 /// heads (split, or replicated onto the ranks) and its MLP width. Whole configurations
@@ -202,24 +204,25 @@ impl ParallelConfig {
         Ok(())
     }
 
-    /// The expert dispatcher (`TrainSpec::moe_dispatcher`) is one the engine runs.
+    /// The expert dispatcher is one the engine runs.
     pub fn check_moe_dispatcher(&self, train: &TrainSpec) -> Result<()> {
-        match train.moe_dispatcher_refused() {
+        match train.engine.moe_dispatcher_refused(self.moe_dispatcher) {
             Some(why) => Err(SpecError::for_field(
                 "moe_dispatcher",
                 why,
-                format!("one of {}", train.engine.moe_dispatcher_names()),
+                train.engine.moe_dispatcher_names(),
             )),
             None => Ok(()),
         }
     }
 
     /// Megatron-Core's overlap of the expert all-to-alls with another micro-batch's compute
-    /// (`TrainSpec::moe_a2a_overlap`) runs under its engine only, with expert parallelism,
+    /// (`moe_a2a_overlap`) runs under its engine only, with expert parallelism,
     /// with interleaving wherever there is a pipeline, and without full recompute or the
-    /// `moe` recompute module (Megatron-LM d98e8a6 `transformer_config.py:3002-3040`).
+    /// `moe` recompute module, with at most one MTP layer (Megatron-LM d98e8a6
+    /// `transformer_config.py:3002-3045`).
     pub fn check_moe_a2a_overlap(&self, model: &ModelSpec, train: &TrainSpec) -> Result<()> {
-        if !train.moe_a2a_overlap {
+        if !self.moe_a2a_overlap {
             return Ok(());
         }
         let err = |problem: String, allowed: &str| {
@@ -229,7 +232,7 @@ impl ParallelConfig {
                 allowed.to_string(),
             ))
         };
-        if let Some(why) = train.moe_a2a_overlap_refused() {
+        if let Some(why) = train.engine.moe_a2a_overlap_refused() {
             return err(why, "under engine megatron");
         }
         if model.moe.is_none() || self.ep < 2 {
@@ -242,6 +245,12 @@ impl ParallelConfig {
             return err(
                 format!("pp {} without interleaving", self.pp),
                 "pp 1, or vp > 1 with the interleaved schedule",
+            );
+        }
+        if model.mtp_layers > 1 {
+            return err(
+                format!("{} MTP layers", model.mtp_layers),
+                "at most one MTP layer (transformer_config.py:3041-3045)",
             );
         }
         if self.recompute == Recompute::Full
@@ -594,7 +603,8 @@ pub fn parse_config_items(
     let mut seen: Vec<String> = Vec::new();
     let degrees: Vec<String> = Degree::ALL.iter().map(|d| format!("{d}2")).collect();
     let expected = format!(
-        "items like {} cp-comm=a2a etp1 mbs1 zero1 shard8 sp recompute=full 1f1b",
+        "items like {} cp-comm=a2a etp1 mbs1 zero1 shard8 sp recompute=full \
+         dispatcher=hybridep a2a-overlap 1f1b",
         degrees.join(" ")
     );
     for part in text
@@ -613,6 +623,14 @@ pub fn parse_config_items(
         seen.push(key.to_string());
         if part == "sp" {
             c.sp = true;
+            continue;
+        }
+        if part == "a2a-overlap" {
+            c.moe_a2a_overlap = true;
+            continue;
+        }
+        if let Some(v) = part.strip_prefix("dispatcher=") {
+            c.moe_dispatcher = v.parse()?;
             continue;
         }
         if let Some(v) = part.strip_prefix("recompute=") {
@@ -708,6 +726,12 @@ impl fmt::Display for ParallelConfig {
             write!(f, " recompute={}", self.recompute_modules)?;
         } else if self.recompute != Recompute::None {
             write!(f, " recompute={}", self.recompute)?;
+        }
+        if self.moe_dispatcher != MoeDispatcher::AllToAll {
+            write!(f, " dispatcher={}", self.moe_dispatcher)?;
+        }
+        if self.moe_a2a_overlap {
+            write!(f, " a2a-overlap")?;
         }
         write!(f, " {}", self.schedule)
     }

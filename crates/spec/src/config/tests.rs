@@ -217,12 +217,39 @@ fn configurations_parse_from_their_display() {
         recompute: Recompute::Selective,
         recompute_modules: RecomputeModules::CORE_ATTN,
         schedule: Schedule::Interleaved,
+        moe_dispatcher: crate::MoeDispatcher::HybridEp,
+        moe_a2a_overlap: true,
     };
     assert_eq!(c.to_string().parse::<ParallelConfig>(), Ok(c));
     assert!(
         c.to_string().contains("cp2 cp-comm=a2a ep2 etp2 mbs4"),
         "{c}"
     );
+    assert!(
+        c.to_string()
+            .ends_with("recompute=selective dispatcher=hybridep a2a-overlap interleaved"),
+        "{c}"
+    );
+    // Without expert parallelism what the experts' communication was asked to be stays, for
+    // validation to judge (an overlap with nothing to overlap is refused).
+    assert!(
+        "ep1 a2a-overlap"
+            .parse::<ParallelConfig>()
+            .unwrap()
+            .moe_a2a_overlap
+    );
+    // Serialised, the defaults are left out: configurations written before these knobs
+    // existed read back equal, and write out byte for byte.
+    let json = serde_json::to_string(&ParallelConfig::default()).unwrap();
+    assert!(!json.contains("moe_"), "{json}");
+    let back: ParallelConfig = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, ParallelConfig::default());
+    let json = serde_json::to_string(&c).unwrap();
+    assert!(
+        json.contains(r#""moe_dispatcher":"hybridep","moe_a2a_overlap":true"#),
+        "{json}"
+    );
+    assert_eq!(serde_json::from_str::<ParallelConfig>(&json).unwrap(), c);
     let d = ParallelConfig::default();
     assert_eq!(d.to_string().parse::<ParallelConfig>(), Ok(d));
     // An expert tp equal to the default is the default: neither written nor kept. The

@@ -140,6 +140,17 @@ pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
     if let Err(reason) = recompute_flags(plan) {
         out.push(reason);
     }
+    // The combined 1F1B refuses full recomputation of every block or of some
+    // (Megatron-LM d98e8a6 `transformer_config.py:3021-3029`: "disable full recomputation
+    // when enabling overlap_moe_expert_parallel_comm", `recompute_num_layers` None).
+    let recomputes_blocks = plan.stage_map.recompute_blocks.iter().any(|&n| n > 0);
+    if c.moe_a2a_overlap && (c.recompute == plait_spec::Recompute::Full || recomputes_blocks) {
+        out.push(
+            "Megatron-Core's all-to-all overlap runs without full recomputation \
+             (transformer_config.py)"
+                .into(),
+        );
+    }
     out
 }
 
@@ -505,7 +516,7 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
         // `transformer_config.py` `moe_token_dispatcher_type`; NVIDIA's MoE recipes and
         // scripts run `alltoall`, or `flex` over DeepEP or HybridEP,
         // `moe_flex_dispatcher_backend`).
-        match train.moe_dispatcher {
+        match plan.config.moe_dispatcher {
             MoeDispatcher::AllToAll => {
                 m.push(("--moe-token-dispatcher-type", "alltoall".into()));
             }
@@ -612,7 +623,7 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     }
     // `TransformerConfig`'s field (`model_parallel_config.py:343`, made a flag by
     // `ArgumentGroupFactory(TransformerConfig)`, `arguments.py:2373`).
-    if train.moe_a2a_overlap {
+    if c.moe_a2a_overlap {
         par.push(flag("--overlap-moe-expert-parallel-comm"));
     }
     match c.zero {
