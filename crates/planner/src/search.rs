@@ -332,22 +332,29 @@ fn step_recompute(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
 
 /// How the experts' tokens move where they cross ranks (ep > 1): the pinned dispatcher, else
 /// `alltoall`, which `plan` turns into the fastest the engine runs for the configuration's
-/// shape (`twins`); Megatron-Core's all-to-all overlap pinned, else off and, where the
-/// engine runs it, on (`enumerate` drops the plans it cannot overlap).
+/// shape (`twins`); Megatron-Core's all-to-all overlap pinned, else on wherever it runs.
+/// Unpinned, the overlap is not tried off as well: its only cost in the model is the
+/// contention on the time it hides, less than that time, and it changes no memory, so
+/// where it runs it is never slower. (`screen` falls back to the plain 1F1B where only
+/// recomputed blocks fit, which the overlap forbids.)
 fn step_moe_comm(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
     if c.ep == 1 {
         return vec![c];
     }
-    let c = ParallelConfig {
+    let mut c = ParallelConfig {
         moe_dispatcher: req.pins.moe_dispatcher.unwrap_or_default(),
         ..c
     };
-    let overlaps = [false, req.train.engine.runs_combined_1f1b()];
-    let mut out = each(c, req.pins.moe_a2a_overlap, overlaps, |c, v| {
-        c.moe_a2a_overlap = v;
-    });
-    out.dedup();
-    out
+    c.moe_a2a_overlap = match req.pins.moe_a2a_overlap {
+        Some(pinned) => pinned,
+        None => ParallelConfig {
+            moe_a2a_overlap: true,
+            ..c
+        }
+        .check_moe_a2a_overlap(req.model, req.train)
+        .is_ok(),
+    };
+    vec![c]
 }
 
 /// Whether the engine the request plans under runs `c` (with `map`, or its even layout),
@@ -463,45 +470,39 @@ pub(super) struct Screened {
 /// combinations. The same weights, activations and collectives outside those, so the
 /// fastest blocks make the fastest configuration.
 fn twins(req: &Request, c: &ParallelConfig) -> Vec<ParallelConfig> {
-    let cp_comms: &[CpComm] = if req.pins.cp_comm.is_none() && c.cp > 1 && c.cp_comm == CpComm::P2p
-    {
-        &[CpComm::P2p, CpComm::A2a, CpComm::Allgather]
-    } else {
-        &[]
-    };
-    let dispatchers: &[MoeDispatcher] = if req.pins.moe_dispatcher.is_none()
+    let cp_comms: Vec<CpComm> =
+        if req.pins.cp_comm.is_none() && c.cp > 1 && c.cp_comm == CpComm::P2p {
+            vec![CpComm::P2p, CpComm::A2a, CpComm::Allgather]
+        } else {
+            vec![c.cp_comm]
+        };
+    // Only the dispatchers the cost model tells apart for this expert group.
+    let dispatchers: Vec<MoeDispatcher> = if req.pins.moe_dispatcher.is_none()
         && c.ep > 1
         && c.moe_dispatcher == MoeDispatcher::AllToAll
     {
-        req.train.engine.moe_dispatchers()
+        let spanning = plait_cost::comm::Groups::new(req.cluster, c).ep.spans_nodes;
+        plait_cost::layer::distinct_dispatchers(req.train.engine, spanning)
     } else {
-        &[]
+        vec![c.moe_dispatcher]
     };
-    let cp_comms = if cp_comms.is_empty() {
-        &[c.cp_comm][..]
-    } else {
-        cp_comms
-    };
-    let dispatchers = if dispatchers.is_empty() {
-        &[c.moe_dispatcher][..]
-    } else {
-        dispatchers
-    };
-    cp_comms
-        .iter()
-        .flat_map(|&cp_comm| {
-            dispatchers
-                .iter()
-                .map(move |&moe_dispatcher| ParallelConfig {
-                    cp_comm,
-                    moe_dispatcher,
-                    ..*c
-                })
-        })
-        .filter(|t| t != c)
-        .filter(|t| t.cp_comm != CpComm::A2a || t.heads_split_over_cp(req.model))
-        .filter(|t| allowed(req, t, None))
-        .collect()
+    let mut out = Vec::new();
+    for &cp_comm in &cp_comms {
+        for &moe_dispatcher in &dispatchers {
+            let t = ParallelConfig {
+                cp_comm,
+                moe_dispatcher,
+                ..*c
+            };
+            if t != *c
+                && (t.cp_comm != CpComm::A2a || t.heads_split_over_cp(req.model))
+                && allowed(req, &t, None)
+            {
+                out.push(t);
+            }
+        }
+    }
+    out
 }
 
 /// Costs each distinct shape of `shapes` (configuration, recompute) once, in parallel, into
@@ -765,6 +766,16 @@ fn screen(
     }
     if e.fits {
         return (1, None);
+    }
+    // The all-to-all overlap the search chose runs without recomputed blocks: where only
+    // those would fit, the plain 1F1B in its place.
+    if c.moe_a2a_overlap && req.pins.moe_a2a_overlap.is_none() {
+        let plain = ParallelConfig {
+            moe_a2a_overlap: false,
+            ..c
+        };
+        let (n, s) = screen(req, scenario, index, plain);
+        return (n + 1, s);
     }
     // Does not fit: the fewest fully recomputed blocks per stage that would.
     match fit_recompute(&req.layout_inputs(), &c, &map, &e, &policy, &full) {

@@ -155,11 +155,14 @@ pub fn steady_state_forwards(schedule: Schedule, k: u64, p: u64, m: u64, vp: u64
                 return Some(total.saturating_sub(1));
             }
             let step = |i, forward| crate::generate::interleaved_step(i, p, vp, forward);
-            Some(
-                (0..total - warmup)
-                    .filter(|&i| step(i + warmup, true) != step(i, false))
-                    .count() as u64,
-            )
+            let differs = |i: &u64| step(i + warmup, true) != step(*i, false);
+            // Whether the forward `warmup` steps ahead is another micro-batch's depends on
+            // the step only through its place in a round of p · vp steps (the micro-batch
+            // advances by p a round): count one round, then the rest, not every step.
+            let (steps, round) = (total - warmup, (p * vp).max(1));
+            let per_round = (0..round.min(steps)).filter(differs).count() as u64;
+            let rest = (0..steps % round).filter(differs).count() as u64;
+            Some((steps / round) * per_round + rest)
         }
         _ => None,
     }

@@ -9,6 +9,21 @@ use plait_spec::{ModelSpec, MoeDispatcher};
 
 use crate::comm::Group;
 
+/// The dispatchers of `engine` that move an expert group's tokens differently, for a group
+/// `spanning` NVLink domains or not: inside one domain every dispatcher is the same
+/// all-to-all, and DeepEP and HybridEP move tokens alike (once per remote domain), so the
+/// first the engine lists of each. What a search needs to price, no more.
+pub fn distinct_dispatchers(engine: plait_spec::Engine, spanning: bool) -> Vec<MoeDispatcher> {
+    let mut out: Vec<MoeDispatcher> = Vec::new();
+    for &d in engine.moe_dispatchers() {
+        let deduplicates = |d: MoeDispatcher| d != MoeDispatcher::AllToAll && spanning;
+        if !out.iter().any(|&o| deduplicates(o) == deduplicates(d)) {
+            out.push(d);
+        }
+    }
+    out
+}
+
 /// One dispatch (or its mirror image, the combine) over the expert group `ep`:
 /// `copies_bytes` of routed copies of tokens that hold `token_bytes` (one copy of each
 /// token, with the same imbalance).

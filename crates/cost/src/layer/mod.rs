@@ -19,7 +19,7 @@ mod mamba;
 mod quantise;
 mod selective;
 mod transformer;
-pub use dispatch::remote_domains;
+pub use dispatch::{distinct_dispatchers, remote_domains};
 pub use ends::{embedding_cost, head_cost, mtp_projection_cost};
 pub use mamba::{ssd_scan_flops_per_token, SsdScan};
 
