@@ -87,6 +87,10 @@ ESTIMATES = [
         dict(model="llama3-8b", cluster="dgx-b200", gpus=8, gbs=32, dtype="nvfp4", bf16_first_layers=1, bf16_last_layers=4),
         ["--model", "llama3-8b", "--cluster", "dgx-b200", "--gpus", "8", "--gbs", "32", "--dtype", "nvfp4", "--bf16-first-layers", "1", "--bf16-last-layers", "4"],
     ),
+    (
+        dict(model="llama3-8b", cluster="dgx-h100", gpus=8, gbs=64, seq=4096, task="sft", sample_lengths="512:1,3584:1"),
+        ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "64", "--seq", "4096", "--task", "sft", "--sample-lengths", "512:1,3584:1"],
+    ),
 ]
 
 
@@ -173,6 +177,24 @@ def test_plan_pins_are_the_cli_pins(plait_bin):
     assert r.search.threads == 1
     required = plait.plan("llama3-8b", gpus=32, gbs=64, tp=2, sp=True, top=2)
     assert all(p.config.sp for p in required.plans)
+
+
+def test_plan_searches_the_expert_knobs_unless_pinned(plait_bin):
+    # Megatron-Core's all-to-all overlap and dispatcher: searched when left out (None), pinned
+    # on or off as `--moe-a2a-overlap` / `--no-moe-a2a-overlap` pin them.
+    moe = dict(cluster="dgx-h100", gpus=64, gbs=512, seq=4096, dtype="fp8", ep=32, pp=2, vp=2, top=1, threads=1)
+    searched = plait.plan("qwen3-30b-a3b", **moe)
+    off = plait.plan("qwen3-30b-a3b", moe_a2a_overlap=False, moe_dispatcher="alltoall", **moe)
+    expected = cli(
+        plait_bin, "plan", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--gpus", "64",
+        "--gbs", "512", "--seq", "4096", "--dtype", "fp8", "--ep", "32", "--pp", "2", "--vp", "2",
+        "--top", "1", "--threads", "1", "--no-moe-a2a-overlap", "--moe-dispatcher", "alltoall",
+        "--json",
+    )
+    assert without_timing(off.to_dict()) == without_timing(expected)
+    assert searched.best.config.moe_a2a_overlap is True
+    assert "moe_a2a_overlap" not in off.to_dict()["plans"][0]["config"]
+    assert searched.best.estimate.iteration_time_s < off.best.estimate.iteration_time_s
 
 
 def test_plan_ir_is_the_cli_ir(plait_bin, tmp_path):

@@ -86,6 +86,11 @@ pub struct WorkloadArgs {
     /// each sample instead of over the whole sequence.
     #[arg(long, allow_negative_numbers = true)]
     pub pack_len: Option<i64>,
+    /// Lengths of the samples packed into each sequence when they vary, with the share of
+    /// samples of each (sft, lora): LENGTH:SHARE,… e.g. 512:0.5,2048:0.3,8192:0.2 (instead of
+    /// --pack-len); attention works as over samples of the token-weighted mean length.
+    #[arg(long, conflicts_with = "pack_len")]
+    pub sample_lengths: Option<String>,
     /// The engine runs under torch.compile, which fuses its norms, RoPE, SwiGLU and loss
     /// (torchtitan's [compile] enable; allowed with --engine torchtitan).
     #[arg(long)]
@@ -524,6 +529,14 @@ impl WorkloadArgs {
                     }
                     Some(p)
                 }
+            },
+            sample_lengths: match &self.sample_lengths {
+                None => Vec::new(),
+                Some(_) if self.task == Task::Pretrain => bail!(
+                    "--sample-lengths: packing applies to fine-tuning (allowed with --task sft or lora)"
+                ),
+                Some(text) => plait_spec::parse_sample_lengths(text, sequence(self.seq)?)
+                    .map_err(|e| anyhow::anyhow!("--sample-lengths: {e}"))?,
             },
             compile: self.compile,
             compile_loss: match &self.compile_components {

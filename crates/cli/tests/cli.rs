@@ -818,3 +818,49 @@ fn a_megatron_pipeline_layout_sets_the_blocks_of_each_stage() {
         "0 × m where plait needs 1",
     );
 }
+
+#[test]
+fn fine_tuning_packs_samples_of_one_length_or_several() {
+    let step = |extra: &[&str]| {
+        let args: Vec<&str> = [
+            "estimate",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            "dgx-h100",
+            "--gpus",
+            "8",
+            "--gbs",
+            "64",
+            "--seq",
+            "4096",
+            "--task",
+            "sft",
+            "--json",
+        ]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+        common::json(&args)["iteration_time_s"].as_f64().unwrap()
+    };
+    // A distribution costs as samples of its token-weighted mean length (Σ s·L² / Σ s·L).
+    let mixed = step(&["--sample-lengths", "512:1,3584:1"]);
+    assert_eq!(mixed, step(&["--pack-len", "3200"]));
+    assert!(step(&["--pack-len", "512"]) < mixed && mixed < step(&[]));
+    common::check(
+        &["estimate", "--sample-lengths", "512:1"],
+        "--sample-lengths: packing applies to fine-tuning (allowed with --task sft or lora)",
+    );
+    common::check(
+        &[
+            "estimate",
+            "--task",
+            "sft",
+            "--seq",
+            "4096",
+            "--sample-lengths",
+            "512:1,8192:1",
+        ],
+        "--sample-lengths: a sample of 8192 tokens does not fit a sequence of 4096",
+    );
+}

@@ -34,6 +34,17 @@ fn assert_sane(v: &serde_json::Value, what: &str) {
     assert!((0.1..0.7).contains(&mfu), "{what}: MFU {mfu}");
 }
 
+/// The Megatron export in `dir`: its arguments, and the hybrid layer pattern they give.
+fn megatron_args_and_pattern(dir: &std::path::Path) -> (String, String) {
+    let args = std::fs::read_to_string(dir.join("megatron_args.sh")).unwrap();
+    let pattern = args
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("--hybrid-layer-pattern "))
+        .expect("the export names the layer pattern")
+        .to_string();
+    (args, pattern)
+}
+
 #[test]
 fn estimate_plan_and_simulate_nemotron_h_8b() {
     let v = json(&with_batch(&[
@@ -146,11 +157,7 @@ fn a_nemotron_h_config_json_estimates_and_only_megatron_exports_it() {
         out_dir.to_str().unwrap(),
     ]));
     assert_eq!(code, 0, "megatron: {out}{err}");
-    let args = std::fs::read_to_string(out_dir.join("megatron_args.sh")).unwrap();
-    let pattern = args
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("--hybrid-layer-pattern "))
-        .expect("the export names the layer pattern");
+    let (args, pattern) = megatron_args_and_pattern(&out_dir);
     assert_eq!(
         pattern.trim_matches('"').replace('|', ""),
         "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
@@ -209,11 +216,7 @@ fn nemotron_3_super_exports_its_multi_token_prediction_module() {
         dir.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{out}{err}");
-    let args = std::fs::read_to_string(dir.join("megatron_args.sh")).unwrap();
-    let pattern = args
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("--hybrid-layer-pattern "))
-        .expect("the export names the layer pattern");
+    let (args, pattern) = megatron_args_and_pattern(&dir);
     assert!(pattern.trim_matches('"').ends_with("EME/*E"), "{pattern}");
     for flag in ["--mtp-num-layers 1", "--mtp-use-repeated-layer"] {
         assert!(args.contains(flag), "{flag}: {args}");

@@ -76,3 +76,45 @@ fn packed_samples_bound_attention_to_each_sample() {
     let same = run(Task::Sft, Lora::default(), Some(4096));
     assert_eq!(same.iteration_time_s, whole.iteration_time_s);
 }
+
+#[test]
+fn samples_of_several_lengths_cost_as_their_token_weighted_mean_length() {
+    // Half the samples of 512 tokens, half of 3,584: a token's attention runs over its own
+    // sample, so the long samples' tokens (7 in 8 of them) dominate; the run costs as one of
+    // samples of Σ s·L² / Σ s·L = 3,200 tokens, between the two lengths.
+    let with = |lengths: &str| {
+        let m = model_preset("llama2-7b").unwrap();
+        let cluster = cluster_preset("dgx-h100").unwrap();
+        let d = device_for(&cluster, Dtype::Bf16).unwrap();
+        let t = TrainSpec {
+            task: Task::Sft,
+            sample_lengths: plait_spec::parse_sample_lengths(lengths, 4096).unwrap(),
+            ..TrainSpec::new(32, 4096)
+        };
+        assert_eq!(t.attention_span(), 3200, "{lengths}");
+        let c = ParallelConfig {
+            dp: 8,
+            zero: 1,
+            ..ParallelConfig::default()
+        };
+        estimate(&m, &cluster, &t, &c, &d).unwrap().iteration_time_s
+    };
+    let mixed = with("512:1,3584:1");
+    // Shares are relative: the same mix written as fractions costs the same.
+    assert_eq!(with("512:0.5, 3584:0.5"), mixed);
+    let packed = |n| run(Task::Sft, Lora::default(), Some(n)).iteration_time_s;
+    assert_eq!(mixed, packed(3200));
+    assert!(packed(512) < mixed && mixed < packed(3584));
+    // Malformed lists are refused with what is wrong.
+    for (bad, says) in [
+        ("", "no LENGTH:SHARE"),
+        ("512", "not LENGTH:SHARE"),
+        ("512:0", "positive"),
+        ("512:nan", "positive"),
+        ("0:1", "does not fit"),
+        ("8192:1", "does not fit"),
+    ] {
+        let e = plait_spec::parse_sample_lengths(bad, 4096).unwrap_err();
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+}

@@ -389,7 +389,7 @@ fn context_parallelism_across_nodes_plans_ulysses_and_honours_a_pinned_kind() {
     // torchtitan has no Ulysses: its context parallelism gathers the keys and values.
     let tt = TrainSpec {
         engine: plait_spec::Engine::Torchtitan,
-        ..t
+        ..t.clone()
     };
     let tt_req = Request::new(&m, &cluster, &tt, &d, 16);
     let out = plan(

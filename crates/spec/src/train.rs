@@ -459,6 +459,55 @@ impl Lora {
     }
 }
 
+/// One length of the samples packed into a fine-tuning run's sequences and the share of the
+/// samples that have it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SampleLength {
+    pub tokens: u64,
+    pub share: f64,
+}
+
+/// Most lengths a sample-length distribution may list.
+pub const MAX_SAMPLE_LENGTHS: usize = 4096;
+
+/// A sample-length distribution written `LENGTH:SHARE,…` (e.g. `512:0.5,2048:0.3,8192:0.2`:
+/// half the samples of 512 tokens…; the shares are relative, normalised here), each length
+/// from 1 to `seq` (a longer sample does not fit a sequence), each share a positive number.
+pub fn parse_sample_lengths(
+    text: &str,
+    seq: u64,
+) -> std::result::Result<Vec<SampleLength>, String> {
+    let mut out = Vec::new();
+    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        if out.len() == MAX_SAMPLE_LENGTHS {
+            return Err(format!("more than {MAX_SAMPLE_LENGTHS} lengths"));
+        }
+        let bad = || format!("`{item}` is not LENGTH:SHARE (e.g. 2048:0.3)");
+        let (len, share) = item.split_once(':').ok_or_else(bad)?;
+        let tokens: u64 = len.trim().parse().map_err(|_| bad())?;
+        let share: f64 = share.trim().parse().map_err(|_| bad())?;
+        if tokens == 0 || tokens > seq {
+            return Err(format!(
+                "a sample of {tokens} tokens does not fit a sequence of {seq} (lengths from 1 to {seq})"
+            ));
+        }
+        if !(share.is_finite() && share > 0.0) {
+            return Err(format!(
+                "the share of {tokens}-token samples must be a positive number, got {share}"
+            ));
+        }
+        out.push(SampleLength { tokens, share });
+    }
+    if out.is_empty() {
+        return Err("no LENGTH:SHARE given".into());
+    }
+    let total: f64 = out.iter().map(|s| s.share).sum();
+    for s in &mut out {
+        s.share /= total;
+    }
+    Ok(out)
+}
+
 /// The batch and the software behaviour of the training run (not the parallel split).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainSpec {
@@ -500,6 +549,10 @@ pub struct TrainSpec {
     /// attention runs within each sample. `None`: one sample per sequence.
     #[serde(default)]
     pub pack_len: Option<u64>,
+    /// The lengths of the packed samples with the share of samples of each, where they
+    /// vary (in place of `pack_len`; empty: `pack_len`'s one length).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sample_lengths: Vec<SampleLength>,
     /// The engine runs under `torch.compile` (torchtitan's `[compile] enable`), which fuses
     /// its elementwise chains; only engines that [`Engine::compiles`] accept it.
     #[serde(default)]
@@ -598,10 +651,22 @@ impl TrainSpec {
         }
     }
 
-    /// Tokens each query attends over: the packed sample, or the whole sequence.
+    /// Tokens each query attends over: the packed sample, or the whole sequence. With
+    /// samples of several lengths, the token-weighted mean length Σ share·L² / Σ share·L: a
+    /// sample's attention work grows with the square of its length, so the long samples'
+    /// tokens weigh in as many times as they are long.
     pub fn attention_span(&self) -> u64 {
-        self.pack_len
-            .map_or(self.seq, |p| p.clamp(1, self.seq.max(1)))
+        let seq = self.seq.max(1);
+        if !self.sample_lengths.is_empty() {
+            let (squares, tokens) = self.sample_lengths.iter().fold((0.0, 0.0), |(q, t), s| {
+                let l = s.tokens.clamp(1, seq) as f64;
+                (q + s.share * l * l, t + s.share * l)
+            });
+            if tokens > 0.0 {
+                return ((squares / tokens).round() as u64).clamp(1, seq);
+            }
+        }
+        self.pack_len.map_or(self.seq, |p| p.clamp(1, seq))
     }
 
     /// The fp8 recipe in force: the run's, or its engine's default, for an fp8 run;
@@ -695,6 +760,7 @@ impl TrainSpec {
             task: Task::Pretrain,
             lora: Lora::default(),
             pack_len: None,
+            sample_lengths: Vec::new(),
             compile: false,
             compile_loss: true,
             async_tp: false,

@@ -159,6 +159,12 @@ fn flag_seeds() -> Vec<Vec<u8>> {
         "estimate\n--model\ngpt3-175b\n--tp\n8\n--pp\n8\n--dp\n2\n--vp\n2\n--schedule\ninterleaved\n--mbs\n1"
             .into(),
         "estimate\n--model\nmixtral-8x7b\n--gpus\n16\n--tp\n2\n--ep\n8\n--zero\n1".into(),
+        "estimate\n--model\nmixtral-8x7b\n--gpus\n16\n--ep\n8\n--moe-dispatcher\ndeepep\n--moe-a2a-overlap"
+            .into(),
+        "estimate\n--model\nllama3-8b\n--task\nsft\n--seq\n4096\n--gbs\n64\n--sample-lengths\n512:1,3584:1"
+            .into(),
+        "estimate\n--model\nllama3-8b\n--cluster\ndgx-b200\n--dtype\nnvfp4\n--bf16-first-layers\n1\n--bf16-last-layers\n2"
+            .into(),
         "estimate\n--config\ndp2 tp2 pp2 mbs1 1f1b\n--model\ngpt-1.7b\n--gbs\n16".into(),
         "schedule\n--stages\n4\n--microbatches\n8".into(),
         "schedule\n--stages\n4\n--microbatches\n8\n--schedule\nzb-h1\n--forward\n1\n--backward\n2\n--weight\n0.5"
@@ -478,6 +484,7 @@ fn plan_string_seeds() -> Vec<Vec<u8>> {
         "dp2 tp2 cp2 cp-comm=a2a mbs1 1f1b",
         "tp2 cp4 cp-comm=allgather mbs1 zero1 sp 1f1b",
         "dp2 pp4 vp2 mbs1 zero1 dualpipe-v",
+        "dp8 tp2 pp2 vp2 ep8 mbs1 zero1 sp dispatcher=deepep a2a-overlap interleaved",
     ]
     .iter()
     .map(|s| s.as_bytes().to_vec())
