@@ -241,9 +241,9 @@ class PlanResult(Record):
     """``plait plan --json``: ``plans`` (best first, :class:`Plan` each), ``search`` (what
     was searched), ``infeasible`` (why nothing fits and what would, or None), ``exported``
     (files written by ``export=``), ``what_if`` (the best plan's step with an engine switch
-    left off: ``flag``, ``iteration_time_s``, ``change``; torchtitan's compile and async TP,
-    Megatron-Core's HybridEP dispatcher and all-to-all overlap where they shorten the step).
-    ``ir`` is the best plan's schedule IR when ``ir=True`` was asked for, else None."""
+    left off: ``flag``, ``iteration_time_s``, ``change``; torchtitan's compile and async TP;
+    Megatron-Core's dispatcher and all-to-all overlap are the plans' own knobs, in each
+    ``config`` where not at their defaults). ``ir`` is the best plan's schedule IR when ``ir=True`` was asked for, else None."""
 
     __slots__ = ("ir",)
 

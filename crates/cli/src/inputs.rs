@@ -232,10 +232,11 @@ pub struct KnobArgs {
     /// Megatron-Core's overlap of the expert all-to-alls with another micro-batch's compute
     /// in the 1F1B steady state (--overlap-moe-expert-parallel-comm, as NVIDIA's MoE
     /// performance recipes run; allowed with --engine megatron, --ep > 1, interleaving
-    /// wherever --pp > 1, and no full recompute) (default: off; plan: on and off, searched).
+    /// wherever --pp > 1, and no full recompute) (default: off; plan: on wherever it runs,
+    /// off where only recomputed blocks fit).
     #[arg(long, conflicts_with = "no_moe_a2a_overlap")]
     pub moe_a2a_overlap: bool,
-    /// plan: no all-to-all overlap in any plan (unpinned, the search tries both).
+    /// plan: no all-to-all overlap in any plan (unpinned, the search takes it wherever it runs).
     #[arg(long)]
     pub no_moe_a2a_overlap: bool,
 }
@@ -274,7 +275,7 @@ pub struct ConfigArgs {
     /// The whole configuration as `plait plan` prints it, e.g. "dp32 tp8 pp4 vp8 mbs4 zero1
     /// sp recompute=selective interleaved" (instead of the flags below; dp may be left to
     /// --gpus).
-    #[arg(long, conflicts_with_all = ["cp_comm", "etp", "shard", "mbs", "zero", "sp", "recompute", "schedule", "moe_dispatcher", "moe_a2a_overlap"])]
+    #[arg(long, conflicts_with_all = ["cp_comm", "etp", "shard", "mbs", "zero", "sp", "recompute", "schedule", "moe_dispatcher", "moe_a2a_overlap", "no_moe_a2a_overlap"])]
     pub config: Option<String>,
     #[command(flatten)]
     pub knobs: KnobArgs,

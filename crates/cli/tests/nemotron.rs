@@ -287,6 +287,20 @@ fn blocks_kept_in_bf16_are_costed_and_exported_as_megatron_runs_them() {
         ],
         "must be ≥ 0",
     );
+    check(
+        &[
+            "estimate",
+            "--model",
+            "llama3-8b",
+            "--dtype",
+            "fp8",
+            "--engine",
+            "torchtitan",
+            "--bf16-last-layers",
+            "2",
+        ],
+        "--bf16-last-layers: engine torchtitan has no switch that keeps blocks in bf16",
+    );
     let dir = std::env::temp_dir().join(format!("plait-bf16-layers-{}", std::process::id()));
     let plan = |engine: &str, recipe: &str| {
         plait(&[

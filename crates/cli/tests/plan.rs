@@ -267,6 +267,33 @@ fn a_megatron_moe_plan_picks_its_dispatcher_and_overlap() {
     let ((overlap, overlap_s), (off, off_s)) = (qwen(&[]), qwen(&["--no-moe-a2a-overlap"]));
     assert!(overlap && !off);
     assert!(overlap_s < 0.95 * off_s, "{overlap_s} vs {off_s}");
+    // Pinned on with ep left to the search, every plan has experts spread to overlap.
+    let v = json(&[
+        "plan",
+        "--model",
+        "qwen3-30b-a3b",
+        "--cluster",
+        "dgx-h100",
+        "--gpus",
+        "16",
+        "--gbs",
+        "128",
+        "--seq",
+        "4096",
+        "--moe-a2a-overlap",
+        "--top",
+        "3",
+        "--json",
+    ]);
+    let plans = v["plans"].as_array().unwrap();
+    assert!(!plans.is_empty());
+    for p in plans {
+        let c = &p["config"];
+        assert!(
+            c["ep"].as_u64().unwrap() > 1 && c["moe_a2a_overlap"] == true,
+            "{c}"
+        );
+    }
     // The export writes what the plan picked.
     let dir = std::env::temp_dir().join(format!("plait-dsv3-flex-{}", std::process::id()));
     let mut export = moe.clone();

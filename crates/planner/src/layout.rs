@@ -220,7 +220,9 @@ pub fn fit_recompute(
     let blk = BlockModel::new(c, policy, full);
     let capacity = req.cluster.gpu.memory_bytes;
     let mut out = map.clone();
-    let hybrid = req.model.is_hybrid();
+    // Blocks are costed one by one where they differ: a hybrid's kinds, or blocks kept
+    // in bf16 beside low-precision ones.
+    let hybrid = req.model.is_hybrid() || policy.bf16_layers != (0, 0);
     for k in 0..c.pp as usize {
         let stage = StageModel::new(c, e, map, k, policy);
         let b = map.rank_blocks(k as u64, c.pp);
@@ -282,7 +284,9 @@ pub fn partition_blocks(
     let blk = BlockModel::new(c, policy, full);
     let p = c.pp as usize;
     let layers = req.model.layers as usize;
-    let hybrid = req.model.is_hybrid();
+    // Blocks are costed one by one where they differ: a hybrid's kinds, or blocks kept
+    // in bf16 beside low-precision ones.
+    let hybrid = req.model.is_hybrid() || policy.bf16_layers != (0, 0);
     let stages: Vec<StageModel> = (0..p)
         .map(|k| {
             let s = StageModel::new(c, &e, map, k, policy);

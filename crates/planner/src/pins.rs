@@ -73,6 +73,13 @@ pub fn check_pins(req: &Request) -> Result<(), SpecError> {
         if let Some(why) = t.engine.moe_a2a_overlap_refused() {
             return err("moe_a2a_overlap", why, "under engine megatron".into());
         }
+        if m.mtp_layers > 1 {
+            return err(
+                "moe_a2a_overlap",
+                format!("{} has {} MTP layers", m.name, m.mtp_layers),
+                "at most one MTP layer (transformer_config.py:3041-3045)".into(),
+            );
+        }
         if m.moe.is_none() || p.ep == Some(1) {
             return err(
                 "moe_a2a_overlap",

@@ -339,7 +339,13 @@ fn step_recompute(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
 /// recomputed blocks fit, which the overlap forbids.)
 fn step_moe_comm(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
     if c.ep == 1 {
-        return vec![c];
+        // A pinned overlap or flex dispatcher asks for expert parallelism.
+        let pinned = req.pins.moe_a2a_overlap == Some(true)
+            || req
+                .pins
+                .moe_dispatcher
+                .is_some_and(|d| d != MoeDispatcher::AllToAll);
+        return if pinned { vec![] } else { vec![c] };
     }
     let mut c = ParallelConfig {
         moe_dispatcher: req.pins.moe_dispatcher.unwrap_or_default(),

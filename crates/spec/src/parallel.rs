@@ -118,8 +118,8 @@ pub struct Parallel<F: Form> {
     /// selective.
     pub recompute_modules: F::Of<RecomputeModules>,
     pub schedule: F::Of<Schedule>,
-    /// How the expert layers dispatch tokens ([`MoeDispatcher`]); `alltoall` whenever
-    /// ep = 1. Left out of the serialised form at its default.
+    /// How the expert layers dispatch tokens ([`MoeDispatcher`]; it moves nothing at
+    /// ep = 1). Left out of the serialised form at its default.
     #[serde(
         default = "F::default_of::<MoeDispatcher>",
         skip_serializing_if = "F::is_default_of::<MoeDispatcher>"

@@ -502,6 +502,9 @@ pub fn parse_sample_lengths(
         return Err("no LENGTH:SHARE given".into());
     }
     let total: f64 = out.iter().map(|s| s.share).sum();
+    if !total.is_finite() {
+        return Err("the shares add up to more than a number can hold".into());
+    }
     for s in &mut out {
         s.share /= total;
     }

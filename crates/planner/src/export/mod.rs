@@ -277,7 +277,7 @@ pub fn export(
         ));
     }
     let (first, last) = train.bf16_layers();
-    if engine != Engine::Megatron && first + last > 0 {
+    if engine != Engine::Megatron && (first, last) != (0, 0) {
         reasons.push(format!(
             "the run keeps {first} first and {last} last blocks in bf16, which the {engine} \
              export does not write (Megatron-Core's first_last_layers_bf16 does)"

@@ -267,7 +267,8 @@ impl ParallelConfig {
 
     /// Blocks kept in bf16 (`TrainSpec::bf16_first_layers`, `bf16_last_layers`) exist in
     /// the model, together at most all of its blocks, and only in a run whose linears are
-    /// low-precision (Megatron-Core asks for fp8 or fp4 with them, `arguments.py`).
+    /// low-precision, under Megatron-Core (whose `first_last_layers_bf16` does it; it asks
+    /// for fp8 or fp4 with them, `transformer_config.py`).
     pub fn check_bf16_layers(model: &ModelSpec, train: &TrainSpec) -> Result<()> {
         let (first, last) = (train.bf16_first_layers, train.bf16_last_layers);
         if first == 0 && last == 0 {
@@ -286,6 +287,17 @@ impl ParallelConfig {
                     train.dtype
                 ),
                 "with dtype fp8, mxfp8 or nvfp4",
+            ));
+        }
+        if train.engine != crate::Engine::Megatron {
+            return Err(SpecError::for_field(
+                field,
+                format!(
+                    "engine {} has no switch that keeps blocks in bf16 (Megatron-Core's \
+                     first_last_layers_bf16 does)",
+                    train.engine.keyword()
+                ),
+                "with engine megatron",
             ));
         }
         if first.saturating_add(last) > model.layers {
@@ -613,6 +625,7 @@ pub fn parse_config_items(
     {
         let bad = || format!("cannot read `{part}` (expected {expected})");
         let key = match part.find(|ch: char| ch.is_ascii_digit() || ch == '=') {
+            _ if part == "a2a-overlap" => part,
             Some(i) if !part.starts_with(|ch: char| ch.is_ascii_digit()) => &part[..i],
             _ if part.parse::<Schedule>().is_ok() => "schedule",
             _ => part,

@@ -238,6 +238,10 @@ fn configurations_parse_from_their_display() {
             .unwrap()
             .moe_a2a_overlap
     );
+    assert_eq!(
+        "ep2 a2a-overlap a2a-overlap".parse::<ParallelConfig>(),
+        Err("`a2a-overlap` is given twice".into())
+    );
     // Serialised, the defaults are left out: configurations written before these knobs
     // existed read back equal, and write out byte for byte.
     let json = serde_json::to_string(&ParallelConfig::default()).unwrap();

@@ -12,6 +12,10 @@ use crate::error::Result;
 use crate::model::arch;
 use crate::model::{runs_from_pattern, MambaSpec, ModelSpec, MoeSpec, DEFAULT_MAMBA_CHUNK};
 
+/// Most blocks one multi-token-prediction module may hold (Nemotron 3's hold two): the
+/// Megatron export writes the module once per depth.
+const MAX_MTP_BLOCKS: usize = 64;
+
 impl Config<'_> {
     /// The first of `keys` present (transformers' `NemotronHConfig` and NVIDIA's remote
     /// code spell some Mamba keys two ways: `n_groups`/`mamba_n_groups`,
@@ -97,12 +101,12 @@ impl Config<'_> {
     /// transformers' `mtp_layers_block_type` list (`linear_attention` M, `full_attention` *,
     /// `mlp` -, `moe` E), by default `["full_attention", "moe"]` (`NemotronHConfig`).
     fn nemotron_h_mtp_pattern(&self) -> Result<String> {
-        const ALLOWED: &str = "the symbols M, *, - and E";
+        const ALLOWED: &str = "up to 64 of the symbols M, *, - and E";
         if let Some(v) = self.get("mtp_hybrid_override_pattern") {
             let key = "mtp_hybrid_override_pattern";
             return match v.as_str() {
                 Some(s) if !s.is_empty() && s.chars().all(|c| "M*-E".contains(c)) => {
-                    if s.chars().count() as u64 > MAX_LAYERS {
+                    if s.chars().count() > MAX_MTP_BLOCKS {
                         return Err(self.err(key, "is too long".to_string(), ALLOWED));
                     }
                     Ok(s.to_string())
@@ -117,7 +121,7 @@ impl Config<'_> {
         let allowed = "a list of linear_attention, full_attention, mlp, moe";
         let list = v
             .as_array()
-            .filter(|l| !l.is_empty() && l.len() as u64 <= MAX_LAYERS)
+            .filter(|l| !l.is_empty() && l.len() <= MAX_MTP_BLOCKS)
             .ok_or_else(|| {
                 self.err(
                     key,

@@ -162,7 +162,7 @@ pub(super) fn model_reasons(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -
     // (`transformer_config.py` `__post_init__`: "Delayed scaling does not support first /
     // last layer in BF16", `max_bf16_layers_per_pipeline_stage`).
     let (first, last) = train.bf16_layers();
-    if first + last > 0 {
+    if (first, last) != (0, 0) {
         if train.fp8_recipe_under(plait_spec::Engine::Megatron)
             == Some(plait_spec::Float8Recipe::Delayed)
         {
@@ -725,7 +725,7 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     }
     // `TransformerConfig.first_last_layers_bf16` and its two counts (each 1 by default).
     let (first, last) = train.bf16_layers();
-    if first + last > 0 {
+    if (first, last) != (0, 0) {
         prec.push(flag("--first-last-layers-bf16"));
         prec.push(("--num-layers-at-start-in-bf16", first.to_string()));
         prec.push(("--num-layers-at-end-in-bf16", last.to_string()));
