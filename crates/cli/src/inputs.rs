@@ -560,8 +560,8 @@ impl WorkloadArgs {
         };
         if let Err(e) = plait_spec::ParallelConfig::check_bf16_layers(&model, &train) {
             bail!(
-                "--{}: {} (allowed: {})",
-                e.field.replace('_', "-"),
+                "{}: {} (allowed: {})",
+                crate::flag_for(&e.field),
                 e.problem,
                 e.allowed
             );

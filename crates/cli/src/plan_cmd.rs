@@ -160,45 +160,34 @@ fn what_if(r: &crate::inputs::Resolved, best: &Plan) -> Result<Vec<WhatIf>> {
         )
         .map(|e| e.iteration_time_s)
     };
+    let switch = if !t.engine.compiles() {
+        None
+    } else if !t.compile {
+        let compiled = TrainSpec {
+            compile: true,
+            ..t.clone()
+        };
+        Some(("--compile", compiled))
+    } else if !t.async_tp && best.config.tp > 1 && best.config.sp {
+        let async_tp = TrainSpec {
+            async_tp: true,
+            ..t.clone()
+        };
+        Some(("--async-tp", async_tp))
+    } else {
+        None
+    };
+    let Some((flag, train)) = switch else {
+        return Ok(Vec::new());
+    };
     // The plan's step may be simulated: the closed forms give the relative change, which
     // scales the step the table shows.
-    let now = step(t)?;
-    // Each switch: its flag, the run with it, and whether it is named only where faster.
-    let mut switches: Vec<(&'static str, TrainSpec, bool)> = Vec::new();
-    if t.engine.compiles() {
-        if !t.compile {
-            switches.push((
-                "--compile",
-                TrainSpec {
-                    compile: true,
-                    ..t.clone()
-                },
-                false,
-            ));
-        } else if !t.async_tp && best.config.tp > 1 && best.config.sp {
-            switches.push((
-                "--async-tp",
-                TrainSpec {
-                    async_tp: true,
-                    ..t.clone()
-                },
-                false,
-            ));
-        }
-    }
-    let mut out = Vec::new();
-    for (flag, train, only_if_faster) in switches {
-        let change = step(&train)? / now - 1.0;
-        if only_if_faster && change >= 0.0 {
-            continue;
-        }
-        out.push(WhatIf {
-            flag,
-            iteration_time_s: best.estimate.iteration_time_s * (1.0 + change),
-            change,
-        });
-    }
-    Ok(out)
+    let change = step(&train)? / step(t)? - 1.0;
+    Ok(vec![WhatIf {
+        flag,
+        iteration_time_s: best.estimate.iteration_time_s * (1.0 + change),
+        change,
+    }])
 }
 
 #[derive(Serialize)]

@@ -773,10 +773,6 @@ fn every_degree_has_its_flag_in_its_own_words() {
     );
 }
 
-/// DeepSeek-V3 on 1,024 DGX H100 GPUs at tp 2 × pp 8, as NVIDIA's recipe runs it.
-const DSV3_ON_1024_H100: &str =
-    "--model deepseek-v3 --cluster dgx-h100 --gpus 1024 --gbs 8192 --seq 4096 --tp 2 --pp 8";
-
 #[test]
 fn a_megatron_pipeline_layout_sets_the_blocks_of_each_stage() {
     // DeepSeek-V3 on 1,024 H100 as NVIDIA's recipe lays it out (the embedding and one
@@ -784,7 +780,7 @@ fn a_megatron_pipeline_layout_sets_the_blocks_of_each_stage() {
     // longer holds blocks beside the head, and the step is shorter than the even split's.
     let base: Vec<&str> = ["estimate"]
         .into_iter()
-        .chain(DSV3_ON_1024_H100.split_whitespace())
+        .chain(common::DSV3_ON_1024_H100.split_whitespace())
         .chain(["--vp", "4", "--ep", "64", "--sp", "--zero", "1", "--json"])
         .collect();
     let even = common::json(&base);

@@ -197,10 +197,6 @@ fn onnx_models_plan_through_the_dag_partitioner() {
     );
 }
 
-/// DeepSeek-V3 on 1,024 DGX H100 GPUs at tp 2 × pp 8, as NVIDIA's recipe runs it.
-const DSV3_ON_1024_H100: &str =
-    "--model deepseek-v3 --cluster dgx-h100 --gpus 1024 --gbs 8192 --seq 4096 --tp 2 --pp 8";
-
 #[test]
 fn a_megatron_moe_plan_picks_its_dispatcher_and_overlap() {
     // DeepSeek-V3 at ep 64 over eight DGX H100 nodes: the search prices Megatron-Core's
@@ -208,7 +204,7 @@ fn a_megatron_moe_plan_picks_its_dispatcher_and_overlap() {
     // H100 recipes run); pinned to the all-to-all, the plan keeps it and is slower.
     let moe: Vec<&str> = ["plan"]
         .into_iter()
-        .chain(DSV3_ON_1024_H100.split_whitespace())
+        .chain(common::DSV3_ON_1024_H100.split_whitespace())
         .chain(["--dtype", "fp8", "--ep", "64", "--top", "1", "--json"])
         .collect();
     let best = |extra: &[&str]| {

@@ -17,7 +17,7 @@ use plait_cost::estimate::{
 };
 use plait_cost::layer::LayerCost;
 use plait_cost::Estimate;
-use plait_spec::{ParallelConfig, Recompute, StageMap};
+use plait_spec::{ModelSpec, ParallelConfig, Recompute, StageMap};
 
 /// What the layout search needs of a plan request: the model on its cluster, the training
 /// spec, the device model and the layouts the engine can express (`Request::layout_inputs`).
@@ -207,6 +207,12 @@ impl StageModel {
     }
 }
 
+/// Whether the stages' blocks are costed one by one where they differ: a hybrid's kinds,
+/// or blocks kept in bf16 beside low-precision ones (else the mean block stands for all).
+fn by_block(model: &ModelSpec, policy: &LayerCosts) -> bool {
+    model.is_hybrid() || policy.bf16_layers != (0, 0)
+}
+
 /// Per stage, the fewest fully recomputed blocks that make `map`'s stages fit, given the
 /// estimate `e` of `c` under `map`; None when some stage cannot fit even recomputing all.
 pub fn fit_recompute(
@@ -220,9 +226,7 @@ pub fn fit_recompute(
     let blk = BlockModel::new(c, policy, full);
     let capacity = req.cluster.gpu.memory_bytes;
     let mut out = map.clone();
-    // Blocks are costed one by one where they differ: a hybrid's kinds, or blocks kept
-    // in bf16 beside low-precision ones.
-    let hybrid = req.model.is_hybrid() || policy.bf16_layers != (0, 0);
+    let hybrid = by_block(req.model, policy);
     for k in 0..c.pp as usize {
         let stage = StageModel::new(c, e, map, k, policy);
         let b = map.rank_blocks(k as u64, c.pp);
@@ -284,9 +288,7 @@ pub fn partition_blocks(
     let blk = BlockModel::new(c, policy, full);
     let p = c.pp as usize;
     let layers = req.model.layers as usize;
-    // Blocks are costed one by one where they differ: a hybrid's kinds, or blocks kept
-    // in bf16 beside low-precision ones.
-    let hybrid = req.model.is_hybrid() || policy.bf16_layers != (0, 0);
+    let hybrid = by_block(req.model, policy);
     let stages: Vec<StageModel> = (0..p)
         .map(|k| {
             let s = StageModel::new(c, &e, map, k, policy);

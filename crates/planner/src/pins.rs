@@ -63,34 +63,17 @@ pub fn check_pins(req: &Request) -> Result<(), SpecError> {
         .check_recompute_modules(m, t)?;
     }
     ParallelConfig::check_bf16_layers(m, t)?;
-    // The experts' communication pinned to what the engine does not run.
-    if let Some(d) = p.moe_dispatcher {
-        if let Some(why) = t.engine.moe_dispatcher_refused(d) {
-            return err("moe_dispatcher", why, t.engine.moe_dispatcher_names());
-        }
-    }
-    if p.moe_a2a_overlap == Some(true) {
-        if let Some(why) = t.engine.moe_a2a_overlap_refused() {
-            return err("moe_a2a_overlap", why, "under engine megatron".into());
-        }
-        if m.mtp_layers > 1 {
-            return err(
-                "moe_a2a_overlap",
-                format!("{} has {} MTP layers", m.name, m.mtp_layers),
-                "at most one MTP layer (transformer_config.py:3041-3045)".into(),
-            );
-        }
-        if m.moe.is_none() || p.ep == Some(1) {
-            return err(
-                "moe_a2a_overlap",
-                format!(
-                    "{} has no expert all-to-alls to overlap without ep > 1",
-                    m.name
-                ),
-                "with experts and ep > 1".into(),
-            );
-        }
-    }
+    // The experts' communication pinned to what the engine or the model cannot run: the
+    // configuration's own checks on a probe with the pins (and ep > 1 unless pinned; the
+    // knobs that depend on the rest of the plan at their defaults).
+    let probe = ParallelConfig {
+        ep: p.ep.unwrap_or(2),
+        moe_dispatcher: p.moe_dispatcher.unwrap_or_default(),
+        moe_a2a_overlap: p.moe_a2a_overlap.unwrap_or(false),
+        ..ParallelConfig::default()
+    };
+    probe.check_moe_dispatcher(t)?;
+    probe.check_moe_a2a_overlap(m, t)?;
     if let Some(tp) = p.tp {
         check_tp_split(m, tp)?;
     }

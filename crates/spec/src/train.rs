@@ -467,7 +467,8 @@ pub struct SampleLength {
     pub share: f64,
 }
 
-/// Most lengths a sample-length distribution may list.
+/// Most lengths a sample-length distribution may list: a histogram of a dataset's sample
+/// lengths, one bin per token count up to a 4K sequence at most; bounds what a flag parses.
 pub const MAX_SAMPLE_LENGTHS: usize = 4096;
 
 /// A sample-length distribution written `LENGTH:SHARE,…` (e.g. `512:0.5,2048:0.3,8192:0.2`:

@@ -35,3 +35,7 @@ pub fn check(args: &[&str], expected: &str) {
     assert!(first.contains(expected), "{args:?}: {err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// DeepSeek-V3 on 1,024 DGX H100 GPUs at tp 2 × pp 8, as NVIDIA's recipe runs it.
+pub const DSV3_ON_1024_H100: &str =
+    "--model deepseek-v3 --cluster dgx-h100 --gpus 1024 --gbs 8192 --seq 4096 --tp 2 --pp 8";

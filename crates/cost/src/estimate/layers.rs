@@ -35,10 +35,20 @@ pub struct LayerCosts {
 }
 
 impl LayerCosts {
+    /// The slots of `kinds` blocks may fill: each kind, and again in bf16 where blocks are
+    /// kept there.
+    pub fn slots(&self) -> usize {
+        if self.bf16_layers == (0, 0) {
+            self.n_kinds
+        } else {
+            2 * self.n_kinds
+        }
+    }
+
     /// Each kind's cost with its count among blocks `first..first + count`.
     pub fn blocks(&self, m: &ModelSpec, first: u64, count: u64) -> Vec<(LayerCost, f64)> {
         let counts = self.kind_counts(&m.kind_runs(), first, count);
-        (0..2 * self.n_kinds)
+        (0..self.slots())
             .filter(|&k| counts[k] > 0)
             .map(|k| (self.kinds[k], counts[k] as f64))
             .collect()
@@ -91,14 +101,12 @@ pub fn layer_costs(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> 
         }
         *slot = block;
     }
-    // The blocks a low-precision run keeps in bf16 (Megatron-Core's first and last
-    // layers): each kind once more, its linears in 16-bit.
-    let bf16_layers = if w.low_precision() {
-        w.bf16_layers
-    } else {
-        (0, 0)
-    };
-    if bf16_layers != (0, 0) {
+    // The blocks a low-precision run keeps in bf16 (Megatron-Core's first and last layers,
+    // `TrainSpec::bf16_layers`; a multi-token-prediction module the model keeps there):
+    // each kind once more, its linears in 16-bit.
+    let bf16_layers = w.bf16_layers;
+    let mtp_in_bf16 = m.mtp_layers > 0 && m.mtp_bf16 && w.low_precision();
+    if bf16_layers != (0, 0) || mtp_in_bf16 {
         let (d16, w16) = (d.sixteen_bit(), w.in_sixteen_bit());
         for (slot, v) in kinds[n_kinds..].iter_mut().zip(&variants) {
             *slot = block_cost(v, &d16, g, &w16);
@@ -115,30 +123,35 @@ pub fn layer_costs(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> 
         mtp: LayerCost::default(),
     };
     let counts = costs.kind_counts(&m.kind_runs(), 0, m.layers);
-    let parts: Vec<(LayerCost, f64)> = (0..2 * n_kinds)
+    let parts: Vec<(LayerCost, f64)> = (0..costs.slots())
         .filter(|&k| counts[k] > 0)
         .map(|k| (kinds[k], counts[k] as f64))
         .collect();
     costs.block = LayerCost::weighted_mean(&parts);
     if m.mtp_layers > 0 {
-        costs.mtp = mtp_pass_cost(m, (d, g, w), (&kinds[..n_kinds], &variants), &costs.head);
+        let module = if mtp_in_bf16 {
+            &kinds[n_kinds..2 * n_kinds]
+        } else {
+            &kinds[..n_kinds]
+        };
+        costs.mtp = mtp_pass_cost(m, (d, w, mtp_in_bf16), module, &costs.head);
     }
     costs
 }
 
 /// One pass of a multi-token-prediction module: its blocks ([`ModelSpec::mtp_kinds`], each
-/// costed as the model's block of that kind, `kinds` of `variants`), its projection and a
-/// pass through the shared head (whose parameters are the main model's, counted once). In
-/// 16-bit where the model keeps the module there in a low-precision run
-/// ([`ModelSpec::mtp_bf16`]; the head runs as the main model's). Where the passes share one
-/// module ([`ModelSpec::mtp_shared`]), each holds its share of the module's weights.
+/// costed as the model's block of that kind in `kinds`), its projection and a pass through
+/// the shared head (whose parameters are the main model's, counted once). In 16-bit
+/// (`sixteen_bit`, with `kinds` the bf16 ones) where the model keeps the module there in a
+/// low-precision run ([`ModelSpec::mtp_bf16`]; the head runs as the main model's). Where
+/// the passes share one module ([`ModelSpec::mtp_shared`]), each holds its share of the
+/// module's weights.
 fn mtp_pass_cost(
     m: &ModelSpec,
-    (d, g, w): (&DeviceModel, &Groups, &Workload),
-    (kinds, variants): (&[LayerCost], &[ModelSpec]),
+    (d, w, sixteen_bit): (&DeviceModel, &Workload, bool),
+    kinds: &[LayerCost],
     head: &LayerCost,
 ) -> LayerCost {
-    let sixteen_bit = m.mtp_bf16 && w.low_precision();
     let bf16 = sixteen_bit.then(|| (d.sixteen_bit(), w.in_sixteen_bit()));
     let (d, w) = bf16.as_ref().map_or((d, w), |(d16, w16)| (d16, w16));
     let blocks = m.mtp_kinds().unwrap_or_else(|_| vec![m.last_block_kind()]);
@@ -147,13 +160,8 @@ fn mtp_pass_cost(
         trainable_params: 0.0,
         ..*head
     });
-    for k in blocks.into_iter().filter(|&k| k < variants.len()) {
-        let block = if sixteen_bit {
-            block_cost(&variants[k], d, g, w)
-        } else {
-            kinds[k]
-        };
-        pass = pass.plus(&block);
+    for k in blocks.into_iter().filter(|&k| k < kinds.len()) {
+        pass = pass.plus(&kinds[k]);
     }
     if m.mtp_shared {
         let share = 1.0 / m.mtp_layers.max(1) as f64;

@@ -232,12 +232,7 @@ pub fn rank_block_layers(
     // Counted per kind over the chunks first: one small list per rank (the search calls
     // this for every stage of every candidate).
     let chunks = map.chunk_blocks.len() as u64 / p.max(1);
-    // The slots in use: each kind, and again in bf16 where blocks are kept there.
-    let slots = if policy.bf16_layers == (0, 0) {
-        policy.n_kinds
-    } else {
-        2 * policy.n_kinds
-    };
+    let slots = policy.slots();
     let (mut recomputed, mut kept) = ([0u64; 2 * MAX_BLOCK_KINDS], [0u64; 2 * MAX_BLOCK_KINDS]);
     let uniform = policy.uniform(kinds);
     if uniform {
@@ -263,7 +258,7 @@ pub fn rank_block_layers(
         }
     }
     let mut out = Vec::with_capacity(2 * slots + 2);
-    for k in 0..slots.min(2 * MAX_BLOCK_KINDS) {
+    for k in 0..slots {
         if recomputed[k] > 0 {
             out.push((full.kinds[k], recomputed[k] as f64));
         }

@@ -100,17 +100,13 @@ impl Config<'_> {
     /// `mtp_hybrid_override_pattern` (NVIDIA's configs, which Megatron Bridge requires), or
     /// transformers' `mtp_layers_block_type` list (`linear_attention` M, `full_attention` *,
     /// `mlp` -, `moe` E), by default `["full_attention", "moe"]` (`NemotronHConfig`).
+    /// Its symbols are checked against the model's blocks by [`ModelSpec::mtp_kinds`].
     fn nemotron_h_mtp_pattern(&self) -> Result<String> {
         const ALLOWED: &str = "up to 64 of the symbols M, *, - and E";
         if let Some(v) = self.get("mtp_hybrid_override_pattern") {
             let key = "mtp_hybrid_override_pattern";
             return match v.as_str() {
-                Some(s) if !s.is_empty() && s.chars().all(|c| "M*-E".contains(c)) => {
-                    if s.chars().count() > MAX_MTP_BLOCKS {
-                        return Err(self.err(key, "is too long".to_string(), ALLOWED));
-                    }
-                    Ok(s.to_string())
-                }
+                Some(s) if (1..=MAX_MTP_BLOCKS).contains(&s.chars().count()) => Ok(s.to_string()),
                 _ => Err(self.err(key, format!("{} is not a layer pattern", show(v)), ALLOWED)),
             };
         }

@@ -143,8 +143,9 @@ pub(super) fn plan_reasons(plan: &Layout) -> Vec<String> {
     // The combined 1F1B refuses full recomputation of every block or of some
     // (Megatron-LM d98e8a6 `transformer_config.py:3021-3029`: "disable full recomputation
     // when enabling overlap_moe_expert_parallel_comm", `recompute_num_layers` None).
+    // (Full recomputation lists every block in the stage map.)
     let recomputes_blocks = plan.stage_map.recompute_blocks.iter().any(|&n| n > 0);
-    if c.moe_a2a_overlap && (c.recompute == plait_spec::Recompute::Full || recomputes_blocks) {
+    if c.moe_a2a_overlap && recomputes_blocks {
         out.push(
             "Megatron-Core's all-to-all overlap runs without full recomputation \
              (transformer_config.py)"
