@@ -389,6 +389,7 @@ _WORKLOAD: Dict[str, Any] = {
     "moe_dispatcher": _check_str,
     "bf16_first_layers": _check_int,
     "bf16_last_layers": _check_int,
+    "optimizer_state": _check_str,
 }
 
 # The parallel degrees, as the native module lists them (``plait_spec::Degree::ALL``): one
@@ -590,6 +591,7 @@ def estimate(
     moe_dispatcher: Optional[str] = None,
     bf16_first_layers: Optional[int] = None,
     bf16_last_layers: Optional[int] = None,
+    optimizer_state: Optional[str] = None,
     simulate: bool = False,
     **degrees: int,
 ) -> Estimate:
@@ -650,6 +652,7 @@ def simulate(
     moe_dispatcher: Optional[str] = None,
     bf16_first_layers: Optional[int] = None,
     bf16_last_layers: Optional[int] = None,
+    optimizer_state: Optional[str] = None,
     svg: Any = None,
     trace: Any = None,
     ir: bool = False,
@@ -713,6 +716,7 @@ def plan(
     moe_dispatcher: Optional[str] = None,
     bf16_first_layers: Optional[int] = None,
     bf16_last_layers: Optional[int] = None,
+    optimizer_state: Optional[str] = None,
     top: Optional[int] = None,
     simulate: Optional[int] = None,
     threads: Optional[int] = None,

@@ -208,6 +208,7 @@ def estimate(
     moe_dispatcher: Optional[str] = ...,
     bf16_first_layers: Optional[int] = ...,
     bf16_last_layers: Optional[int] = ...,
+    optimizer_state: Optional[str] = ...,
     simulate: bool = ...,
     **degrees: int,
 ) -> Estimate: ...
@@ -259,6 +260,7 @@ def simulate(
     moe_dispatcher: Optional[str] = ...,
     bf16_first_layers: Optional[int] = ...,
     bf16_last_layers: Optional[int] = ...,
+    optimizer_state: Optional[str] = ...,
     svg: Optional[_Path] = ...,
     trace: Optional[_Path] = ...,
     ir: bool = ...,
@@ -309,6 +311,7 @@ def plan(
     moe_dispatcher: Optional[str] = ...,
     bf16_first_layers: Optional[int] = ...,
     bf16_last_layers: Optional[int] = ...,
+    optimizer_state: Optional[str] = ...,
     top: Optional[int] = ...,
     simulate: Optional[int] = ...,
     threads: Optional[int] = ...,

@@ -12,8 +12,8 @@ use plait_runtime::RuntimeError;
 use plait_spec::{
     cluster_from_toml, cluster_preset, model_from_hf_config, model_preset, AttentionImpl,
     ClusterSpec, CpComm, Degree, Dtype, Engine, Float8Recipe, Lora, ModelSpec, MoeDispatcher,
-    ParallelConfig, ParallelPins, Recompute, RecomputeModules, Schedule, Sdpa, SpecError, Task,
-    TrainSpec,
+    OptimizerState, ParallelConfig, ParallelPins, Recompute, RecomputeModules, Schedule, Sdpa,
+    SpecError, Task, TrainSpec,
 };
 
 /// Model, cluster and batch.
@@ -134,6 +134,11 @@ pub struct WorkloadArgs {
     /// NVIDIA's NVFP4 recipe for Nemotron 3 Super keeps 14)
     #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
     pub bf16_last_layers: i64,
+    /// The format the optimizer keeps Adam's master weights and moments in: fp32 (12 bytes
+    /// per trainable parameter) or bf16 (6: Apex's DistributedFusedAdam with dtype bf16, as
+    /// NeMo's SFT configs run it)
+    #[arg(long, default_value = "fp32", value_parser = parse_keyword::<OptimizerState>)]
+    pub optimizer_state: OptimizerState,
 }
 
 /// One flag per parallel degree (`--dp`, `--tp`, …), written from `plait_spec::Degree::ALL`
@@ -556,6 +561,7 @@ impl WorkloadArgs {
             float8_all_gather: self.float8_all_gather,
             bf16_first_layers: layer_count("bf16-first-layers", self.bf16_first_layers)?,
             bf16_last_layers: layer_count("bf16-last-layers", self.bf16_last_layers)?,
+            optimizer_state: self.optimizer_state,
             ..TrainSpec::new(positive("gbs", self.gbs)?, sequence(self.seq)?)
         };
         if let Err(e) = plait_spec::ParallelConfig::check_bf16_layers(&model, &train) {

@@ -17,7 +17,7 @@ use plait_cost::estimate::{
 };
 use plait_cost::layer::LayerCost;
 use plait_cost::Estimate;
-use plait_spec::{ModelSpec, ParallelConfig, Recompute, StageMap};
+use plait_spec::{ModelSpec, OptimizerState, ParallelConfig, Recompute, StageMap};
 
 /// What the layout search needs of a plan request: the model on its cluster, the training
 /// spec, the device model and the layouts the engine can express (`Request::layout_inputs`).
@@ -45,14 +45,22 @@ pub enum MapShape {
 
 /// Bytes per parameter of weights + gradients + optimizer states under ZeRO `zero` over
 /// `shards` data-parallel ranks.
-pub(crate) fn state_bytes_per_param(zero: u8, shards: f64) -> f64 {
-    zero_state_bytes_per_param(zero, shards).iter().sum()
+pub(crate) fn state_bytes_per_param(zero: u8, shards: f64, optimizer: OptimizerState) -> f64 {
+    zero_state_bytes_per_param(zero, shards, optimizer)
+        .iter()
+        .sum()
 }
 
 /// Weights of `params` plus gradients and optimizer states of the `trainable` among them
 /// (frozen LoRA bases keep only their weights).
-pub(crate) fn state_bytes(zero: u8, params: f64, trainable: f64, shards: f64) -> f64 {
-    let [w, g, o] = zero_state_bytes_per_param(zero, shards);
+pub(crate) fn state_bytes(
+    zero: u8,
+    params: f64,
+    trainable: f64,
+    shards: f64,
+    optimizer: OptimizerState,
+) -> f64 {
+    let [w, g, o] = zero_state_bytes_per_param(zero, shards, optimizer);
     params * w + trainable * (g + o)
 }
 
@@ -88,13 +96,19 @@ fn pass_s(l: &LayerCost) -> f64 {
 }
 
 impl BlockModel {
-    fn new(c: &ParallelConfig, policy: &LayerCosts, full: &LayerCosts) -> Self {
-        Self::of(c, policy.block, full.block)
+    fn new(
+        c: &ParallelConfig,
+        optimizer: OptimizerState,
+        policy: &LayerCosts,
+        full: &LayerCosts,
+    ) -> Self {
+        Self::of(c, optimizer, policy.block, full.block)
     }
 
     /// The mean of blocks `first..first + count` of `model`, kind by kind.
     fn of_range(
         c: &ParallelConfig,
+        optimizer: OptimizerState,
         (policy, full): (&LayerCosts, &LayerCosts),
         model: &plait_spec::ModelSpec,
         first: u64,
@@ -102,25 +116,37 @@ impl BlockModel {
     ) -> Self {
         Self::of(
             c,
+            optimizer,
             LayerCost::weighted_mean(&policy.blocks(model, first, count)),
             LayerCost::weighted_mean(&full.blocks(model, first, count)),
         )
     }
 
-    fn of(c: &ParallelConfig, policy: LayerCost, full: LayerCost) -> Self {
+    fn of(
+        c: &ParallelConfig,
+        optimizer: OptimizerState,
+        policy: LayerCost,
+        full: LayerCost,
+    ) -> Self {
         let (dense_shards, expert_shards) = c.state_shards();
         let (dense_shards, expert_shards) = (dense_shards as f64, expert_shards as f64);
         let b = &policy;
         BlockModel {
             policy,
             full,
-            state_bytes: state_bytes(c.zero, b.params, b.trainable_params, dense_shards)
-                + state_bytes(
-                    c.zero,
-                    b.expert_params,
-                    b.trainable_expert_params,
-                    expert_shards,
-                ),
+            state_bytes: state_bytes(
+                c.zero,
+                b.params,
+                b.trainable_params,
+                dense_shards,
+                optimizer,
+            ) + state_bytes(
+                c.zero,
+                b.expert_params,
+                b.trainable_expert_params,
+                expert_shards,
+                optimizer,
+            ),
         }
     }
 }
@@ -223,7 +249,7 @@ pub fn fit_recompute(
     policy: &LayerCosts,
     full: &LayerCosts,
 ) -> Option<StageMap> {
-    let blk = BlockModel::new(c, policy, full);
+    let blk = BlockModel::new(c, req.train.optimizer_state, policy, full);
     let capacity = req.cluster.gpu.memory_bytes;
     let mut out = map.clone();
     let hybrid = by_block(req.model, policy);
@@ -234,7 +260,14 @@ pub fn fit_recompute(
             // The stage's own blocks, kind by kind (one chunk per rank: blocks are
             // contiguous from the stages before it).
             let first: u64 = (0..k as u64).map(|j| map.rank_blocks(j, c.pp)).sum();
-            let own = BlockModel::of_range(c, (policy, full), req.model, first, b);
+            let own = BlockModel::of_range(
+                c,
+                req.train.optimizer_state,
+                (policy, full),
+                req.model,
+                first,
+                b,
+            );
             stage.by_kind(&own).min_recompute(&own, b, capacity)?
         } else {
             stage.min_recompute(&blk, b, capacity)?
@@ -285,7 +318,7 @@ pub fn partition_blocks(
         map,
     );
     let capacity = req.cluster.gpu.memory_bytes;
-    let blk = BlockModel::new(c, policy, full);
+    let blk = BlockModel::new(c, req.train.optimizer_state, policy, full);
     let p = c.pp as usize;
     let layers = req.model.layers as usize;
     let hybrid = by_block(req.model, policy);
@@ -297,6 +330,7 @@ pub fn partition_blocks(
                 let b = map.rank_blocks(k as u64, c.pp);
                 s.by_kind(&BlockModel::of_range(
                     c,
+                    req.train.optimizer_state,
                     (policy, full),
                     req.model,
                     first,
@@ -334,7 +368,14 @@ pub fn partition_blocks(
         if b == 0 {
             return None;
         }
-        let own = BlockModel::of_range(c, (policy, full), req.model, start as u64, b as u64);
+        let own = BlockModel::of_range(
+            c,
+            req.train.optimizer_state,
+            (policy, full),
+            req.model,
+            start as u64,
+            b as u64,
+        );
         stage_cost(&stages[k], &own, b as u64)
     };
     let blocks = bottleneck_dp(&cost_at, p, layers)?;

@@ -427,6 +427,7 @@ pub(super) struct ModelStateBound {
     expert: f64,
     /// A frozen base (LoRA) holds its weights only; the adapters are left out of the bound.
     frozen: bool,
+    optimizer: plait_spec::OptimizerState,
 }
 
 impl ModelStateBound {
@@ -437,15 +438,16 @@ impl ModelStateBound {
             dense: blocks - expert,
             expert,
             frozen: t.lora_adapters().is_some(),
+            optimizer: t.optimizer_state,
         }
     }
 
     pub(super) fn bytes(&self, c: &ParallelConfig) -> f64 {
         let per = |params: f64, shards: f64| {
             if self.frozen {
-                state_bytes(c.zero, params, 0.0, shards)
+                state_bytes(c.zero, params, 0.0, shards, self.optimizer)
             } else {
-                params * state_bytes_per_param(c.zero, shards)
+                params * state_bytes_per_param(c.zero, shards, self.optimizer)
             }
         };
         let (dense_shards, expert_shards) = c.state_shards();

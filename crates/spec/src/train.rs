@@ -184,6 +184,38 @@ keyword_enum!(
 );
 
 keyword_enum!(
+    /// The format of Adam's state (master weights, momentum, variance) the optimizer keeps
+    /// per trainable parameter: `fp32` (mixed-precision Adam, 12 bytes: Rajbhandari et al.
+    /// 2020, ZeRO, §3.1) or `bf16` (6 bytes: Apex's `DistributedFusedAdam` with
+    /// `dtype=torch.bfloat16`, its "datatype for optimizer state", which stores the master
+    /// shard and both moments in it; NeMo's `distributed_fused_adam` passes `dtype`
+    /// through, `nemo/core/optim/distributed_adam.py` at NVIDIA/NeMo 014d03cf, and
+    /// NeMo-Framework-Launcher's SFT config sets `dtype: bf16`,
+    /// `launcher_scripts/conf/peft/llama/sft.yaml` at 0da9ad9c).
+    OptimizerState { Fp32 => "fp32", Bf16 => "bf16" }
+);
+
+impl OptimizerState {
+    /// Bytes per trainable parameter of Adam's master weights, momentum and variance.
+    pub fn bytes_per_param(self) -> f64 {
+        match self {
+            OptimizerState::Fp32 => 12.0,
+            OptimizerState::Bf16 => 6.0,
+        }
+    }
+}
+
+impl Default for OptimizerState {
+    fn default() -> Self {
+        OptimizerState::Fp32
+    }
+}
+
+fn is_default_optimizer_state(s: &OptimizerState) -> bool {
+    *s == OptimizerState::Fp32
+}
+
+keyword_enum!(
     /// How an fp8 run scales its tensors, as the engine's quantiser runs it (`--dtype fp8`
     /// only; the block formats `mxfp8`/`nvfp4` are dtypes of their own). Transformer
     /// Engine's recipes (Megatron-Core's `fp8_recipe`, Megatron-LM d98e8a6
@@ -595,6 +627,9 @@ pub struct TrainSpec {
     /// NVIDIA's NVFP4 recipe for Nemotron 3 Super keeps 14).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub bf16_last_layers: u64,
+    /// The format the optimizer keeps Adam's state in (default fp32).
+    #[serde(default, skip_serializing_if = "is_default_optimizer_state")]
+    pub optimizer_state: OptimizerState,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -773,6 +808,7 @@ impl TrainSpec {
             float8_all_gather: false,
             bf16_first_layers: 0,
             bf16_last_layers: 0,
+            optimizer_state: OptimizerState::Fp32,
         }
     }
 }

@@ -2,8 +2,8 @@
 //! per-GPU memory of the worst pipeline stage. Pure and deterministic.
 
 use plait_spec::{
-    even_chunk_blocks, ClusterSpec, Dtype, ModelSpec, ParallelConfig, Recompute, SpecError,
-    StageMap, TrainSpec, MAX_BLOCK_KINDS,
+    even_chunk_blocks, ClusterSpec, Dtype, ModelSpec, OptimizerState, ParallelConfig, Recompute,
+    SpecError, StageMap, TrainSpec, MAX_BLOCK_KINDS,
 };
 
 use crate::comm::{Group, Groups};
@@ -19,14 +19,14 @@ pub use layers::{layer_costs, LayerCosts};
 pub use report::{Breakdown, Estimate, LayerReport, MemoryBreakdown, StageEstimate};
 
 /// Bytes per parameter of mixed-precision Adam: 2 (16-bit weights) + 2 (16-bit gradients) +
-/// 12 (fp32 master weights, momentum, variance) — Rajbhandari et al. 2020 (ZeRO), §3.1.
+/// the optimizer's state (12 for fp32 master weights, momentum and variance — Rajbhandari et
+/// al. 2020 (ZeRO), §3.1; `OptimizerState::bytes_per_param`).
 const WEIGHT_BYTES: f64 = 2.0;
 const GRADIENT_BYTES: f64 = 2.0;
-const OPTIMIZER_BYTES: f64 = 12.0;
-/// HBM traffic of one fused Adam step per parameter: read fp32 gradient, master, m, v
-/// (16), write master, m, v (12), write the 16-bit weight (2), plus the gradient-norm read
-/// for clipping (4).
-const OPTIMIZER_STEP_BYTES_PER_PARAM: f64 = 34.0;
+/// HBM traffic of one fused Adam step per parameter besides its state: read the fp32
+/// gradient (4), write the 16-bit weight (2), plus the gradient-norm read for clipping (4).
+/// The step also reads and writes the state (master, m, v: 2 × 12 bytes in fp32), 34 in all.
+const OPTIMIZER_STEP_OTHER_BYTES_PER_PARAM: f64 = 10.0;
 /// Megatron-LM's data-parallel gradient bucket: 40 M parameters (DDP `bucket_size`).
 pub const GRAD_BUCKET_PARAMS: f64 = 40e6;
 
@@ -191,12 +191,12 @@ pub(crate) fn estimate_banded(
 /// Bytes per parameter of [weights, gradients, optimizer states] under ZeRO stage `zero`
 /// over `shards` data-parallel ranks: stage 1 shards the optimizer states, 2 also the
 /// gradients, 3 also the weights.
-pub fn zero_state_bytes_per_param(zero: u8, shards: f64) -> [f64; 3] {
+pub fn zero_state_bytes_per_param(zero: u8, shards: f64, optimizer: OptimizerState) -> [f64; 3] {
     let split = |bytes: f64, sharded: bool| if sharded { bytes / shards } else { bytes };
     [
         split(WEIGHT_BYTES, zero >= 3),
         split(GRADIENT_BYTES, zero >= 2),
-        split(OPTIMIZER_BYTES, zero >= 1),
+        split(optimizer.bytes_per_param(), zero >= 1),
     ]
 }
 
@@ -482,7 +482,7 @@ fn assemble(
         // Weights, gradients and optimizer states under ZeRO.
         // Frozen weights (LoRA) keep only their 16-bit copy: no gradient, no optimizer state.
         let per_group = |params: f64, trainable: f64, d: f64| {
-            let [w, g, o] = zero_state_bytes_per_param(c.zero, d);
+            let [w, g, o] = zero_state_bytes_per_param(c.zero, d, t.optimizer_state);
             (params * w, trainable * g, trainable * o)
         };
         let (wd, gd, od) = per_group(params, trainable, dense_shards);
@@ -696,7 +696,8 @@ fn assemble(
             0.0
         };
         let optimizer_s = d.memory_s(
-            opt_params * OPTIMIZER_STEP_BYTES_PER_PARAM
+            opt_params
+                * (OPTIMIZER_STEP_OTHER_BYTES_PER_PARAM + 2.0 * t.optimizer_state.bytes_per_param())
                 // The weight cast once per step: read the 16-bit weight, write its row-wise
                 // and column-wise copies (TE `module/linear.py:479`, `is_first_microbatch`).
                 + fp8_block_params * (2.0 + 2.0 * w.quantised_copy_bytes()),
