@@ -310,3 +310,15 @@ fn megatron_layouts_carry_the_mtp_layers() {
     assert_eq!(f["--pipeline-model-parallel-layout"], layout);
     assert_eq!(f["--mtp-num-layers"], "1");
 }
+
+#[test]
+fn adam_state_in_bf16_is_refused_by_every_export() {
+    let mut k = llama2_7b_pp4(vec![8; 4], vec![0; 4]);
+    k.train.optimizer_state = plait_spec::OptimizerState::Bf16;
+    for engine in Engine::ALL {
+        let msg = export(*engine, &k.plan, &k.model, &k.train)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("Adam's state in bf16"), "{engine}: {msg}");
+    }
+}

@@ -192,7 +192,8 @@ keyword_enum!(
     /// through, `nemo/core/optim/distributed_adam.py` at NVIDIA/NeMo 014d03cf, and
     /// NeMo-Framework-Launcher's SFT config sets `dtype: bf16`,
     /// `launcher_scripts/conf/peft/llama/sft.yaml` at 0da9ad9c).
-    OptimizerState { Fp32 => "fp32", Bf16 => "bf16" }
+    #[derive(Default)]
+    OptimizerState { #[default] Fp32 => "fp32", Bf16 => "bf16" }
 );
 
 impl OptimizerState {
@@ -202,12 +203,6 @@ impl OptimizerState {
             OptimizerState::Fp32 => 12.0,
             OptimizerState::Bf16 => 6.0,
         }
-    }
-}
-
-impl Default for OptimizerState {
-    fn default() -> Self {
-        OptimizerState::Fp32
     }
 }
 

@@ -7,6 +7,7 @@
 //! into plait's vocabulary, with the settings the source does not publish left at the
 //! engine's defaults.
 
+use plait_spec::OptimizerState::{Bf16, Fp32};
 use plait_spec::{
     cluster_preset, model_preset, AttentionImpl, ClusterSpec, CpComm, Dtype, Engine, Float8Recipe,
     Lora, ModelSpec, MoeSpec, ParallelConfig, Positions, Recompute, Schedule, SpecError, StageMap,
@@ -776,15 +777,8 @@ fn nemo_table(text: &str, source: &'static str, name: &'static str) -> Result<Ta
                 task,
                 lora,
                 pack_len: (task != Task::Pretrain).then_some(SQUAD_PACKED_SAMPLE_TOKENS),
-                // The launcher's SFT runs keep Adam's state in bf16: `conf/peft/llama/sft.yaml`
-                // (NeMo-Framework-Launcher 0da9ad9c) sets `optim.name:
-                // distributed_fused_adam`, `dtype: bf16`, which NeMo passes to Apex's
-                // `DistributedFusedAdam` as its optimizer-state dtype.
-                optimizer_state: if task == Task::Sft {
-                    plait_spec::OptimizerState::Bf16
-                } else {
-                    plait_spec::OptimizerState::Fp32
-                },
+                // SFT: `dtype: bf16` in NeMo-Framework-Launcher 0da9ad9c's peft/llama/sft.yaml.
+                optimizer_state: if task == Task::Sft { Bf16 } else { Fp32 },
                 ..TrainSpec::new(gbs, seq)
             },
             config: ParallelConfig {

@@ -283,6 +283,16 @@ pub fn export(
              export does not write (Megatron-Core's first_last_layers_bf16 does)"
         ));
     }
+    // Adam's state in bf16 is how Apex's DistributedFusedAdam (NeMo 1.x's
+    // `distributed_fused_adam`) runs it; the exporters write no optimizer-state dtypes yet,
+    // so a launch from them would hold the fp32 state the plan did not budget.
+    if train.optimizer_state != plait_spec::OptimizerState::Fp32 {
+        reasons.push(format!(
+            "the run keeps Adam's state in {} (Apex's DistributedFusedAdam), which the {engine} \
+             export does not write",
+            train.optimizer_state
+        ));
+    }
     // The fp8 recipe the plan was costed with must be one the engine's quantiser runs.
     let as_exported = TrainSpec {
         engine: runs_under(engine),
