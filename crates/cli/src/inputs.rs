@@ -139,6 +139,11 @@ pub struct WorkloadArgs {
     /// NeMo's SFT configs run it)
     #[arg(long, default_value = "fp32", value_parser = parse_keyword::<OptimizerState>)]
     pub optimizer_state: OptimizerState,
+    /// Transformer blocks whose activations go to host memory in the forward and come back
+    /// for the backward (Megatron-Core's --cpu-offloading --cpu-offloading-num-layers; with
+    /// --engine megatron, pp 1 and no recompute; copied over the cluster's GPU-host link)
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
+    pub cpu_offload_layers: i64,
 }
 
 /// One flag per parallel degree (`--dp`, `--tp`, …), written from `plait_spec::Degree::ALL`
@@ -562,9 +567,12 @@ impl WorkloadArgs {
             bf16_first_layers: layer_count("bf16-first-layers", self.bf16_first_layers)?,
             bf16_last_layers: layer_count("bf16-last-layers", self.bf16_last_layers)?,
             optimizer_state: self.optimizer_state,
+            cpu_offload_layers: layer_count("cpu-offload-layers", self.cpu_offload_layers)?,
             ..TrainSpec::new(positive("gbs", self.gbs)?, sequence(self.seq)?)
         };
-        if let Err(e) = plait_spec::ParallelConfig::check_bf16_layers(&model, &train) {
+        if let Err(e) = plait_spec::ParallelConfig::check_bf16_layers(&model, &train)
+            .and_then(|()| plait_spec::ParallelConfig::check_cpu_offload_train(&model, &train))
+        {
             bail!(
                 "{}: {} (allowed: {})",
                 crate::flag_for(&e.field),

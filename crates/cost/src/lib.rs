@@ -29,4 +29,4 @@ pub use estimate::{
     Breakdown, Estimate, LayerReport, MemoryBreakdown, StageEstimate,
 };
 pub use profile::{Profile, ProfileError};
-pub use scenario::{check_priced, Scenario, ShapeKey, PRICED_DEGREES};
+pub use scenario::{check_offload_host, check_priced, Scenario, ShapeKey, PRICED_DEGREES};

@@ -158,6 +158,14 @@ impl<'a> Scenario<'a> {
         c.validate(self.model, self.train, c.gpus())?;
         check_priced(c)?;
         map.validate(self.model.layers, c)?;
+        check_offload_host(self.cluster, self.train)?;
+        if self.train.cpu_offload_layers > 0 && map.recompute_blocks.iter().any(|&b| b > 0) {
+            return Err(SpecError::for_field(
+                "recompute",
+                "recomputed blocks with activation offloading".to_string(),
+                "none (Megatron-Core offloads without recomputation)",
+            ));
+        }
         Ok(estimate_banded(
             self.model,
             self.cluster,
@@ -173,6 +181,21 @@ impl<'a> Scenario<'a> {
     pub fn memoised(&self) -> usize {
         self.memo.read().map_or(0, |m| m.len())
     }
+}
+
+/// Activation offloading needs the GPUs' link to host memory.
+pub fn check_offload_host(cluster: &ClusterSpec, train: &TrainSpec) -> Result<(), SpecError> {
+    if train.cpu_offload_layers == 0 || cluster.host_link_bytes_per_s.is_some() {
+        return Ok(());
+    }
+    Err(SpecError::for_field(
+        "cpu_offload_layers",
+        format!(
+            "cluster {} gives no GPU-to-host bandwidth for the offloaded activations",
+            cluster.name
+        ),
+        "a cluster with host_link_gb_per_s (every preset has it; add it to a cluster TOML)",
+    ))
 }
 
 /// The parallel degrees this crate prices: each has its group in `comm::Groups` and what it

@@ -63,6 +63,15 @@ pub fn check_pins(req: &Request) -> Result<(), SpecError> {
         .check_recompute_modules(m, t)?;
     }
     ParallelConfig::check_bf16_layers(m, t)?;
+    // Activation offloading with a pinned pipeline or recompute it cannot run beside, or
+    // on a cluster without a GPU-host bandwidth.
+    ParallelConfig {
+        pp: p.pp.unwrap_or(1),
+        recompute: p.recompute.unwrap_or(plait_spec::Recompute::None),
+        ..ParallelConfig::default()
+    }
+    .check_cpu_offload(m, t)?;
+    plait_cost::check_offload_host(req.cluster, t)?;
     // The experts' communication pinned to what the engine or the model cannot run: the
     // configuration's own checks on a probe with the pins (and ep > 1 unless pinned; the
     // knobs that depend on the rest of the plan at their defaults).

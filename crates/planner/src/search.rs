@@ -380,6 +380,7 @@ fn allowed(req: &Request, c: &ParallelConfig, map: Option<&StageMap>) -> bool {
         microbatches: c.microbatches(req.train),
     };
     crate::export::engine_supports(req.train.engine, &layout).is_ok()
+        && c.check_cpu_offload(req.model, req.train).is_ok()
         && req.allow.is_none_or(|allow| allow(&layout))
 }
 
@@ -784,6 +785,10 @@ fn screen(
         };
         let (n, s) = screen(req, scenario, index, plain);
         return (n + 1, s);
+    }
+    // Activation offloading runs without recomputed blocks: what does not fit stays so.
+    if req.train.cpu_offload_layers > 0 {
+        return (1, Some(summary(&e, None)));
     }
     // Does not fit: the fewest fully recomputed blocks per stage that would.
     match fit_recompute(&req.layout_inputs(), &c, &map, &e, &policy, &full) {

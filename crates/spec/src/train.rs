@@ -625,6 +625,15 @@ pub struct TrainSpec {
     /// The format the optimizer keeps Adam's state in (default fp32).
     #[serde(default, skip_serializing_if = "is_default_optimizer_state")]
     pub optimizer_state: OptimizerState,
+    /// Transformer blocks whose saved activations the engine moves to host memory in the
+    /// forward and brings back for the backward, on a copy stream beside the compute
+    /// (Megatron-Core's `--cpu-offloading --cpu-offloading-num-layers`, run by Transformer
+    /// Engine's `get_cpu_offload_context`, which keeps the activation memory at
+    /// `(layers - offloaded) × one block's`: TE d0067d0 `pytorch/cpu_offload.py:748-751`).
+    /// Megatron-Core allows it with fewer blocks than the model has, without a pipeline and
+    /// without recomputation (Megatron-LM d98e8a6 `transformer_config.py:1884-1899`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cpu_offload_layers: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -804,6 +813,7 @@ impl TrainSpec {
             bf16_first_layers: 0,
             bf16_last_layers: 0,
             optimizer_state: OptimizerState::Fp32,
+            cpu_offload_layers: 0,
         }
     }
 }

@@ -188,6 +188,49 @@ pub(crate) fn estimate_banded(
     central.with_band(low.iteration_time_s, high.iteration_time_s)
 }
 
+/// What activation offloading (`TrainSpec::cpu_offload_layers`) does to one micro-batch
+/// of a stage: the saved bytes that live in host memory instead, and the copy time the
+/// compute does not hide.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct ActivationOffload {
+    host_bytes: f64,
+    exposed_forward_s: f64,
+    exposed_backward_s: f64,
+}
+
+/// Activation offloading of `offloaded` of the stage's blocks (`blocks`: each block's cost
+/// and count): Transformer Engine keeps `(blocks − offloaded)` blocks' activations on the
+/// GPU (TE d0067d0 `pytorch/cpu_offload.py:748-751`), moving the others to host memory on
+/// its own stream in the forward and back before their backward. The copies, the offloaded
+/// blocks' mean activation bytes each, run over the GPU's host link one after another beside
+/// the pass's compute; they can start only once the first offloaded block has run, so the
+/// compute they hide behind is the pass's blocks less one, and what remains is exposed.
+fn activation_offload(
+    t: &TrainSpec,
+    cluster: &ClusterSpec,
+    blocks: &[(crate::layer::LayerCost, f64)],
+) -> ActivationOffload {
+    let count: f64 = blocks.iter().map(|(_, n)| n).sum();
+    let offloaded = (t.cpu_offload_layers as f64).min(count);
+    let Some(link) = cluster.host_link_bytes_per_s.filter(|_| offloaded > 0.0) else {
+        return ActivationOffload::default();
+    };
+    let total = |f: &dyn Fn(&crate::layer::LayerCost) -> f64| -> f64 {
+        blocks.iter().map(|(l, n)| f(l) * n).sum()
+    };
+    let saved = total(&|l| l.activation_bytes);
+    let host_bytes = saved * offloaded / count;
+    let copy_s = host_bytes / link;
+    let beside = (count - 1.0).max(0.0) / count;
+    let forward = total(&|l| l.forward.total_s()) * beside;
+    let backward = total(&|l| l.backward.total_s()) * beside;
+    ActivationOffload {
+        host_bytes,
+        exposed_forward_s: (copy_s - forward).max(0.0),
+        exposed_backward_s: (copy_s - backward).max(0.0),
+    }
+}
+
 /// Bytes per parameter of [weights, gradients, optimizer states] under ZeRO stage `zero`
 /// over `shards` data-parallel ranks: stage 1 shards the optimizer states, 2 also the
 /// gradients, 3 also the weights.
@@ -407,6 +450,7 @@ fn assemble(
         let stage_block_dense: f64 = layers.iter().map(|(l, n)| l.params * n).sum();
         let stage_block_expert: f64 = layers.iter().map(|(l, n)| l.expert_params * n).sum();
         let stage_block_params = stage_block_dense + stage_block_expert;
+        let offload = activation_offload(t, cluster, &layers);
         layers.push((*embedding, if first { 1.0 } else { 0.0 }));
         layers.push((*head, if last { 1.0 } else { 0.0 }));
         if last && m.mtp_layers > 0 {
@@ -438,6 +482,9 @@ fn assemble(
             trainable += lc.trainable_params * n;
             trainable_expert += lc.trainable_expert_params * n;
         }
+        act -= offload.host_bytes;
+        fwd += offload.exposed_forward_s;
+        bwd += offload.exposed_backward_s;
         // Megatron-Core's combined 1F1B hides the expert all-to-alls of one micro-batch
         // behind another's compute, which the collective slows.
         let a2a = a2a_overlap(k, layers);

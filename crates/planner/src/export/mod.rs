@@ -283,6 +283,13 @@ pub fn export(
              export does not write (Megatron-Core's first_last_layers_bf16 does)"
         ));
     }
+    if engine != Engine::Megatron && train.cpu_offload_layers > 0 {
+        reasons.push(format!(
+            "the run offloads {} blocks' activations to host memory, which the {engine} \
+             export does not write (Megatron-Core's --cpu-offloading-num-layers does)",
+            train.cpu_offload_layers
+        ));
+    }
     // Adam's state in bf16 is how Apex's DistributedFusedAdam (NeMo 1.x's
     // `distributed_fused_adam`) runs it; the exporters write no optimizer-state dtypes yet,
     // so a launch from them would hold the fp32 state the plan did not budget.

@@ -33,6 +33,7 @@ struct ClusterToml {
     nic_gbit_per_s: Option<f64>,
     inter_node_latency_us: Option<f64>,
     memory_reserve_gib: Option<f64>,
+    host_link_gb_per_s: Option<f64>,
     gpu: Option<GpuToml>,
 }
 
@@ -55,7 +56,7 @@ struct GpuToml {
 
 const CLUSTER_TOML_KEYS: &str = "name, base, gpus_per_node, nvlink_bidirectional_gb_per_s, \
 nvlink_latency_us, nics_per_node, nic_gbit_per_s, inter_node_latency_us, memory_reserve_gib, \
-[gpu] name, peak_bf16_tflops, peak_fp16_tflops, peak_fp8_tflops, peak_fp4_tflops, matmul_efficiency, \
+host_link_gb_per_s, [gpu] name, peak_bf16_tflops, peak_fp16_tflops, peak_fp8_tflops, peak_fp4_tflops, matmul_efficiency, \
 fp8_matmul_efficiency, sustained_clock_ratio, memory_gib, memory_gb, memory_bandwidth_gb_per_s, sms";
 
 /// The largest value of each positive cluster TOML number, in the key's own unit: far
@@ -66,7 +67,9 @@ fn max_of(field: &str) -> f64 {
         // Microseconds: one second.
         "nvlink_latency_us" | "inter_node_latency_us" => 1e6,
         // GB/s, Gb/s.
-        "nvlink_bidirectional_gb_per_s" | "gpu.memory_bandwidth_gb_per_s" => 1e6,
+        "nvlink_bidirectional_gb_per_s"
+        | "gpu.memory_bandwidth_gb_per_s"
+        | "host_link_gb_per_s" => 1e6,
         "nic_gbit_per_s" => 1e7,
         // TFLOP/s: 100 PFLOP/s per GPU.
         f if f.starts_with("gpu.peak_") => 1e5,
@@ -260,6 +263,7 @@ pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
                 inter_node: infiniband(nics, positive_f(source, "nic_gbit_per_s", nic)?, gpn),
                 nics_per_node: nics,
                 memory_reserve_bytes: DEFAULT_RESERVE_BYTES,
+                host_link_bytes_per_s: None,
             }
         }
     };
@@ -305,6 +309,10 @@ pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
             ));
         }
         c.memory_reserve_bytes = v * GIB;
+    }
+    if let Some(v) = doc.host_link_gb_per_s {
+        // GPU↔host bandwidth per direction (activation offloading's copies).
+        c.host_link_bytes_per_s = Some(positive_f(source, "host_link_gb_per_s", v)? * GB);
     }
     if let Some(g) = doc.gpu {
         if let Some(v) = g.name {

@@ -732,6 +732,17 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
         prec.push(("--num-layers-at-end-in-bf16", last.to_string()));
     }
     groups.push(("precision", prec));
+    // Activation offloading: the count alone turns it on (Megatron-LM d98e8a6
+    // `training/arguments.py:1950-1951` sets `cpu_offloading` when it is above 0).
+    if train.cpu_offload_layers > 0 {
+        groups.push((
+            "activation offloading",
+            vec![(
+                "--cpu-offloading-num-layers",
+                train.cpu_offload_layers.to_string(),
+            )],
+        ));
+    }
 
     let mut head = vec![
         "Megatron-LM launch arguments written by plait.".to_string(),
