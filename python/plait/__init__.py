@@ -390,6 +390,7 @@ _WORKLOAD: Dict[str, Any] = {
     "bf16_first_layers": _check_int,
     "bf16_last_layers": _check_int,
     "optimizer_state": _check_str,
+    "cpu_offload_layers": _check_int,
 }
 
 # The parallel degrees, as the native module lists them (``plait_spec::Degree::ALL``): one
@@ -592,6 +593,7 @@ def estimate(
     bf16_first_layers: Optional[int] = None,
     bf16_last_layers: Optional[int] = None,
     optimizer_state: Optional[str] = None,
+    cpu_offload_layers: Optional[int] = None,
     simulate: bool = False,
     **degrees: int,
 ) -> Estimate:
@@ -653,6 +655,7 @@ def simulate(
     bf16_first_layers: Optional[int] = None,
     bf16_last_layers: Optional[int] = None,
     optimizer_state: Optional[str] = None,
+    cpu_offload_layers: Optional[int] = None,
     svg: Any = None,
     trace: Any = None,
     ir: bool = False,
@@ -717,6 +720,7 @@ def plan(
     bf16_first_layers: Optional[int] = None,
     bf16_last_layers: Optional[int] = None,
     optimizer_state: Optional[str] = None,
+    cpu_offload_layers: Optional[int] = None,
     top: Optional[int] = None,
     simulate: Optional[int] = None,
     threads: Optional[int] = None,

@@ -209,6 +209,7 @@ def estimate(
     bf16_first_layers: Optional[int] = ...,
     bf16_last_layers: Optional[int] = ...,
     optimizer_state: Optional[str] = ...,
+    cpu_offload_layers: Optional[int] = ...,
     simulate: bool = ...,
     **degrees: int,
 ) -> Estimate: ...
@@ -261,6 +262,7 @@ def simulate(
     bf16_first_layers: Optional[int] = ...,
     bf16_last_layers: Optional[int] = ...,
     optimizer_state: Optional[str] = ...,
+    cpu_offload_layers: Optional[int] = ...,
     svg: Optional[_Path] = ...,
     trace: Optional[_Path] = ...,
     ir: bool = ...,
@@ -312,6 +314,7 @@ def plan(
     bf16_first_layers: Optional[int] = ...,
     bf16_last_layers: Optional[int] = ...,
     optimizer_state: Optional[str] = ...,
+    cpu_offload_layers: Optional[int] = ...,
     top: Optional[int] = ...,
     simulate: Optional[int] = ...,
     threads: Optional[int] = ...,

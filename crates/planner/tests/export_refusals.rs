@@ -322,3 +322,34 @@ fn adam_state_in_bf16_is_refused_by_every_export() {
         assert!(msg.contains("Adam's state in bf16"), "{engine}: {msg}");
     }
 }
+
+#[test]
+fn megatron_writes_activation_offloading_and_the_others_refuse_it() {
+    let mut k = case(
+        "llama2-7b",
+        64,
+        4096,
+        plait_spec::ParallelConfig {
+            dp: 8,
+            zero: 1,
+            ..plait_spec::ParallelConfig::default()
+        },
+    );
+    k.train.cpu_offload_layers = 12;
+    let f = megatron_flags(file(
+        &run(Engine::Megatron, &k).unwrap(),
+        "megatron_args.sh",
+    ));
+    assert_eq!(f["--cpu-offloading-num-layers"], "12");
+    for engine in [
+        Engine::DeepSpeed,
+        Engine::Torchtitan,
+        Engine::TorchtitanToml,
+    ] {
+        let e = run(engine, &k).unwrap_err();
+        assert!(
+            e.contains("offloads 12 blocks' activations") && e.contains("Megatron-Core"),
+            "{engine}: {e}"
+        );
+    }
+}

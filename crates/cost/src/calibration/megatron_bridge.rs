@@ -223,6 +223,41 @@ fn fsdp(row: &Row) -> Result<bool, SpecError> {
     })
 }
 
+/// Blocks whose activations NVIDIA's dense Megatron-FSDP recipes offload to host memory
+/// (`cpu_offloading_num_layers`), by model, system and precision: 25.09's and from 25.11 on.
+/// Traced in Megatron-Bridge: v0.1.0rc4 `scripts/performance/configs/llama3/
+/// llama3_70b_llm_pretrain.yaml:133,146` and `llama31/llama31_405b_llm_pretrain.yaml:123`;
+/// v0.3.0 `scripts/performance/configs/llama/llama3_workload_base_configs.py:57,66,88,96,161`
+/// and `llama31_workload_base_configs.py:40,50,94`, the same values in v0.2.0's
+/// `workload_base_configs.py` and at every tag to v0.5.1, and v0.6.0's
+/// `src/megatron/bridge/perf_recipes/llama/{gb300,gb200,b200}/llama3.py`. The recipes set it
+/// with Megatron-FSDP and no pipeline only.
+const FSDP_OFFLOADED_BLOCKS: [(&str, &str, &str, Option<u64>, u64); 8] = [
+    ("LLAMA3_70B", "DGX-GB300", "BF16", None, 30),
+    ("LLAMA3_70B", "DGX-GB300", "FP8-CS", None, 20),
+    ("LLAMA3_70B", "DGX-GB200", "BF16", Some(20), 20),
+    ("LLAMA3_70B", "DGX-GB200", "FP8-CS", Some(40), 40),
+    ("LLAMA3_70B", "DGX-B200", "FP8-CS", None, 5),
+    ("LLAMA3.1_405B", "DGX-GB300", "BF16", None, 40),
+    ("LLAMA3.1_405B", "DGX-GB300", "FP8-CS", None, 10),
+    ("LLAMA3.1_405B", "DGX-GB200", "FP8-CS", Some(95), 92),
+];
+
+/// The blocks a run's recipe offloads ([`FSDP_OFFLOADED_BLOCKS`]): a Megatron-FSDP run
+/// without a pipeline of a listed model, system and precision.
+fn offloaded_blocks(row: &Row) -> Result<u64, SpecError> {
+    if !fsdp(row)? || row.int("pp")? != 1 {
+        return Ok(0);
+    }
+    let key = (row.str("model")?, row.str("system")?, row.str("precision")?);
+    let first = row.str("release")? == "25.09";
+    Ok(FSDP_OFFLOADED_BLOCKS
+        .iter()
+        .find(|(m, s, p, _, _)| (*m, *s, *p) == key)
+        .and_then(|&(_, _, _, at_first, later)| if first { at_first } else { Some(later) })
+        .unwrap_or(0))
+}
+
 /// The precision column → dtype and fp8 recipe.
 fn precision(row: &Row) -> Result<(Dtype, Option<Float8Recipe>), SpecError> {
     Ok(match row.str("precision")? {
@@ -273,7 +308,8 @@ fn model(row: &Row, preset: &str) -> Result<ModelSpec, SpecError> {
 /// recipes, the distributed optimizer (Megatron-Core's FSDP where `fsdp` > 0), sequence
 /// parallelism with tp > 1; the experts' dispatcher, the all-to-all overlap, selective
 /// recomputation and the pipeline layout from `recipes_text` (`megatron_bridge_recipes.csv`)
-/// where the run's recipe was traced; what neither publishes (CUDA graphs, offload, expert tp, and the traced
+/// where the run's recipe was traced; the activation offloading of the dense Megatron-FSDP recipes ([`FSDP_OFFLOADED_BLOCKS`]);
+/// what neither publishes (CUDA graphs, other offloading, expert tp, and the traced
 /// settings of the other runs) at plait's defaults. Rows without a model or cluster
 /// preset, and plans plait refuses, are listed as skipped with the reason.
 pub fn megatron_bridge(text: &str, recipes_text: &str) -> Result<Table, SpecError> {
@@ -330,6 +366,7 @@ pub fn megatron_bridge(text: &str, recipes_text: &str) -> Result<Table, SpecErro
             moe_capacity,
             bf16_first_layers: recipe.bf16_layers.0,
             bf16_last_layers: recipe.bf16_layers.1,
+            cpu_offload_layers: offloaded_blocks(&row)?,
             ..TrainSpec::new(gbs, seq)
         };
         let config = ParallelConfig {
@@ -480,6 +517,29 @@ mod tests {
             .find(|r| r.label == "25.11 DeepSeekV3 BF16 on 256 DGX-GB300")
             .unwrap();
         assert_eq!(r.model.mtp_layers, 0);
+    }
+
+    #[test]
+    fn dense_fsdp_runs_offload_the_blocks_their_recipes_name() {
+        let t = megatron_bridge(TABLE, RECIPE_TABLE).unwrap();
+        let offloaded = |label: &str| {
+            t.runs
+                .iter()
+                .find(|r| r.label == label)
+                .unwrap_or_else(|| panic!("{label}"))
+                .train
+                .cpu_offload_layers
+        };
+        for (label, blocks) in [
+            ("26.04 LLAMA3_70B FP8-CS on 64 DGX-GB300", 20),
+            ("26.04 LLAMA3_70B FP8-CS on 64 DGX-GB200", 40),
+            ("25.09 LLAMA3.1_405B FP8-CS on 128 DGX-GB200", 95),
+            // Not Megatron-FSDP (pp 16): nothing offloaded.
+            ("26.04 LLAMA3.1_405B FP8-CS on 256 DGX-GB200", 0),
+            ("26.04 LLAMA3_70B FP8-CS on 64 DGX-H100", 0),
+        ] {
+            assert_eq!(offloaded(label), blocks, "{label}");
+        }
     }
 
     /// The recipes table's header and one run of the page (26.04 Qwen3 235B on 256 H100).

@@ -286,7 +286,7 @@ pub fn export(
     if engine != Engine::Megatron && train.cpu_offload_layers > 0 {
         reasons.push(format!(
             "the run offloads {} blocks' activations to host memory, which the {engine} \
-             export does not write (Megatron-Core's --cpu-offloading-num-layers does)",
+             export does not write (Megatron-Core's cpu_offloading_num_layers does)",
             train.cpu_offload_layers
         ));
     }

@@ -328,7 +328,7 @@ impl ParallelConfig {
                 field,
                 format!(
                     "engine {} has no activation offloading plait models (Megatron-Core's \
-                     --cpu-offloading does)",
+                     cpu_offloading does)",
                     train.engine.keyword()
                 ),
                 "with engine megatron",
