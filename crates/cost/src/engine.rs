@@ -288,6 +288,15 @@ pub struct EngineProfile {
     /// input (`matmul_with_hp_or_float8_args.forward`: `ctx.save_for_backward(input_hp,
     /// weight_hp_t)`), as plait's runtime keeps its 16-bit tensors.
     pub saves_quantized_linear_inputs: bool,
+    /// The router's probabilities scale the expert activation's output (Megatron-Core
+    /// d98e8a6 `transformer/moe/experts.py:955-1010`, `bias_act_func` with
+    /// `permuted_probs`), so the combine's unpermute takes no probabilities and keeps no
+    /// input for its backward (`token_dispatcher.py:891-899` and `:1460-1467` call `unpermute`
+    /// without them), and the fused permute keeps only its row map: a routed token's saved
+    /// tensors are its experts' linear inputs and activation inputs alone. Otherwise (the
+    /// scores applied to the experts' output, as torchtitan's MoE does) the permuted input
+    /// and the experts' output are kept too, in 16 bits.
+    pub moe_probs_in_expert_activation: bool,
     /// Bytes per element of gradients in the data-parallel reduction with 16-bit training:
     /// Megatron-LM reduces fp32 main gradients with bf16, NVIDIA's performance recipes bf16
     /// ones (sources at the `megatron` profile), Composer's FSDP `mixed_precision: DEFAULT` reduces in fp32
@@ -517,6 +526,7 @@ impl EngineProfile {
             // master weights of the optimizer: no extra bytes.
             fp8_weight_copy_bytes: 0.0,
             saves_quantized_linear_inputs: true,
+            moe_probs_in_expert_activation: true,
             // NVIDIA's performance configurations reduce gradients in bf16: NeMo 8cfedd7
             // `scripts/performance/helpers.py` `set_precision_configs`
             // (`grad_reduce_in_fp32 = False`; for fp8 runs since 81d94d1501, Feb 2025, and
@@ -561,6 +571,7 @@ impl EngineProfile {
             // Megatron-DeepSpeed: Megatron's fused kernels with FlashAttention-2, ZeRO from
             // DeepSpeed.
             Engine::Deepspeed => EngineProfile {
+                moe_probs_in_expert_activation: false,
                 attention: AttentionKernel::Flash2,
                 grouped_expert_gemm: false,
                 fp8_weight_copy_bytes: 2.0,
@@ -592,6 +603,7 @@ impl EngineProfile {
             // llm-foundry on Composer: eager PyTorch, Triton flash attention, TE linears for
             // fp8 (`fc_type='te'`) without the norm fusion.
             Engine::Fsdp => EngineProfile {
+                moe_probs_in_expert_activation: false,
                 grad_reduce_bf16_bytes: 4.0,
                 attention: AttentionKernel::Triton,
                 cross_entropy: CrossEntropy::FLASH_FUSED,
@@ -613,6 +625,7 @@ impl EngineProfile {
             // for a torchtitan block on the H200, `scripts/h200_kernels.py block`): the run
             // says so with `TrainSpec::sdpa` (`for_run`).
             Engine::Torchtitan => EngineProfile {
+                moe_probs_in_expert_activation: false,
                 grad_reduce_bf16_bytes: 4.0,
                 attention: AttentionKernel::Flash2,
                 fused_elementwise: false,
@@ -673,6 +686,7 @@ impl EngineProfile {
             },
             // plait's runtime: eager, in-line collectives.
             Engine::Plait => EngineProfile {
+                moe_probs_in_expert_activation: false,
                 saves_quantized_linear_inputs: false,
                 grouped_expert_gemm: false,
                 grad_reduce_bf16_bytes: 4.0,

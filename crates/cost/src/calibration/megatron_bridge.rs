@@ -308,7 +308,7 @@ fn model(row: &Row, preset: &str) -> Result<ModelSpec, SpecError> {
 /// recipes, the distributed optimizer (Megatron-Core's FSDP where `fsdp` > 0), sequence
 /// parallelism with tp > 1; the experts' dispatcher, the all-to-all overlap, selective
 /// recomputation and the pipeline layout from `recipes_text` (`megatron_bridge_recipes.csv`)
-/// where the run's recipe was traced; the activation offloading of the dense Megatron-FSDP recipes ([`FSDP_OFFLOADED_BLOCKS`]);
+/// where the run's recipe was traced; the activation offloading of the dense Megatron-FSDP recipes (`FSDP_OFFLOADED_BLOCKS`);
 /// what neither publishes (CUDA graphs, other offloading, expert tp, and the traced
 /// settings of the other runs) at plait's defaults. Rows without a model or cluster
 /// preset, and plans plait refuses, are listed as skipped with the reason.

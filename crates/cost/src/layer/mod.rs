@@ -12,6 +12,7 @@ use crate::comm::Groups;
 use crate::device::{DeviceModel, KERNEL_DISPATCH_S};
 use crate::engine::{contention_per_overlap_s, nccl_channels, EngineProfile};
 
+mod attention;
 mod context_parallel;
 mod dispatch;
 mod ends;

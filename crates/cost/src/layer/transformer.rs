@@ -3,8 +3,9 @@
 //! elementwise kernels, the attention core, tensor-, context- and expert-parallel
 //! collectives with what the engine overlaps them with, and the tensors it saves.
 
-use plait_spec::{Activation, AttentionImpl, CpComm, Gemm, ModelSpec, Positions, Recompute, Shard};
+use plait_spec::{Activation, AttentionImpl, Gemm, ModelSpec, Positions, Recompute, Shard};
 
+use super::attention::{attention_core, AttentionCore};
 use super::context_parallel::{self, CpShape};
 use super::quantise::{
     AMAX_BYTES, ROWWISE_BACKWARD_QUANTISE_S_PER_ELEMENT,
@@ -19,97 +20,6 @@ use super::{
 use crate::comm::Groups;
 use crate::device::DeviceModel;
 use crate::engine::SelectiveRecompute;
-
-/// Attention core on one GPU: forward/backward kernels and the bytes it saves beyond its
-/// inputs (which selective recomputation drops).
-struct AttentionCore {
-    forward: Kernels,
-    backward: Kernels,
-    /// Saved inside the core (softmax output, dropout mask and output; flash: the
-    /// log-sum-exp).
-    internal_bytes: f64,
-}
-
-fn attention_core(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> AttentionCore {
-    let (heads, _kv, dim) = m.attention_shape(w.tp);
-    let (heads, dim) = (heads as f64, dim as f64);
-    // Score elements per GPU: local queries × the keys they attend over — the context (the
-    // sequence, the packed sample, or the block's attention chunk: a chunk is attended like
-    // a packed sample of its length) or the block's sliding window where it is shorter.
-    let context = w
-        .seq
-        .min(w.attention_span)
-        .min(m.attention_chunk.map_or(f64::INFINITY, |c| c as f64));
-    let keys = m
-        .attention_window
-        .map_or(context, |win| context.min(win as f64));
-    // The queries one kernel sees: the local chunk of the sequence, or under Ulysses
-    // (`cp_comm = a2a`) the whole sequence for heads / cp of the heads.
-    let (queries, heads) = if w.cp_comm == CpComm::A2a {
-        (w.seq, heads / w.cp as f64)
-    } else {
-        (w.seq_local, heads)
-    };
-    let scores = w.mbs * heads * queries * keys;
-    // Causal: a query sees on average keys · (1 − keys / 2·context) of them (half the
-    // context without a window; nearly the whole window when it is much shorter).
-    let causal_share = if m.causal {
-        1.0 - keys / (2.0 * context)
-    } else {
-        1.0
-    };
-    let mut forward = Kernels::default();
-    let mut backward = Kernels::default();
-    let internal_bytes = match w.attention {
-        AttentionImpl::Flash => {
-            let flops = 4.0 * scores * dim * causal_share;
-            let (f_s, b_s) = d.attention_s(
-                w.engine.attention,
-                flops,
-                queries.min(keys),
-                dim,
-                m.causal,
-                w.mbs * heads,
-                w.level,
-            );
-            forward.fixed(f_s, 1.0);
-            backward.fixed(b_s, 2.0);
-            w.mbs * heads * queries * FP32
-        }
-        AttentionImpl::Unfused => {
-            let batch = w.mbs * heads;
-            let (sq, sk) = (w.seq_local, keys);
-            // Q·Kᵀ, fused scale-mask-softmax, dropout, P·V (Megatron-LM before flash attention).
-            forward.gemm_shape(d, sq, sk, dim, batch);
-            forward.stream(d, scores * 2.0 * w.e);
-            if w.dropout {
-                forward.stream(d, scores * (2.0 * w.e + 1.0));
-            }
-            forward.gemm_shape(d, sq, dim, sk, batch);
-            // Backward: dP = dO·Vᵀ, dV = Pᵀ·dO, softmax and dropout backward, dQ = dS·K, dK = dSᵀ·Q.
-            backward.gemm_shape(d, sq, sk, dim, batch);
-            backward.gemm_shape(d, sk, dim, sq, batch);
-            if w.dropout {
-                backward.stream(d, scores * (2.0 * w.e + 1.0));
-            }
-            backward.stream(d, scores * 3.0 * w.e);
-            backward.gemm_shape(d, sq, dim, sk, batch);
-            backward.gemm_shape(d, sk, dim, sq, batch);
-            // Softmax output; with dropout also its mask and output.
-            scores
-                * if w.dropout {
-                    2.0 * w.e + 1.0 + w.e
-                } else {
-                    w.e
-                }
-        }
-    };
-    AttentionCore {
-        forward,
-        backward,
-        internal_bytes,
-    }
-}
 
 /// A transformer block, or its attention or MLP half alone: kernel by kernel, collective
 /// by collective, saved tensor by saved tensor.
@@ -739,14 +649,21 @@ pub(super) fn transformer_block_cost(
             Activation::SwiGlu => 2.0 * e + linear_in,
         };
     let moe_saved = match m.moe {
-        // Router logits (fp32) and the permuted expert inputs and outputs; LatentMoE's
+        // Router logits (fp32) and what the routed tokens keep; LatentMoE's
         // up projection keeps its input, the combined output at the latent width, per
         // local token (the down projection's is the router's, kept with the norm's).
         Some(moe) => {
             let latent_in = moe
                 .latent
                 .map_or(0.0, |l| (tokens / t).ceil() * l as f64 * linear_in);
-            tokens * moe.experts as f64 * FP32 + 2.0 * routed_tokens * expert_width * e + latent_in
+            let routed = if w.engine.moe_probs_in_expert_activation {
+                // The experts' first linear input only (its quantised copy in a
+                // low-precision run): `EngineProfile::moe_probs_in_expert_activation`.
+                routed_tokens * expert_width * linear_in
+            } else {
+                2.0 * routed_tokens * expert_width * e
+            };
+            tokens * moe.experts as f64 * FP32 + routed + latent_in
         }
         None => 0.0,
     };
