@@ -193,8 +193,9 @@ fn render(r: &crate::inputs::Resolved, e: &Estimate, map: &StageMap, simulated: 
         let stage = if c.vp > 1 { "virtual stage" } else { "stage" };
         format!(" · blocks per {stage} {:?}", map.chunk_blocks)
     };
+    let offload_line = offload_note(&r.train);
     let mut out = format!(
-        "plait estimate: {} ({}) on {} × {} ({}), engine {}\ncluster: {}\nplacement: {}\nconfig: {c}{recompute_line}{layout_line}\nbatch: {} sequences × {} tokens, {} micro-batches of {} per pipeline, {}{}{}\n\n",
+        "plait estimate: {} ({}) on {} × {} ({}), engine {}\ncluster: {}\nplacement: {}\nconfig: {c}{recompute_line}{layout_line}{offload_line}\nbatch: {} sequences × {} tokens, {} micro-batches of {} per pipeline, {}{}{}\n\n",
         r.model.name,
         parameters_line(&r.model),
         c.gpus(),
@@ -283,4 +284,12 @@ fn render(r: &crate::inputs::Resolved, e: &Estimate, map: &StageMap, simulated: 
         Some(reason) => out += &format!("DOES NOT FIT: {reason}\n"),
     }
     out
+}
+
+/// The header's note of activation offloading (`--cpu-offload-layers`), empty without it.
+pub(crate) fn offload_note(t: &plait_spec::TrainSpec) -> String {
+    match t.cpu_offload_layers {
+        0 => String::new(),
+        n => format!(" · activations of {n} blocks offloaded to host memory"),
+    }
 }

@@ -371,7 +371,7 @@ pub fn run(args: &PlanArgs) -> Result<String> {
     }
 
     let mut out = format!(
-        "plait plan: {} ({}) on {gpus} × {} ({}), {} sequences × {} tokens, {}, engine {}\ncluster: {}\n",
+        "plait plan: {} ({}) on {gpus} × {} ({}), {} sequences × {} tokens, {}, engine {}{}\ncluster: {}\n",
         r.model.name,
         crate::estimate_cmd::parameters_line(&r.model),
         r.cluster.gpu.name,
@@ -380,6 +380,7 @@ pub fn run(args: &PlanArgs) -> Result<String> {
         r.train.seq,
         crate::estimate_cmd::format_name(&r.train),
         r.train.engine,
+        crate::estimate_cmd::offload_note(&r.train),
         crate::estimate_cmd::node_line(&r.cluster)
     );
     let s = &outcome.search;

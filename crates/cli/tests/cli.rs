@@ -860,3 +860,36 @@ fn fine_tuning_packs_samples_of_one_length_or_several() {
         "--sample-lengths: a sample of 8192 tokens does not fit a sequence of 4096",
     );
 }
+
+#[test]
+fn activation_offloading_is_stated_and_its_conditions_named_by_flag() {
+    let base = [
+        "estimate",
+        "--model",
+        "llama3-70b",
+        "--cluster",
+        "gb300-nvl72",
+        "--gpus",
+        "64",
+        "--gbs",
+        "256",
+        "--seq",
+        "8192",
+        "--dtype",
+        "fp8",
+        "--cpu-offload-layers",
+        "20",
+    ];
+    let (code, out, err) = plait(&[&base[..], &["--config", "dp64 mbs2 zero3"]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("config: dp64 tp1 pp1 mbs2 zero3 1f1b · activations of 20 blocks offloaded"),
+        "{out}"
+    );
+    let (code, _, err) = plait(&[&base[..], &["--config", "dp8 pp8 mbs2 zero1"]].concat());
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.starts_with("error: --pp:") && err.contains("pp = 1"),
+        "{err}"
+    );
+}
