@@ -53,6 +53,8 @@ struct TableJson<'a> {
     /// Mean |error| of the peak memory over the runs that reported it, and how many did.
     memory_mean_abs_error: Option<f64>,
     memory_runs: usize,
+    /// Published runs the estimate says fit in the GPUs' memory (every one ran).
+    runs_that_fit: usize,
     rows: Vec<RowJson<'a>>,
     skipped: Vec<(&'a str, &'a str)>,
 }
@@ -70,6 +72,7 @@ fn to_json(t: &TableResult) -> TableJson<'_> {
         pairs_ordered: t.pairs_ordered().0,
         memory_mean_abs_error: t.memory_mean_abs_error(),
         memory_runs: t.memory_runs(),
+        runs_that_fit: fitting(t),
         rows: t
             .rows
             .iter()
@@ -93,6 +96,12 @@ fn to_json(t: &TableResult) -> TableJson<'_> {
             .map(|s| (s.label.as_str(), s.reason.as_str()))
             .collect(),
     }
+}
+
+/// The table's runs the estimate fits in memory: all ran, so each other one is a plan
+/// plait would wrongly call infeasible.
+fn fitting(t: &TableResult) -> usize {
+    t.rows.iter().filter(|r| r.fits).count()
 }
 
 fn pct(x: f64) -> String {
@@ -163,6 +172,7 @@ pub fn run(args: &ValidateArgs) -> Result<String> {
         "in band",
         "pairs ordered",
         "memory |error|",
+        "fit",
     ]);
     for t in &results {
         summary.add_row([
@@ -186,6 +196,8 @@ pub fn run(args: &ValidateArgs) -> Result<String> {
                 None => "not published".into(),
             })
             .set_alignment(CellAlignment::Right),
+            Cell::new(format!("{} of {}", fitting(t), t.rows.len()))
+                .set_alignment(CellAlignment::Right),
         ]);
     }
     out += &format!("{summary}\n");
