@@ -91,6 +91,10 @@ ESTIMATES = [
         dict(model="llama3-8b", cluster="dgx-h100", gpus=8, gbs=64, seq=4096, task="sft", sample_lengths="512:1,3584:1"),
         ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "64", "--seq", "4096", "--task", "sft", "--sample-lengths", "512:1,3584:1"],
     ),
+    (
+        dict(model="llama3-8b", cluster="gb200-nvl72", gpus=8, gbs=32, zero=3, cpu_offload_layers=8),
+        ["--model", "llama3-8b", "--cluster", "gb200-nvl72", "--gpus", "8", "--gbs", "32", "--zero", "3", "--cpu-offload-layers", "8"],
+    ),
 ]
 
 
