@@ -471,6 +471,21 @@ fn dgx(
     }
 }
 
+/// An NVL72 rack as one NVLink domain: 72 GPUs on one NVLink5 switch fabric at 1.8 TB/s
+/// bidirectional each, one NIC of `nic_gbit` per GPU, each GPU on NVLink-C2C to its Grace.
+fn nvl72(name: &str, gpu: GpuSpec, nic_gbit: f64) -> ClusterSpec {
+    ClusterSpec {
+        name: name.into(),
+        gpu,
+        gpus_per_node: 72,
+        intra_node: nvlink(1800.0),
+        inter_node: infiniband(72, nic_gbit, 72),
+        nics_per_node: 72,
+        memory_reserve_bytes: DEFAULT_RESERVE_BYTES,
+        host_link_bytes_per_s: Some(NVLINK_C2C_PER_GPU_GB_PER_S * GB),
+    }
+}
+
 /// `cluster` with each GPU's link to host memory at `gb_per_s` per direction.
 fn with_host_link(cluster: ClusterSpec, gb_per_s: f64) -> ClusterSpec {
     ClusterSpec {
@@ -560,31 +575,13 @@ pub fn cluster_preset(name: &str) -> Result<ClusterSpec> {
         // bidirectional per GPU (130 TB/s per rack), one 400 Gb/s ConnectX-7 per GPU (GB200
         // NVL72 datasheet). The rack is one NVLink domain, so it is the "node" here: groups
         // inside it run at NVLink rates, across racks at the per-GPU NIC share.
-        "gb200-nvl72" | "gb200" | "nvl72" | "dgx-gb200" => ClusterSpec {
-            name: "gb200-nvl72".into(),
-            gpu: gb200(),
-            gpus_per_node: 72,
-            intra_node: nvlink(1800.0),
-            inter_node: infiniband(72, 400.0, 72),
-            nics_per_node: 72,
-            memory_reserve_bytes: DEFAULT_RESERVE_BYTES,
-            host_link_bytes_per_s: Some(NVLINK_C2C_PER_GPU_GB_PER_S * GB),
-        },
+        "gb200-nvl72" | "gb200" | "nvl72" | "dgx-gb200" => nvl72("gb200-nvl72", gb200(), 400.0),
         // GB300 NVL72: the same rack as GB200 NVL72 — 72 GPUs in 18 trays of 4 on one NVLink5
         // switch fabric (9 NVSwitch trays, 130 TB/s, 1.8 TB/s bidirectional per GPU) — with
         // B300 GPUs and one 800 Gb/s ConnectX-8 per GPU (NVIDIA GB300 NVL72 specifications;
         // NVIDIA Enterprise Reference Architecture "NVL72 AI factory", components: 4 ConnectX-8
         // per 4-GPU compute tray). The rack is one NVLink domain, the "node" here.
-        "gb300-nvl72" | "gb300" | "dgx-gb300" => ClusterSpec {
-            name: "gb300-nvl72".into(),
-            gpu: gb300(),
-            gpus_per_node: 72,
-            intra_node: nvlink(1800.0),
-            inter_node: infiniband(72, 800.0, 72),
-            nics_per_node: 72,
-            memory_reserve_bytes: DEFAULT_RESERVE_BYTES,
-            host_link_bytes_per_s: Some(NVLINK_C2C_PER_GPU_GB_PER_S * GB),
-        },
+        "gb300-nvl72" | "gb300" | "dgx-gb300" => nvl72("gb300-nvl72", gb300(), 800.0),
         // DGX B300: 8 B300 on NVLink5 at 1.8 TB/s bidirectional per GPU (14.4 TB/s total);
         // 8 single-port ConnectX-8 VPI at up to 800 Gb/s (DGX B300 datasheet; HGX B300
         // specifications: 1.6 TB/s networking for 8 GPUs).
