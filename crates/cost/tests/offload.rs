@@ -80,6 +80,10 @@ fn copies_slower_than_the_compute_beside_them_are_exposed() {
         extra > 2.0 * 2.0 * copy_s * 0.8 && extra < 2.0 * 2.0 * copy_s,
         "extra {extra} s for {copy_s} s copies"
     );
+    // The breakdown names them (not as pipeline bubble).
+    let named = some.breakdown.offload_copies_s;
+    assert!((named / extra - 1.0).abs() < 1e-6, "{named} of {extra}");
+    assert_eq!(none.breakdown.offload_copies_s, 0.0);
 }
 
 /// The error's field for `offloaded` blocks of Llama 3 70B under `c` and `engine` on

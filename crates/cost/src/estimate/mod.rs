@@ -440,6 +440,8 @@ fn assemble(
             contention,
         )
     };
+    // Each stage's exposed offload copies per micro-batch (`ActivationOffload`).
+    let mut offload_exposed = Vec::with_capacity(p);
     for k in 0..p {
         let n_blocks = map.rank_blocks(k as u64, c.pp);
         let recomputed = map.recompute_blocks[k].min(n_blocks) as f64;
@@ -485,6 +487,7 @@ fn assemble(
         act -= offload.host_bytes;
         fwd += offload.exposed_forward_s;
         bwd += offload.exposed_backward_s;
+        offload_exposed.push(offload.exposed_forward_s + offload.exposed_backward_s);
         // Megatron-Core's combined 1F1B hides the expert all-to-alls of one micro-batch
         // behind another's compute, which the collective slows.
         let a2a = a2a_overlap(k, layers);
@@ -799,11 +802,13 @@ fn assemble(
             + mbf * zero3_per_mb_worst
             + worst_dp_contention,
         optimizer_s: worst_optimizer,
+        offload_copies_s: mbf * offload_exposed.get(slowest).copied().unwrap_or(0.0),
     };
     // Guard against rounding: the components must add up to the pipeline time (never
     // leaving a negative bubble behind).
     breakdown.pipeline_bubble_s += pipe_s
-        - (breakdown.compute_s
+        - (breakdown.offload_copies_s
+            + breakdown.compute_s
             + breakdown.recompute_s
             + breakdown.tp_comm_s
             + breakdown.cp_comm_s

@@ -20,6 +20,14 @@ pub struct Breakdown {
     pub pipeline_bubble_s: f64,
     pub dp_comm_exposed_s: f64,
     pub optimizer_s: f64,
+    /// Activation offloading's copies to and from host memory that the compute beside them
+    /// does not hide (`TrainSpec::cpu_offload_layers`); absent from the JSON when none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub offload_copies_s: f64,
+}
+
+fn is_zero(s: &f64) -> bool {
+    *s == 0.0
 }
 
 impl Breakdown {
@@ -33,10 +41,11 @@ impl Breakdown {
             + self.pipeline_bubble_s
             + self.dp_comm_exposed_s
             + self.optimizer_s
+            + self.offload_copies_s
     }
 
     /// Components with their names, in display order.
-    pub fn components(&self) -> [(&'static str, f64); 9] {
+    pub fn components(&self) -> [(&'static str, f64); 10] {
         [
             ("compute", self.compute_s),
             ("recompute", self.recompute_s),
@@ -47,6 +56,7 @@ impl Breakdown {
             ("pipeline bubble", self.pipeline_bubble_s),
             ("dp comm (exposed)", self.dp_comm_exposed_s),
             ("optimizer", self.optimizer_s),
+            ("offload copies (exposed)", self.offload_copies_s),
         ]
     }
 }

@@ -88,9 +88,10 @@ fn min_of(field: &str) -> f64 {
         // Microseconds: one nanosecond.
         "nvlink_latency_us" | "inter_node_latency_us" => 1e-3,
         // GB/s, Gb/s: one MB/s (Mb/s).
-        "nvlink_bidirectional_gb_per_s" | "gpu.memory_bandwidth_gb_per_s" | "nic_gbit_per_s" => {
-            1e-3
-        }
+        "nvlink_bidirectional_gb_per_s"
+        | "gpu.memory_bandwidth_gb_per_s"
+        | "nic_gbit_per_s"
+        | "host_link_gb_per_s" => 1e-3,
         // TFLOP/s: one GFLOP/s.
         f if f.starts_with("gpu.peak_") => 1e-3,
         // GiB / GB: one MiB (MB).
