@@ -100,7 +100,10 @@ pub fn costs(
                     let forward = sum(&|l| l.forward.total_s());
                     let backward = sum(&|l| l.backward.total_s());
                     let weight = sum(&|l| l.weight_grad_s);
-                    let activation_bytes = sum(&|l| l.activation_bytes);
+                    // Activation offloading (pp 1, one chunk) keeps the offloaded blocks'
+                    // bytes in host memory and exposes what its copies outlast.
+                    let activation_bytes =
+                        (sum(&|l| l.activation_bytes) - stage.offload_host_bytes).max(0.0);
                     // Fully recomputed blocks re-run their forward in a Recompute
                     // instruction; what the policy recomputes (selective: the attention
                     // core) stays inside the backward.
@@ -127,8 +130,14 @@ pub fn costs(
                         1.0 / v as f64
                     };
                     ChunkCosts {
-                        forward_s: forward + stage.zero3_exposed_per_mb_s * forward / stage_fwd,
-                        backward_input_s: (backward - weight + in_backward_s + a2a_s).max(0.0),
+                        forward_s: forward
+                            + stage.zero3_exposed_per_mb_s * forward / stage_fwd
+                            + stage.offload_exposed_forward_s,
+                        backward_input_s: (backward - weight
+                            + in_backward_s
+                            + a2a_s
+                            + stage.offload_exposed_backward_s)
+                            .max(0.0),
                         backward_weight_s: weight,
                         recompute_s: rebuild_s,
                         send_activation_s: if j + 1 < p * v { p2p_one } else { 0.0 },

@@ -201,3 +201,34 @@ fn blocks_of_different_kinds_are_simulated_stage_by_stage() {
     let gap = s.estimate.iteration_time_s / s.closed_form.iteration_time_s - 1.0;
     assert!(gap.abs() < 0.1, "simulated vs closed form {gap}");
 }
+
+#[test]
+fn offloaded_activations_and_exposed_copies_are_simulated_as_estimated() {
+    // Llama 3 70B under Megatron-FSDP on 64 GB300 with 20 of its blocks offloaded, over
+    // NVLink-C2C (copies hidden) and over a 1 GB/s link (copies exposed).
+    let m = model_preset("llama3-70b").unwrap();
+    let t = TrainSpec {
+        cpu_offload_layers: 20,
+        ..TrainSpec::new(256, 8192)
+    };
+    let c = ParallelConfig {
+        dp: 64,
+        mbs: 2,
+        zero: 3,
+        ..ParallelConfig::default()
+    };
+    let slow = plait_spec::cluster_from_toml(
+        "base = \"gb300-nvl72\"\nhost_link_gb_per_s = 1\n",
+        "slow.toml",
+    )
+    .unwrap();
+    for cluster in [cluster_preset("gb300-nvl72").unwrap(), slow] {
+        let d = device_for(&cluster, t.dtype).unwrap();
+        let s = simulate_config(&m, &cluster, &t, &c, &d).unwrap();
+        let (stage, rank) = (&s.closed_form.stages[0], &s.simulation.ranks[0]);
+        let memory = rank.peak_memory_bytes / stage.peak_memory_bytes - 1.0;
+        assert!(memory.abs() < 0.01, "{}: memory {memory:+.4}", cluster.name);
+        let time = s.estimate.iteration_time_s / s.closed_form.iteration_time_s - 1.0;
+        assert!(time.abs() < 0.01, "{}: time {time:+.4}", cluster.name);
+    }
+}

@@ -440,8 +440,6 @@ fn assemble(
             contention,
         )
     };
-    // Each stage's exposed offload copies per micro-batch (`ActivationOffload`).
-    let mut offload_exposed = Vec::with_capacity(p);
     for k in 0..p {
         let n_blocks = map.rank_blocks(k as u64, c.pp);
         let recomputed = map.recompute_blocks[k].min(n_blocks) as f64;
@@ -487,7 +485,6 @@ fn assemble(
         act -= offload.host_bytes;
         fwd += offload.exposed_forward_s;
         bwd += offload.exposed_backward_s;
-        offload_exposed.push(offload.exposed_forward_s + offload.exposed_backward_s);
         // Megatron-Core's combined 1F1B hides the expert all-to-alls of one micro-batch
         // behind another's compute, which the collective slows.
         let a2a = a2a_overlap(k, layers);
@@ -768,6 +765,9 @@ fn assemble(
             moe_a2a_overlap_s: a2a.contention_s - a2a.hidden_s,
             dp_contention_s,
             optimizer_s,
+            offload_host_bytes: offload.host_bytes,
+            offload_exposed_forward_s: offload.exposed_forward_s,
+            offload_exposed_backward_s: offload.exposed_backward_s,
             peak_memory_bytes: memory.total_bytes(),
             memory,
         });
@@ -802,7 +802,9 @@ fn assemble(
             + mbf * zero3_per_mb_worst
             + worst_dp_contention,
         optimizer_s: worst_optimizer,
-        offload_copies_s: mbf * offload_exposed.get(slowest).copied().unwrap_or(0.0),
+        offload_copies_s: stages.get(slowest).map_or(0.0, |s| {
+            mbf * (s.offload_exposed_forward_s + s.offload_exposed_backward_s)
+        }),
     };
     // Guard against rounding: the components must add up to the pipeline time (never
     // leaving a negative bubble behind).

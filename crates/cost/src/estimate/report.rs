@@ -118,6 +118,15 @@ pub struct StageEstimate {
     /// last ZeRO-3 reduce-scatter, which nothing follows.
     pub dp_contention_s: f64,
     pub optimizer_s: f64,
+    /// Per micro-batch, activation offloading's saved bytes in host memory (already out of
+    /// `memory.activations_bytes`) and its copies the compute does not hide, forward and
+    /// backward (already in `forward_s`, `backward_s`); 0 without offloading.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub offload_host_bytes: f64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub offload_exposed_forward_s: f64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub offload_exposed_backward_s: f64,
     pub memory: MemoryBreakdown,
     pub peak_memory_bytes: f64,
 }
