@@ -458,6 +458,7 @@ fn dgx(
     nvlink_bidir_gb_per_s: f64,
     nics: u64,
     nic_gbit: f64,
+    host_link_gb_per_s: f64,
 ) -> ClusterSpec {
     ClusterSpec {
         name: name.into(),
@@ -467,7 +468,7 @@ fn dgx(
         inter_node: infiniband(nics, nic_gbit, 8),
         nics_per_node: nics,
         memory_reserve_bytes: DEFAULT_RESERVE_BYTES,
-        host_link_bytes_per_s: None,
+        host_link_bytes_per_s: Some(host_link_gb_per_s * GB),
     }
 }
 
@@ -483,14 +484,6 @@ fn nvl72(name: &str, gpu: GpuSpec, nic_gbit: f64) -> ClusterSpec {
         nics_per_node: 72,
         memory_reserve_bytes: DEFAULT_RESERVE_BYTES,
         host_link_bytes_per_s: Some(NVLINK_C2C_PER_GPU_GB_PER_S * GB),
-    }
-}
-
-/// `cluster` with each GPU's link to host memory at `gb_per_s` per direction.
-fn with_host_link(cluster: ClusterSpec, gb_per_s: f64) -> ClusterSpec {
-    ClusterSpec {
-        host_link_bytes_per_s: Some(gb_per_s * GB),
-        ..cluster
     }
 }
 
@@ -527,27 +520,36 @@ pub fn cluster_preset(name: &str) -> Result<ClusterSpec> {
     let spec = match key.as_str() {
         // Selene / DGX A100: NVLink3 600 GB/s bidirectional via NVSwitch; 8 × 200 Gb/s HDR
         // InfiniBand compute NICs (DGX A100 user guide; SC'21 paper §5).
-        "dgx-a100-80g" | "dgx-a100" | "a100" | "selene" => with_host_link(
-            dgx("dgx-a100-80g", a100_80g(), 600.0, 8, 200.0),
+        "dgx-a100-80g" | "dgx-a100" | "a100" | "selene" => dgx(
+            "dgx-a100-80g",
+            a100_80g(),
+            600.0,
+            8,
+            200.0,
             PCIE_GEN4_X16_GB_PER_S,
         ),
         // DGX A100 with 40 GB GPUs (the original DGX A100 320 GB): the same NVLink3 and 8 ×
         // 200 Gb/s HDR compute NICs (DGX A100 datasheet).
-        "dgx-a100-40g" | "a100-40g" => with_host_link(
-            dgx("dgx-a100-40g", a100_40g(), 600.0, 8, 200.0),
+        "dgx-a100-40g" | "a100-40g" => dgx(
+            "dgx-a100-40g",
+            a100_40g(),
+            600.0,
+            8,
+            200.0,
             PCIE_GEN4_X16_GB_PER_S,
         ),
         // DGX H100: NVLink4 900 GB/s bidirectional; 8 × 400 Gb/s ConnectX-7 (DGX H100 datasheet).
-        "dgx-h100" | "h100" => with_host_link(
-            dgx("dgx-h100", h100(), 900.0, 8, 400.0),
-            PCIE_GEN5_X16_GB_PER_S,
-        ),
+        "dgx-h100" | "h100" => dgx("dgx-h100", h100(), 900.0, 8, 400.0, PCIE_GEN5_X16_GB_PER_S),
         // Meta's Grand Teton (OCP 2022): 8 H100 fully connected by NVLink (H100 SXM:
         // NVLink4, 900 GB/s bidirectional), a backend RDMA network of 400 Gb/s per GPU
         // (torchtitan's benchmark documents, "Hardware"), the GPUs at 500 W
         // (`h100_grand_teton`).
-        "grand-teton-h100" | "grand-teton" => with_host_link(
-            dgx("grand-teton-h100", h100_grand_teton(), 900.0, 8, 400.0),
+        "grand-teton-h100" | "grand-teton" => dgx(
+            "grand-teton-h100",
+            h100_grand_teton(),
+            900.0,
+            8,
+            400.0,
             PCIE_GEN5_X16_GB_PER_S,
         ),
         // HGX H800, as DeepSeek-V3 trained on it (DeepSeek-V3 technical report, arXiv
@@ -555,22 +557,17 @@ pub fn cluster_preset(name: &str) -> Result<ClusterSpec> {
         // (H800 datasheet; the report measures 160 GB/s per direction, which the NVLink
         // collective efficiency reproduces), one 400 Gb/s InfiniBand NIC per GPU ("IB
         // (50 GB/s)").
-        "hgx-h800" | "h800" | "dgx-h800" => with_host_link(
-            dgx("hgx-h800", h800(), 400.0, 8, 400.0),
-            PCIE_GEN5_X16_GB_PER_S,
-        ),
+        "hgx-h800" | "h800" | "dgx-h800" => {
+            dgx("hgx-h800", h800(), 400.0, 8, 400.0, PCIE_GEN5_X16_GB_PER_S)
+        }
         // DGX H200: same NVLink4 and 8 × 400 Gb/s network as DGX H100 (DGX H200 datasheet).
-        "dgx-h200" | "h200" => with_host_link(
-            dgx("dgx-h200", h200(), 900.0, 8, 400.0),
-            PCIE_GEN5_X16_GB_PER_S,
-        ),
+        "dgx-h200" | "h200" => dgx("dgx-h200", h200(), 900.0, 8, 400.0, PCIE_GEN5_X16_GB_PER_S),
         // DGX B200: NVLink5 1.8 TB/s bidirectional; 8 × 400 Gb/s ConnectX-7 (DGX B200 datasheet).
-        "dgx-b200" | "b200" => with_host_link(
-            dgx("dgx-b200", b200(), 1800.0, 8, 400.0),
+        "dgx-b200" | "b200" => {
             // The host's PCIe 5.0 (DGX B200 datasheet: 2 × Xeon Platinum 8570, a
             // PCIe 5.0 part) bounds the link.
-            PCIE_GEN5_X16_GB_PER_S,
-        ),
+            dgx("dgx-b200", b200(), 1800.0, 8, 400.0, PCIE_GEN5_X16_GB_PER_S)
+        }
         // GB200 NVL72: 72 GPUs in 18 trays on one NVLink5 switch fabric at 1.8 TB/s
         // bidirectional per GPU (130 TB/s per rack), one 400 Gb/s ConnectX-7 per GPU (GB200
         // NVL72 datasheet). The rack is one NVLink domain, so it is the "node" here: groups
@@ -585,11 +582,10 @@ pub fn cluster_preset(name: &str) -> Result<ClusterSpec> {
         // DGX B300: 8 B300 on NVLink5 at 1.8 TB/s bidirectional per GPU (14.4 TB/s total);
         // 8 single-port ConnectX-8 VPI at up to 800 Gb/s (DGX B300 datasheet; HGX B300
         // specifications: 1.6 TB/s networking for 8 GPUs).
-        "dgx-b300" | "b300" | "hgx-b300" => with_host_link(
-            dgx("dgx-b300", b300(), 1800.0, 8, 800.0),
+        "dgx-b300" | "b300" | "hgx-b300" => {
             // The host's PCIe 5.0 (DGX B300 datasheet: 2 × Xeon 6776P, a PCIe 5.0 part).
-            PCIE_GEN5_X16_GB_PER_S,
-        ),
+            dgx("dgx-b300", b300(), 1800.0, 8, 800.0, PCIE_GEN5_X16_GB_PER_S)
+        }
         // 8 × L40S on PCIe Gen4, no NVLink (L40S datasheet). Network: AWS EC2 g6e.48xlarge
         // (8 × L40S, 400 Gb/s network bandwidth with EFA; EC2 accelerated-computing instance
         // specifications), taken as the published 8 × L40S node.
@@ -624,11 +620,10 @@ pub fn cluster_preset(name: &str) -> Result<ClusterSpec> {
         // network; write a cluster TOML with `nic_gbit_per_s` for yours.
         // DGX-1 (V100): NVLink2, 6 links × 50 GB/s bidirectional = 300 GB/s per GPU; 4 × 100 Gb/s
         // EDR InfiniBand per node (DGX-1 datasheet).
-        "dgx-v100" | "dgx-1" | "v100" => with_host_link(
-            dgx("dgx-v100", v100_32g(), 300.0, 4, 100.0),
+        "dgx-v100" | "dgx-1" | "v100" => {
             // V100 SXM2 datasheet: PCIe Gen3, 32 GB/s bidirectional.
-            16.0,
-        ),
+            dgx("dgx-v100", v100_32g(), 300.0, 4, 100.0, 16.0)
+        }
         _ => {
             return Err(SpecError::for_field(
                 "cluster",
