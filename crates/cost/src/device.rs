@@ -227,6 +227,15 @@ pub const TE_FUSED_OVER_FA2: [f64; 3] = [1.0, 12.922 / (12.905 - 0.329), 1.77];
 /// PyTorch's default picked it and it ran 1.73× the flash model's time (1.88 ms per step,
 /// the profiler's cuDNN kernels; `"run": "kernels"`).
 pub const CUDNN_SDPA_OVER_FA2: [f64; 3] = [1.65, 1.77, 1.79];
+/// Blackwell Ultra's (B300's) attention over Blackwell's at the same 16-bit peak (both
+/// GB300 and GB200 2.5 PFLOP/s dense): NVIDIA's cuDNN 9.22 SDPA training benchmark on one
+/// GB300 against one GB200 (cudnn-frontend 3929da2
+/// `benchmark/sdpa_benchmark_training/results/llama3.1/{gb300,gb200}/*.csv`: bf16, 64 query
+/// and 8 key-value heads of dim 128, 2K–32K tokens, causal and not), forward 1.121–1.260×
+/// (mean 1.186), backward 1.059–1.215× (mean 1.108) over the ten shapes: (optimistic,
+/// central, pessimistic) = (highest, mean, lowest).
+const BLACKWELL_ULTRA_ATTENTION: [(f64, f64); 3] = [(1.260, 1.215), (1.186, 1.108), (1.121, 1.059)];
+
 /// "FlashAttention-2 is around 1.3-1.5x faster than FlashAttention in Triton in the forward
 /// pass and around 2x faster in the backward pass" (Dao 2023, §4.1): forward (optimistic,
 /// central, pessimistic) over the stated range, backward "around 2×" read as ±10 %.
@@ -325,6 +334,10 @@ pub const GEMM_MODEL_MEAN_ERROR: f64 = 0.063;
 /// Timing model of one GPU for one numeric format.
 #[derive(Debug, Clone)]
 pub struct DeviceModel {
+    /// Attention-kernel rate over its generation's model at the same 16-bit peak, forward
+    /// and backward (optimistic, central, pessimistic): [`BLACKWELL_ULTRA_ATTENTION`] on
+    /// B300, 1 elsewhere.
+    attention_speedup: [(f64, f64); 3],
     /// Dense tensor-core peak for the dtype.
     pub peak_flops_per_s: f64,
     /// Rate of a large, well-shaped GEMM in a short benchmark (peak × MAMF fraction).
@@ -357,6 +370,11 @@ impl DeviceModel {
             peak_flops_per_s: peak,
             gemm_flops_per_s: peak * gpu.matmul_efficiency_for(dtype),
             sustained: gpu.sustained_clock_ratio,
+            attention_speedup: if gpu.name.contains("B300") {
+                BLACKWELL_ULTRA_ATTENTION
+            } else {
+                [(1.0, 1.0); 3]
+            },
             sms: gpu.sms as f64,
             memory_bytes_per_s: gpu.memory_bandwidth_bytes_per_s * HBM_EFFICIENCY,
             sixteen_bit_peak_flops_per_s: sixteen_bit,
@@ -607,7 +625,11 @@ impl DeviceModel {
             self.sustained
         };
         let rate = self.sixteen_bit_peak_flops_per_s * clock;
-        (forward_flops / (rate * f), 2.5 * forward_flops / (rate * b))
+        let (sf, sb) = self.attention_speedup[level.min(2)];
+        (
+            forward_flops / (rate * f * sf),
+            2.5 * forward_flops / (rate * b * sb),
+        )
     }
 }
 
