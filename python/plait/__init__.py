@@ -391,6 +391,7 @@ _WORKLOAD: Dict[str, Any] = {
     "bf16_last_layers": _check_int,
     "optimizer_state": _check_str,
     "cpu_offload_layers": _check_int,
+    "optimizer_offload": _check_float,
 }
 
 # The parallel degrees, as the native module lists them (``plait_spec::Degree::ALL``): one
@@ -594,6 +595,7 @@ def estimate(
     bf16_last_layers: Optional[int] = None,
     optimizer_state: Optional[str] = None,
     cpu_offload_layers: Optional[int] = None,
+    optimizer_offload: Optional[float] = None,
     simulate: bool = False,
     **degrees: int,
 ) -> Estimate:
@@ -656,6 +658,7 @@ def simulate(
     bf16_last_layers: Optional[int] = None,
     optimizer_state: Optional[str] = None,
     cpu_offload_layers: Optional[int] = None,
+    optimizer_offload: Optional[float] = None,
     svg: Any = None,
     trace: Any = None,
     ir: bool = False,
@@ -721,6 +724,7 @@ def plan(
     bf16_last_layers: Optional[int] = None,
     optimizer_state: Optional[str] = None,
     cpu_offload_layers: Optional[int] = None,
+    optimizer_offload: Optional[float] = None,
     top: Optional[int] = None,
     simulate: Optional[int] = None,
     threads: Optional[int] = None,

@@ -210,6 +210,7 @@ def estimate(
     bf16_last_layers: Optional[int] = ...,
     optimizer_state: Optional[str] = ...,
     cpu_offload_layers: Optional[int] = ...,
+    optimizer_offload: Optional[float] = ...,
     simulate: bool = ...,
     **degrees: int,
 ) -> Estimate: ...
@@ -263,6 +264,7 @@ def simulate(
     bf16_last_layers: Optional[int] = ...,
     optimizer_state: Optional[str] = ...,
     cpu_offload_layers: Optional[int] = ...,
+    optimizer_offload: Optional[float] = ...,
     svg: Optional[_Path] = ...,
     trace: Optional[_Path] = ...,
     ir: bool = ...,
@@ -315,6 +317,7 @@ def plan(
     bf16_last_layers: Optional[int] = ...,
     optimizer_state: Optional[str] = ...,
     cpu_offload_layers: Optional[int] = ...,
+    optimizer_offload: Optional[float] = ...,
     top: Optional[int] = ...,
     simulate: Optional[int] = ...,
     threads: Optional[int] = ...,

@@ -95,6 +95,10 @@ ESTIMATES = [
         dict(model="llama3-8b", cluster="gb200-nvl72", gpus=8, gbs=32, zero=3, cpu_offload_layers=8),
         ["--model", "llama3-8b", "--cluster", "gb200-nvl72", "--gpus", "8", "--gbs", "32", "--zero", "3", "--cpu-offload-layers", "8"],
     ),
+    (
+        dict(model="llama3-8b", cluster="dgx-h100", gpus=8, gbs=64, zero=1, optimizer_offload=0.5),
+        ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "64", "--zero", "1", "--optimizer-offload", "0.5"],
+    ),
 ]
 
 

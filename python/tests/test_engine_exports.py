@@ -55,6 +55,15 @@ DEEPSPEED_PLANS = [
     pytest.param(dict(gpus=16, tp=4, pp=1, zero=2), id="autotp4-zero2"),
     pytest.param(dict(gpus=8, tp=1, pp=4, zero=1), id="pipeline4-zero1"),
     pytest.param(dict(gpus=8, tp=1, pp=2, zero=0, recompute="full"), id="pipeline2-full"),
+    # ZeRO-Offload: all of the state under ZeRO-2, half of it under ZeRO-3 (`ratio`).
+    pytest.param(
+        dict(gpus=8, tp=1, pp=1, zero=2, engine="deepspeed", cluster="dgx-h100", optimizer_offload=1.0),
+        id="zero2-offload",
+    ),
+    pytest.param(
+        dict(gpus=8, tp=1, pp=1, zero=3, engine="deepspeed", cluster="dgx-h100", optimizer_offload=0.5),
+        id="zero3-offload-half",
+    ),
 ]
 
 
@@ -100,6 +109,11 @@ def test_deepspeed_accepts_the_export(plait_bin, tmp_path, monkeypatch, pins):
     # The global batch in sequences: DeepSpeed's count over its world, less the
     # tensor-parallel ranks that read the same sequences.
     assert cfg.train_batch_size // c["tp"] == 64
+    offload = pins.get("optimizer_offload")
+    if offload:
+        section = cfg.zero_config.offload_optimizer
+        assert section.device == "cpu" and section.pin_memory
+        assert section.ratio == offload
 
 
 def test_deepspeed_rejects_autotp_without_the_tensor_parallel_ranks(

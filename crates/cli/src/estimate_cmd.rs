@@ -274,6 +274,17 @@ fn render(r: &crate::inputs::Resolved, e: &Estimate, map: &StageMap, simulated: 
         Cell::new(format!("{:.2}", e.peak_memory_bytes / GIB)).set_alignment(CellAlignment::Right),
     ]);
     out += &format!("{mem}\n");
+    if e.host_memory_bytes > 0.0 {
+        out += &format!(
+            "host memory per GPU: {:.1} GiB offloaded{}\n",
+            e.host_memory_bytes / GIB,
+            e.host_memory_capacity_bytes
+                .map_or(String::new(), |cap| format!(
+                    " of its {:.1} GiB share",
+                    cap / GIB
+                ))
+        );
+    }
     match e.reason() {
         None => {
             out += &format!(
@@ -286,10 +297,18 @@ fn render(r: &crate::inputs::Resolved, e: &Estimate, map: &StageMap, simulated: 
     out
 }
 
-/// The header's note of activation offloading (`--cpu-offload-layers`), empty without it.
+/// The header's note of activation and optimizer offloading (`--cpu-offload-layers`,
+/// `--optimizer-offload`), empty without them.
 pub(crate) fn offload_note(t: &plait_spec::TrainSpec) -> String {
-    match t.cpu_offload_layers {
+    let mut note = match t.cpu_offload_layers {
         0 => String::new(),
         n => format!(" · activations of {n} blocks offloaded to host memory"),
+    };
+    if t.optimizer_offload > 0.0 {
+        note += &format!(
+            " · {:.0} % of the optimizer state in host memory, stepped by the CPU",
+            100.0 * t.optimizer_offload
+        );
     }
+    note
 }

@@ -144,6 +144,12 @@ pub struct WorkloadArgs {
     /// --engine megatron, pp 1 and no recompute; copied over the cluster's GPU-host link)
     #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
     pub cpu_offload_layers: i64,
+    /// Share of each rank's optimizer state (fp32 master weights and Adam moments) kept in
+    /// host memory and stepped by the CPU, 0 to 1 (Megatron-Core's --optimizer-cpu-offload
+    /// --optimizer-offload-fraction with the distributed optimizer; DeepSpeed's ZeRO-Offload,
+    /// a share below 1 only with ZeRO-3). Needs a cluster with host memory figures
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0.0)]
+    pub optimizer_offload: f64,
 }
 
 /// One flag per parallel degree (`--dp`, `--tp`, …), written from `plait_spec::Degree::ALL`
@@ -568,10 +574,12 @@ impl WorkloadArgs {
             bf16_last_layers: layer_count("bf16-last-layers", self.bf16_last_layers)?,
             optimizer_state: self.optimizer_state,
             cpu_offload_layers: layer_count("cpu-offload-layers", self.cpu_offload_layers)?,
+            optimizer_offload: self.optimizer_offload,
             ..TrainSpec::new(positive("gbs", self.gbs)?, sequence(self.seq)?)
         };
         if let Err(e) = plait_spec::ParallelConfig::check_bf16_layers(&model, &train)
             .and_then(|()| plait_spec::ParallelConfig::check_cpu_offload_train(&model, &train))
+            .and_then(|()| plait_spec::ParallelConfig::check_optimizer_offload_train(&train))
         {
             bail!(
                 "{}: {} (allowed: {})",

@@ -183,19 +183,48 @@ impl<'a> Scenario<'a> {
     }
 }
 
-/// Activation offloading needs the GPUs' link to host memory.
+/// Offloading needs the host side it runs on: activation offloading the GPUs' link to host
+/// memory, optimizer offloading that link and the node's host memory (its size and the
+/// CPUs' bandwidth to it, where the CPU steps the state).
 pub fn check_offload_host(cluster: &ClusterSpec, train: &TrainSpec) -> Result<(), SpecError> {
-    if train.cpu_offload_layers == 0 || cluster.host_link_bytes_per_s.is_some() {
-        return Ok(());
-    }
-    Err(SpecError::for_field(
-        "cpu_offload_layers",
-        format!(
-            "cluster {} gives no GPU-to-host bandwidth for the offloaded activations",
-            cluster.name
+    let offloads = [
+        (
+            "cpu_offload_layers",
+            train.cpu_offload_layers > 0,
+            "the offloaded activations",
         ),
-        "a cluster with host_link_gb_per_s (every preset has it; add it to a cluster TOML)",
-    ))
+        (
+            "optimizer_offload",
+            train.optimizer_offload > 0.0,
+            "the offloaded optimizer state",
+        ),
+    ];
+    for (field, on, what) in offloads {
+        if on && cluster.host_link_bytes_per_s.is_none() {
+            return Err(SpecError::for_field(
+                field,
+                format!(
+                    "cluster {} gives no GPU-to-host bandwidth for {what}",
+                    cluster.name
+                ),
+                "a cluster with host_link_gb_per_s (every preset has it; add it to a cluster TOML)",
+            ));
+        }
+    }
+    if train.optimizer_offload > 0.0 && cluster.host_memory.is_none() {
+        return Err(SpecError::for_field(
+            "optimizer_offload",
+            format!(
+                "cluster {} gives no host memory (its size and bandwidth) for the CPU's \
+                 optimizer step",
+                cluster.name
+            ),
+            "a cluster with host_memory_gb and host_memory_bandwidth_gb_per_s (presets \
+             dgx-a100-80g, dgx-a100-40g, dgx-h100, dgx-h200 and gb200-nvl72 have them; add \
+             them to a cluster TOML)",
+        ));
+    }
+    Ok(())
 }
 
 /// The parallel degrees this crate prices: each has its group in `comm::Groups` and what it

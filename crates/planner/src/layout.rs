@@ -14,10 +14,11 @@
 
 use plait_cost::estimate::{
     estimate_from_costs, zero3_gather_buffer_bytes, zero_state_bytes_per_param, LayerCosts,
+    OptimizerHome,
 };
 use plait_cost::layer::LayerCost;
 use plait_cost::Estimate;
-use plait_spec::{ModelSpec, OptimizerState, ParallelConfig, Recompute, StageMap};
+use plait_spec::{ModelSpec, ParallelConfig, Recompute, StageMap};
 
 /// What the layout search needs of a plan request: the model on its cluster, the training
 /// spec, the device model and the layouts the engine can express (`Request::layout_inputs`).
@@ -45,7 +46,7 @@ pub enum MapShape {
 
 /// Bytes per parameter of weights + gradients + optimizer states under ZeRO `zero` over
 /// `shards` data-parallel ranks.
-pub(crate) fn state_bytes_per_param(zero: u8, shards: f64, optimizer: OptimizerState) -> f64 {
+pub(crate) fn state_bytes_per_param(zero: u8, shards: f64, optimizer: OptimizerHome) -> f64 {
     zero_state_bytes_per_param(zero, shards, optimizer)
         .iter()
         .sum()
@@ -58,7 +59,7 @@ pub(crate) fn state_bytes(
     params: f64,
     trainable: f64,
     shards: f64,
-    optimizer: OptimizerState,
+    optimizer: OptimizerHome,
 ) -> f64 {
     let [w, g, o] = zero_state_bytes_per_param(zero, shards, optimizer);
     params * w + trainable * (g + o)
@@ -98,7 +99,7 @@ fn pass_s(l: &LayerCost) -> f64 {
 impl BlockModel {
     fn new(
         c: &ParallelConfig,
-        optimizer: OptimizerState,
+        optimizer: OptimizerHome,
         policy: &LayerCosts,
         full: &LayerCosts,
     ) -> Self {
@@ -108,7 +109,7 @@ impl BlockModel {
     /// The mean of blocks `first..first + count` of `model`, kind by kind.
     fn of_range(
         c: &ParallelConfig,
-        optimizer: OptimizerState,
+        optimizer: OptimizerHome,
         (policy, full): (&LayerCosts, &LayerCosts),
         model: &plait_spec::ModelSpec,
         first: u64,
@@ -124,7 +125,7 @@ impl BlockModel {
 
     fn of(
         c: &ParallelConfig,
-        optimizer: OptimizerState,
+        optimizer: OptimizerHome,
         policy: LayerCost,
         full: LayerCost,
     ) -> Self {
@@ -249,7 +250,7 @@ pub fn fit_recompute(
     policy: &LayerCosts,
     full: &LayerCosts,
 ) -> Option<StageMap> {
-    let blk = BlockModel::new(c, req.train.optimizer_state, policy, full);
+    let blk = BlockModel::new(c, OptimizerHome::of(req.train), policy, full);
     let capacity = req.cluster.gpu.memory_bytes;
     let mut out = map.clone();
     let hybrid = by_block(req.model, policy);
@@ -262,7 +263,7 @@ pub fn fit_recompute(
             let first: u64 = (0..k as u64).map(|j| map.rank_blocks(j, c.pp)).sum();
             let own = BlockModel::of_range(
                 c,
-                req.train.optimizer_state,
+                OptimizerHome::of(req.train),
                 (policy, full),
                 req.model,
                 first,
@@ -318,7 +319,7 @@ pub fn partition_blocks(
         map,
     );
     let capacity = req.cluster.gpu.memory_bytes;
-    let blk = BlockModel::new(c, req.train.optimizer_state, policy, full);
+    let blk = BlockModel::new(c, OptimizerHome::of(req.train), policy, full);
     let p = c.pp as usize;
     let layers = req.model.layers as usize;
     let hybrid = by_block(req.model, policy);
@@ -330,7 +331,7 @@ pub fn partition_blocks(
                 let b = map.rank_blocks(k as u64, c.pp);
                 s.by_kind(&BlockModel::of_range(
                     c,
-                    req.train.optimizer_state,
+                    OptimizerHome::of(req.train),
                     (policy, full),
                     req.model,
                     first,
@@ -370,7 +371,7 @@ pub fn partition_blocks(
         }
         let own = BlockModel::of_range(
             c,
-            req.train.optimizer_state,
+            OptimizerHome::of(req.train),
             (policy, full),
             req.model,
             start as u64,

@@ -71,6 +71,13 @@ pub fn check_pins(req: &Request) -> Result<(), SpecError> {
         ..ParallelConfig::default()
     }
     .check_cpu_offload(m, t)?;
+    // Optimizer offloading under an engine without a CPU optimizer, or with ZeRO pinned to
+    // what cannot shard the state it offloads.
+    ParallelConfig {
+        zero: p.zero.unwrap_or(3),
+        ..ParallelConfig::default()
+    }
+    .check_offloads(m, t)?;
     plait_cost::check_offload_host(req.cluster, t)?;
     // The experts' communication pinned to what the engine or the model cannot run: the
     // configuration's own checks on a probe with the pins (and ep > 1 unless pinned; the

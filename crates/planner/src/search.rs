@@ -257,7 +257,15 @@ fn step_mbs(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
 /// ZeRO stages (0 only without data or context parallel ranks to shard over), each with
 /// the groups its states are sharded over.
 fn step_zero(req: &Request, c: ParallelConfig) -> Vec<ParallelConfig> {
-    let zeros: &[u8] = if c.dp * c.cp > 1 { &[0, 1, 2, 3] } else { &[0] };
+    // Offloaded optimizer state is each rank's ZeRO shard (`ParallelConfig::check_offloads`):
+    // ZeRO-1 at least, even over one rank.
+    let offloads = req.train.optimizer_offload > 0.0;
+    let zeros: &[u8] = match (c.dp * c.cp > 1, offloads) {
+        (true, false) => &[0, 1, 2, 3],
+        (true, true) => &[1, 2, 3],
+        (false, false) => &[0],
+        (false, true) => &[1],
+    };
     each(c, req.pins.zero, zeros.iter().copied(), |c, v| c.zero = v)
         .into_iter()
         .flat_map(|c| shards(req, c))
@@ -380,7 +388,7 @@ fn allowed(req: &Request, c: &ParallelConfig, map: Option<&StageMap>) -> bool {
         microbatches: c.microbatches(req.train),
     };
     crate::export::engine_supports(req.train.engine, &layout).is_ok()
-        && c.check_cpu_offload(req.model, req.train).is_ok()
+        && c.check_offloads(req.model, req.train).is_ok()
         && req.allow.is_none_or(|allow| allow(&layout))
 }
 
@@ -428,7 +436,7 @@ pub(super) struct ModelStateBound {
     expert: f64,
     /// A frozen base (LoRA) holds its weights only; the adapters are left out of the bound.
     frozen: bool,
-    optimizer: plait_spec::OptimizerState,
+    optimizer: plait_cost::estimate::OptimizerHome,
 }
 
 impl ModelStateBound {
@@ -439,7 +447,7 @@ impl ModelStateBound {
             dense: blocks - expert,
             expert,
             frozen: t.lora_adapters().is_some(),
-            optimizer: t.optimizer_state,
+            optimizer: plait_cost::estimate::OptimizerHome::of(t),
         }
     }
 

@@ -306,6 +306,6 @@ pub fn refine(e: &Estimate, sim: &Simulation, t: &TrainSpec) -> Estimate {
     out.peak_memory_high_bytes = peak
         + plait_cost::estimate::ALLOCATOR_FRAGMENTATION
             * (out.memory.activations_bytes + out.memory.transient_bytes);
-    out.fits = peak <= out.memory_capacity_bytes;
+    out.fits = peak <= out.memory_capacity_bytes && out.host_fits();
     out
 }

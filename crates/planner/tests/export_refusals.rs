@@ -353,3 +353,47 @@ fn megatron_writes_activation_offloading_and_the_others_refuse_it() {
         );
     }
 }
+
+#[test]
+fn megatron_and_deepspeed_write_optimizer_offloading_and_the_others_refuse_it() {
+    let mut k = case(
+        "llama2-7b",
+        64,
+        4096,
+        plait_spec::ParallelConfig {
+            dp: 8,
+            zero: 3,
+            ..plait_spec::ParallelConfig::default()
+        },
+    );
+    k.train.optimizer_offload = 0.5;
+    k.plan = plan_on("dgx-a100-80g", &k.model, &k.train, k.plan.config);
+    let f = megatron_flags(file(
+        &run(Engine::Megatron, &k).unwrap(),
+        "megatron_args.sh",
+    ));
+    assert_eq!(f["--optimizer-cpu-offload"], "");
+    assert_eq!(f["--optimizer-offload-fraction"], "0.5");
+    // The HybridDeviceOptimizer's condition (Megatron-LM `training/arguments.py`).
+    assert_eq!(f["--use-precision-aware-optimizer"], "");
+    let files = run(Engine::DeepSpeed, &k).unwrap();
+    let v: serde_json::Value = serde_json::from_str(file(&files, "ds_config.json")).unwrap();
+    let section = &v["zero_optimization"]["offload_optimizer"];
+    assert_eq!(section["device"], "cpu");
+    assert_eq!(section["pin_memory"], true);
+    assert_eq!(section["ratio"], 0.5);
+    // All of it offloaded: DeepSpeed's default ratio, not written.
+    k.train.optimizer_offload = 1.0;
+    let files = run(Engine::DeepSpeed, &k).unwrap();
+    let v: serde_json::Value = serde_json::from_str(file(&files, "ds_config.json")).unwrap();
+    assert!(v["zero_optimization"]["offload_optimizer"]
+        .get("ratio")
+        .is_none());
+    for engine in [Engine::Torchtitan, Engine::TorchtitanToml] {
+        let e = run(engine, &k).unwrap_err();
+        assert!(
+            e.contains("optimizer state in host memory") && e.contains("offload_optimizer"),
+            "{engine}: {e}"
+        );
+    }
+}

@@ -224,6 +224,7 @@ impl CpuProfile {
             nics_per_node: 0,
             memory_reserve_bytes: 0.0,
             host_link_bytes_per_s: None,
+            host_memory: None,
         };
         let device = plait_cost::device_for(&cluster, Dtype::Bf16)
             .map_err(RuntimeError::Spec)?

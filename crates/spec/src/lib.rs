@@ -18,7 +18,8 @@ pub mod stage_map;
 pub mod train;
 
 pub use cluster::{
-    cluster_from_toml, cluster_preset, ClusterSpec, GpuSpec, LinkSpec, CLUSTER_PRESETS, GIB,
+    cluster_from_toml, cluster_preset, ClusterSpec, GpuSpec, HostMemorySpec, LinkSpec,
+    CLUSTER_PRESETS, GIB,
 };
 pub use config::{
     check_pipeline_chunks, check_tp_split, parse_config_items, parse_recompute, ParallelConfig,

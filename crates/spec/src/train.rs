@@ -634,10 +634,24 @@ pub struct TrainSpec {
     /// without recomputation (Megatron-LM d98e8a6 `transformer_config.py:1884-1899`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cpu_offload_layers: u64,
+    /// Share of each rank's optimizer state (Adam's fp32 master weights and moments) kept in
+    /// host memory and stepped by the CPU, 0 to 1: Megatron-Core's
+    /// `--optimizer-cpu-offload --optimizer-offload-fraction` (its `HybridDeviceOptimizer`,
+    /// Megatron-LM d98e8a6 `core/optimizer/cpu_offloading/hybrid_optimizer.py`), DeepSpeed's
+    /// `zero_optimization.offload_optimizer` with `device: cpu` (ZeRO-Offload; its `ratio`
+    /// below 1 only under ZeRO-3, deepspeedai/DeepSpeed edaa722
+    /// `runtime/zero/offload_config.py:99-100`). The conditions each engine sets are
+    /// [`crate::ParallelConfig::check_offloads`]'.
+    #[serde(default, skip_serializing_if = "is_zero_share")]
+    pub optimizer_offload: f64,
 }
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+fn is_zero_share(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl Default for MoeDispatcher {
@@ -814,6 +828,7 @@ impl TrainSpec {
             bf16_last_layers: 0,
             optimizer_state: OptimizerState::Fp32,
             cpu_offload_layers: 0,
+            optimizer_offload: 0.0,
         }
     }
 }

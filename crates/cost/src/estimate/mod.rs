@@ -2,8 +2,8 @@
 //! per-GPU memory of the worst pipeline stage. Pure and deterministic.
 
 use plait_spec::{
-    even_chunk_blocks, ClusterSpec, Dtype, ModelSpec, OptimizerState, ParallelConfig, Recompute,
-    SpecError, StageMap, TrainSpec, MAX_BLOCK_KINDS,
+    even_chunk_blocks, ClusterSpec, Dtype, ModelSpec, ParallelConfig, Recompute, SpecError,
+    StageMap, TrainSpec, MAX_BLOCK_KINDS,
 };
 
 use crate::comm::{Group, Groups};
@@ -14,8 +14,11 @@ use crate::pipeline::{
     inflight_microbatches, moe_a2a_overlap, pipeline_time, A2aOverlap, StageTime,
 };
 mod layers;
+mod offload;
 mod report;
 pub use layers::{layer_costs, LayerCosts};
+pub use offload::OptimizerHome;
+use offload::{activation_offload, optimizer_offload};
 pub use report::{Breakdown, Estimate, LayerReport, MemoryBreakdown, StageEstimate};
 
 /// Bytes per parameter of mixed-precision Adam: 2 (16-bit weights) + 2 (16-bit gradients) +
@@ -188,58 +191,15 @@ pub(crate) fn estimate_banded(
     central.with_band(low.iteration_time_s, high.iteration_time_s)
 }
 
-/// What activation offloading (`TrainSpec::cpu_offload_layers`) does to one micro-batch
-/// of a stage: the saved bytes that live in host memory instead, and the copy time the
-/// compute does not hide.
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-struct ActivationOffload {
-    host_bytes: f64,
-    exposed_forward_s: f64,
-    exposed_backward_s: f64,
-}
-
-/// Activation offloading of `offloaded` of the stage's blocks (`blocks`: each block's cost
-/// and count): Transformer Engine keeps `(blocks − offloaded)` blocks' activations on the
-/// GPU (TE d0067d0 `pytorch/cpu_offload.py:748-751`), moving the others to host memory on
-/// its own stream in the forward and back before their backward. The copies, the offloaded
-/// blocks' mean activation bytes each, run over the GPU's host link one after another beside
-/// the pass's compute; they can start only once the first offloaded block has run, so the
-/// compute they hide behind is the pass's blocks less one, and what remains is exposed.
-fn activation_offload(
-    t: &TrainSpec,
-    cluster: &ClusterSpec,
-    blocks: &[(crate::layer::LayerCost, f64)],
-) -> ActivationOffload {
-    let count: f64 = blocks.iter().map(|(_, n)| n).sum();
-    let offloaded = (t.cpu_offload_layers as f64).min(count);
-    let Some(link) = cluster.host_link_bytes_per_s.filter(|_| offloaded > 0.0) else {
-        return ActivationOffload::default();
-    };
-    let total = |f: &dyn Fn(&crate::layer::LayerCost) -> f64| -> f64 {
-        blocks.iter().map(|(l, n)| f(l) * n).sum()
-    };
-    let saved = total(&|l| l.activation_bytes);
-    let host_bytes = saved * offloaded / count;
-    let copy_s = host_bytes / link;
-    let beside = (count - 1.0).max(0.0) / count;
-    let forward = total(&|l| l.forward.total_s()) * beside;
-    let backward = total(&|l| l.backward.total_s()) * beside;
-    ActivationOffload {
-        host_bytes,
-        exposed_forward_s: (copy_s - forward).max(0.0),
-        exposed_backward_s: (copy_s - backward).max(0.0),
-    }
-}
-
 /// Bytes per parameter of [weights, gradients, optimizer states] under ZeRO stage `zero`
 /// over `shards` data-parallel ranks: stage 1 shards the optimizer states, 2 also the
-/// gradients, 3 also the weights.
-pub fn zero_state_bytes_per_param(zero: u8, shards: f64, optimizer: OptimizerState) -> [f64; 3] {
+/// gradients, 3 also the weights; the optimizer's share in host memory is not on the GPU.
+pub fn zero_state_bytes_per_param(zero: u8, shards: f64, optimizer: OptimizerHome) -> [f64; 3] {
     let split = |bytes: f64, sharded: bool| if sharded { bytes / shards } else { bytes };
     [
         split(WEIGHT_BYTES, zero >= 3),
         split(GRADIENT_BYTES, zero >= 2),
-        split(optimizer.bytes_per_param(), zero >= 1),
+        split(optimizer.gpu_bytes_per_param(), zero >= 1),
     ]
 }
 
@@ -529,7 +489,7 @@ fn assemble(
         // Weights, gradients and optimizer states under ZeRO.
         // Frozen weights (LoRA) keep only their 16-bit copy: no gradient, no optimizer state.
         let per_group = |params: f64, trainable: f64, d: f64| {
-            let [w, g, o] = zero_state_bytes_per_param(c.zero, d, t.optimizer_state);
+            let [w, g, o] = zero_state_bytes_per_param(c.zero, d, OptimizerHome::of(t));
             (params * w, trainable * g, trainable * o)
         };
         let (wd, gd, od) = per_group(params, trainable, dense_shards);
@@ -742,13 +702,17 @@ fn assemble(
         } else {
             0.0
         };
-        let optimizer_s = d.memory_s(
+        let adam_s = d.memory_s(
             opt_params
-                * (OPTIMIZER_STEP_OTHER_BYTES_PER_PARAM + 2.0 * t.optimizer_state.bytes_per_param())
-                // The weight cast once per step: read the 16-bit weight, write its row-wise
-                // and column-wise copies (TE `module/linear.py:479`, `is_first_microbatch`).
-                + fp8_block_params * (2.0 + 2.0 * w.quantised_copy_bytes()),
+                * (OPTIMIZER_STEP_OTHER_BYTES_PER_PARAM
+                    + 2.0 * t.optimizer_state.bytes_per_param()),
         );
+        // Offloaded, part of the step runs on the host (its copies, the CPU's Adam).
+        let host_optimizer = optimizer_offload(t, cluster, opt_params, adam_s, bwd);
+        // The weight cast once per step: read the 16-bit weight, write its row-wise and
+        // column-wise copies (TE `module/linear.py:479`, `is_first_microbatch`).
+        let optimizer_s = host_optimizer.step_s
+            + d.memory_s(fp8_block_params * (2.0 + 2.0 * w.quantised_copy_bytes()));
         worst_optimizer = worst_optimizer.max(optimizer_s);
 
         stage_times.push(st);
@@ -766,6 +730,7 @@ fn assemble(
             dp_contention_s,
             optimizer_s,
             offload_host_bytes: offload.host_bytes,
+            optimizer_host_bytes: host_optimizer.host_bytes,
             offload_exposed_forward_s: offload.exposed_forward_s,
             offload_exposed_backward_s: offload.exposed_backward_s,
             peak_memory_bytes: memory.total_bytes(),
@@ -830,7 +795,13 @@ fn assemble(
     let memory = stages[worst_stage].memory;
     let peak = memory.total_bytes();
     let capacity = cluster.gpu.memory_bytes;
-    let fits = peak <= capacity;
+    let host_memory_bytes = stages
+        .iter()
+        .map(StageEstimate::host_bytes)
+        .fold(0.0, f64::max);
+    let host_memory_capacity_bytes = cluster.host_memory_per_gpu().map(|(bytes, _)| bytes);
+    let fits =
+        peak <= capacity && host_memory_capacity_bytes.is_none_or(|cap| host_memory_bytes <= cap);
     let flops = model_flops(m, t);
     let gpus = c.gpus() as f64;
     Estimate {
@@ -848,6 +819,8 @@ fn assemble(
         peak_memory_high_bytes: peak
             + ALLOCATOR_FRAGMENTATION * (memory.activations_bytes + memory.transient_bytes),
         memory_capacity_bytes: capacity,
+        host_memory_bytes,
+        host_memory_capacity_bytes,
         fits,
         worst_stage,
         breakdown,

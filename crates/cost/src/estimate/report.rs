@@ -127,8 +127,20 @@ pub struct StageEstimate {
     pub offload_exposed_forward_s: f64,
     #[serde(skip_serializing_if = "is_zero")]
     pub offload_exposed_backward_s: f64,
+    /// Host bytes of the optimizer state this GPU offloads (`TrainSpec::optimizer_offload`;
+    /// already out of `memory.optimizer_bytes`); 0 without offloading.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub optimizer_host_bytes: f64,
     pub memory: MemoryBreakdown,
     pub peak_memory_bytes: f64,
+}
+
+impl StageEstimate {
+    /// Host memory this stage's GPU holds: its in-flight micro-batches' offloaded
+    /// activations and its offloaded optimizer state.
+    pub fn host_bytes(&self) -> f64 {
+        self.offload_host_bytes * self.memory.inflight_microbatches + self.optimizer_host_bytes
+    }
 }
 
 /// The answer for one configuration.
@@ -157,6 +169,15 @@ pub struct Estimate {
     /// goes (activations, transients): what the engine may really need.
     pub peak_memory_high_bytes: f64,
     pub memory_capacity_bytes: f64,
+    /// Host memory per GPU of the stage that needs most (`StageEstimate::host_bytes`); 0
+    /// without offloading.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub host_memory_bytes: f64,
+    /// The GPU's share of its node's host memory, where the cluster gives it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_memory_capacity_bytes: Option<f64>,
+    /// The worst stage fits in GPU memory and every stage's offloaded state in its share of
+    /// host memory.
     pub fits: bool,
     pub worst_stage: usize,
     pub breakdown: Breakdown,
@@ -178,7 +199,14 @@ pub struct LayerReport {
 impl Estimate {
     /// Whether the plan fits even with the allocator's average fragmentation.
     pub fn fits_with_fragmentation(&self) -> bool {
-        self.peak_memory_high_bytes <= self.memory_capacity_bytes
+        self.peak_memory_high_bytes <= self.memory_capacity_bytes && self.host_fits()
+    }
+
+    /// Whether the offloaded state fits in the GPU's share of host memory (true where the
+    /// cluster does not give it, or nothing is offloaded).
+    pub fn host_fits(&self) -> bool {
+        self.host_memory_capacity_bytes
+            .is_none_or(|cap| self.host_memory_bytes <= cap)
     }
 
     /// The estimate with its band set from the optimistic and pessimistic iteration times
@@ -195,6 +223,14 @@ impl Estimate {
     pub fn reason(&self) -> Option<String> {
         if self.fits {
             return None;
+        }
+        if self.peak_memory_bytes <= self.memory_capacity_bytes && !self.host_fits() {
+            return Some(format!(
+                "the offloaded state needs {:.1} GiB of host memory per GPU but each GPU's \
+                 share of its node's is {:.1} GiB",
+                self.host_memory_bytes / GIB,
+                self.host_memory_capacity_bytes.unwrap_or(0.0) / GIB,
+            ));
         }
         let m = &self.memory;
         Some(format!(

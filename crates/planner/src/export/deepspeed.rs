@@ -16,7 +16,9 @@
 //!   divides by is dp × tp: `train_batch_size` = micro-batch × accumulation × dp × tp.
 //! * `deepspeed/runtime/zero/config.py` (`DeepSpeedZeroConfig`, which forbids unknown keys):
 //!   `zero_optimization.stage`, `zero_optimization.overlap_comm`,
-//!   `zero_optimization.mics_shard_size` (hybrid sharding, ZeRO-3 only).
+//!   `zero_optimization.mics_shard_size` (hybrid sharding, ZeRO-3 only);
+//!   `deepspeed/runtime/zero/offload_config.py` (checked at deepspeedai/DeepSpeed edaa722):
+//!   `zero_optimization.offload_optimizer` with `device`, `pin_memory` and `ratio`.
 //! * `deepspeed/runtime/config.py` `get_pipeline_config`: the `pipeline` section with
 //!   `stages`, `partition`, `activation_checkpoint_interval` (read by
 //!   `deepspeed/runtime/pipe/engine.py`), `pipe_partitioned`, `grad_partitioned`.
@@ -216,6 +218,19 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     if c.zero == 3 && c.dp_replicas() > 1 {
         zero.insert("mics_shard_size".into(), json!(c.dp_shard()));
     }
+    // ZeRO-Offload: the optimizer state in pinned host memory, stepped by DeepSpeedCPUAdam;
+    // `ratio` (the share offloaded) only under ZeRO-3 (`zero/offload_config.py`
+    // `DeepSpeedZeroOffloadOptimizerConfig`, deepspeedai/DeepSpeed edaa722).
+    let offload = train.optimizer_offload;
+    if offload > 0.0 {
+        let mut section = Map::new();
+        section.insert("device".into(), json!("cpu"));
+        section.insert("pin_memory".into(), json!(true));
+        if offload < 1.0 {
+            section.insert("ratio".into(), json!(offload));
+        }
+        zero.insert("offload_optimizer".into(), Value::Object(section));
+    }
     cfg.insert("zero_optimization".into(), Value::Object(zero));
     if c.tp > 1 {
         cfg.insert("tensor_parallel".into(), json!({ "autotp_size": c.tp }));
@@ -323,7 +338,15 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
             model.moe.map(|m| m.top_k).unwrap_or(0)
         ));
     }
-    if c.pp == 1 && !full && c.tp == 1 && c.ep == 1 {
+    if offload > 0.0 {
+        lines.push(
+            "- with offload_optimizer, an optimizer passed to deepspeed.initialize must be \
+             deepspeed.ops.adam.DeepSpeedCPUAdam (or leave it to an optimizer section: \
+             DeepSpeed builds DeepSpeedCPUAdam for Adam and AdamW when offloading)"
+                .into(),
+        );
+    }
+    if c.pp == 1 && !full && c.tp == 1 && c.ep == 1 && offload == 0.0 {
         lines.push("- nothing beyond deepspeed.initialize(config=\"ds_config.json\")".into());
     }
     vec![

@@ -290,6 +290,14 @@ pub fn export(
             train.cpu_offload_layers
         ));
     }
+    if !matches!(engine, Engine::Megatron | Engine::DeepSpeed) && train.optimizer_offload > 0.0 {
+        reasons.push(format!(
+            "the run keeps {} of the optimizer state in host memory, which the {engine} \
+             export does not write (Megatron-Core's optimizer_cpu_offload and DeepSpeed's \
+             offload_optimizer do)",
+            train.optimizer_offload
+        ));
+    }
     // Adam's state in bf16 is how Apex's DistributedFusedAdam (NeMo 1.x's
     // `distributed_fused_adam`) runs it; the exporters write no optimizer-state dtypes yet,
     // so a launch from them would hold the fp32 state the plan did not budget.

@@ -109,6 +109,31 @@ pub struct ClusterSpec {
     /// the system does not publish it (offloading is then refused).
     #[serde(default)]
     pub host_link_bytes_per_s: Option<f64>,
+    /// The node's host memory (its DRAM and the CPUs' bandwidth to it), which optimizer
+    /// offloading keeps its state in and steps on; `None` where the system does not publish
+    /// it (optimizer offloading is then refused).
+    #[serde(default)]
+    pub host_memory: Option<HostMemorySpec>,
+}
+
+/// One node's host memory, shared by its GPUs' processes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct HostMemorySpec {
+    /// DRAM per node.
+    pub bytes: f64,
+    /// Peak DRAM bandwidth per node: memory channels × transfer rate × 8 bytes, summed over
+    /// the sockets (a datasheet figure; sustained streams reach less).
+    pub bandwidth_bytes_per_s: f64,
+}
+
+impl ClusterSpec {
+    /// One GPU's share of its node's host memory: (bytes, bandwidth), the node's figures
+    /// over its GPUs (each GPU's process holds and steps its own shard).
+    pub fn host_memory_per_gpu(&self) -> Option<(f64, f64)> {
+        let gpus = self.gpus_per_node.max(1) as f64;
+        self.host_memory
+            .map(|h| (h.bytes / gpus, h.bandwidth_bytes_per_s / gpus))
+    }
 }
 
 const GB: f64 = 1e9;
@@ -459,6 +484,7 @@ fn dgx(
     nics: u64,
     nic_gbit: f64,
     host_link_gb_per_s: f64,
+    host_memory: Option<HostMemorySpec>,
 ) -> ClusterSpec {
     ClusterSpec {
         name: name.into(),
@@ -469,12 +495,18 @@ fn dgx(
         nics_per_node: nics,
         memory_reserve_bytes: DEFAULT_RESERVE_BYTES,
         host_link_bytes_per_s: Some(host_link_gb_per_s * GB),
+        host_memory,
     }
 }
 
 /// An NVL72 rack as one NVLink domain: 72 GPUs on one NVLink5 switch fabric at 1.8 TB/s
 /// bidirectional each, one NIC of `nic_gbit` per GPU, each GPU on NVLink-C2C to its Grace.
-fn nvl72(name: &str, gpu: GpuSpec, nic_gbit: f64) -> ClusterSpec {
+fn nvl72(
+    name: &str,
+    gpu: GpuSpec,
+    nic_gbit: f64,
+    host_memory: Option<HostMemorySpec>,
+) -> ClusterSpec {
     ClusterSpec {
         name: name.into(),
         gpu,
@@ -484,6 +516,7 @@ fn nvl72(name: &str, gpu: GpuSpec, nic_gbit: f64) -> ClusterSpec {
         nics_per_node: 72,
         memory_reserve_bytes: DEFAULT_RESERVE_BYTES,
         host_link_bytes_per_s: Some(NVLINK_C2C_PER_GPU_GB_PER_S * GB),
+        host_memory,
     }
 }
 
@@ -496,6 +529,42 @@ const PCIE_GEN5_X16_GB_PER_S: f64 = 64.0;
 /// superchip (NVIDIA GB200 NVL72 and GB300 NVL72 specifications), a Grace serving two GPUs,
 /// so 900 / 2 / 2 per GPU per direction.
 const NVLINK_C2C_PER_GPU_GB_PER_S: f64 = 900.0 / 2.0 / 2.0;
+
+/// DRAM bandwidth of `sockets` CPUs with `channels` memory channels each at `mega_transfers`
+/// MT/s, 8 bytes per transfer (a 64-bit channel).
+fn dram_bandwidth(sockets: f64, channels: f64, mega_transfers: f64) -> f64 {
+    sockets * channels * mega_transfers * 1e6 * 8.0
+}
+
+/// DGX A100's host: 2 × AMD EPYC 7742 (DGX A100 datasheet), each 8 channels of DDR4-3200
+/// (AMD EPYC 7742 specifications), 409.6 GB/s; `tb` of DRAM (the datasheet: 1 TB with
+/// 40 GB GPUs, 2 TB with 80 GB GPUs).
+fn dgx_a100_host(tb: f64) -> Option<HostMemorySpec> {
+    Some(HostMemorySpec {
+        bytes: tb * 1e12,
+        bandwidth_bytes_per_s: dram_bandwidth(2.0, 8.0, 3200.0),
+    })
+}
+
+/// DGX H100 and DGX H200's host: 2 TB of DDR5 (DGX H100 and H200 datasheets) on 2 × Xeon
+/// Platinum 8480C, 8 channels each (Intel Xeon Platinum 8480+ specifications), populated two
+/// DIMMs per channel (32 × 64 GB, DGX H100 user guide), where Sapphire Rapids runs DDR5 at
+/// 4,400 MT/s instead of 4,800: 563.2 GB/s.
+fn dgx_h100_host() -> Option<HostMemorySpec> {
+    Some(HostMemorySpec {
+        bytes: 2e12,
+        bandwidth_bytes_per_s: dram_bandwidth(2.0, 8.0, 4400.0),
+    })
+}
+
+/// GB200 NVL72's hosts, the rack's 36 Grace CPUs: up to 17 TB of LPDDR5X at up to 18.4 TB/s
+/// in all (NVIDIA GB200 NVL72 specifications, "CPU Memory | Bandwidth").
+fn gb200_nvl72_host() -> Option<HostMemorySpec> {
+    Some(HostMemorySpec {
+        bytes: 17e12,
+        bandwidth_bytes_per_s: 18.4e12,
+    })
+}
 
 /// Names of the built-in cluster presets.
 pub const CLUSTER_PRESETS: [&str; 13] = [
@@ -527,6 +596,7 @@ pub fn cluster_preset(name: &str) -> Result<ClusterSpec> {
             8,
             200.0,
             PCIE_GEN4_X16_GB_PER_S,
+            dgx_a100_host(2.0),
         ),
         // DGX A100 with 40 GB GPUs (the original DGX A100 320 GB): the same NVLink3 and 8 ×
         // 200 Gb/s HDR compute NICs (DGX A100 datasheet).
@@ -537,9 +607,18 @@ pub fn cluster_preset(name: &str) -> Result<ClusterSpec> {
             8,
             200.0,
             PCIE_GEN4_X16_GB_PER_S,
+            dgx_a100_host(1.0),
         ),
         // DGX H100: NVLink4 900 GB/s bidirectional; 8 × 400 Gb/s ConnectX-7 (DGX H100 datasheet).
-        "dgx-h100" | "h100" => dgx("dgx-h100", h100(), 900.0, 8, 400.0, PCIE_GEN5_X16_GB_PER_S),
+        "dgx-h100" | "h100" => dgx(
+            "dgx-h100",
+            h100(),
+            900.0,
+            8,
+            400.0,
+            PCIE_GEN5_X16_GB_PER_S,
+            dgx_h100_host(),
+        ),
         // Meta's Grand Teton (OCP 2022): 8 H100 fully connected by NVLink (H100 SXM:
         // NVLink4, 900 GB/s bidirectional), a backend RDMA network of 400 Gb/s per GPU
         // (torchtitan's benchmark documents, "Hardware"), the GPUs at 500 W
@@ -551,40 +630,78 @@ pub fn cluster_preset(name: &str) -> Result<ClusterSpec> {
             8,
             400.0,
             PCIE_GEN5_X16_GB_PER_S,
+            None,
         ),
         // HGX H800, as DeepSeek-V3 trained on it (DeepSeek-V3 technical report, arXiv
         // 2412.19437, §3.1 and §3.2.2): 8 GPUs on NVLink/NVSwitch at 400 GB/s bidirectional
         // (H800 datasheet; the report measures 160 GB/s per direction, which the NVLink
         // collective efficiency reproduces), one 400 Gb/s InfiniBand NIC per GPU ("IB
         // (50 GB/s)").
-        "hgx-h800" | "h800" | "dgx-h800" => {
-            dgx("hgx-h800", h800(), 400.0, 8, 400.0, PCIE_GEN5_X16_GB_PER_S)
-        }
+        "hgx-h800" | "h800" | "dgx-h800" => dgx(
+            "hgx-h800",
+            h800(),
+            400.0,
+            8,
+            400.0,
+            PCIE_GEN5_X16_GB_PER_S,
+            None,
+        ),
         // DGX H200: same NVLink4 and 8 × 400 Gb/s network as DGX H100 (DGX H200 datasheet).
-        "dgx-h200" | "h200" => dgx("dgx-h200", h200(), 900.0, 8, 400.0, PCIE_GEN5_X16_GB_PER_S),
+        "dgx-h200" | "h200" => dgx(
+            "dgx-h200",
+            h200(),
+            900.0,
+            8,
+            400.0,
+            PCIE_GEN5_X16_GB_PER_S,
+            dgx_h100_host(),
+        ),
         // DGX B200: NVLink5 1.8 TB/s bidirectional; 8 × 400 Gb/s ConnectX-7 (DGX B200 datasheet).
         "dgx-b200" | "b200" => {
             // The host's PCIe 5.0 (DGX B200 datasheet: 2 × Xeon Platinum 8570, a
             // PCIe 5.0 part) bounds the link.
-            dgx("dgx-b200", b200(), 1800.0, 8, 400.0, PCIE_GEN5_X16_GB_PER_S)
+            // Its DRAM's population (2 TB, configurable to 4 TB) and so its speed are not
+            // published: no host memory figures.
+            dgx(
+                "dgx-b200",
+                b200(),
+                1800.0,
+                8,
+                400.0,
+                PCIE_GEN5_X16_GB_PER_S,
+                None,
+            )
         }
         // GB200 NVL72: 72 GPUs in 18 trays on one NVLink5 switch fabric at 1.8 TB/s
         // bidirectional per GPU (130 TB/s per rack), one 400 Gb/s ConnectX-7 per GPU (GB200
         // NVL72 datasheet). The rack is one NVLink domain, so it is the "node" here: groups
         // inside it run at NVLink rates, across racks at the per-GPU NIC share.
-        "gb200-nvl72" | "gb200" | "nvl72" | "dgx-gb200" => nvl72("gb200-nvl72", gb200(), 400.0),
+        "gb200-nvl72" | "gb200" | "nvl72" | "dgx-gb200" => {
+            nvl72("gb200-nvl72", gb200(), 400.0, gb200_nvl72_host())
+        }
         // GB300 NVL72: the same rack as GB200 NVL72 — 72 GPUs in 18 trays of 4 on one NVLink5
         // switch fabric (9 NVSwitch trays, 130 TB/s, 1.8 TB/s bidirectional per GPU) — with
         // B300 GPUs and one 800 Gb/s ConnectX-8 per GPU (NVIDIA GB300 NVL72 specifications;
         // NVIDIA Enterprise Reference Architecture "NVL72 AI factory", components: 4 ConnectX-8
         // per 4-GPU compute tray). The rack is one NVLink domain, the "node" here.
-        "gb300-nvl72" | "gb300" | "dgx-gb300" => nvl72("gb300-nvl72", gb300(), 800.0),
+        "gb300-nvl72" | "gb300" | "dgx-gb300" => {
+            // Its Grace memory's figures are not read from a specification here: none.
+            nvl72("gb300-nvl72", gb300(), 800.0, None)
+        }
         // DGX B300: 8 B300 on NVLink5 at 1.8 TB/s bidirectional per GPU (14.4 TB/s total);
         // 8 single-port ConnectX-8 VPI at up to 800 Gb/s (DGX B300 datasheet; HGX B300
         // specifications: 1.6 TB/s networking for 8 GPUs).
         "dgx-b300" | "b300" | "hgx-b300" => {
             // The host's PCIe 5.0 (DGX B300 datasheet: 2 × Xeon 6776P, a PCIe 5.0 part).
-            dgx("dgx-b300", b300(), 1800.0, 8, 800.0, PCIE_GEN5_X16_GB_PER_S)
+            dgx(
+                "dgx-b300",
+                b300(),
+                1800.0,
+                8,
+                800.0,
+                PCIE_GEN5_X16_GB_PER_S,
+                None,
+            )
         }
         // 8 × L40S on PCIe Gen4, no NVLink (L40S datasheet). Network: AWS EC2 g6e.48xlarge
         // (8 × L40S, 400 Gb/s network bandwidth with EFA; EC2 accelerated-computing instance
@@ -599,6 +716,7 @@ pub fn cluster_preset(name: &str) -> Result<ClusterSpec> {
             memory_reserve_bytes: DEFAULT_RESERVE_BYTES,
             // L40S datasheet: PCIe Gen4 x16, 64 GB/s bidirectional.
             host_link_bytes_per_s: Some(PCIE_GEN4_X16_GB_PER_S * GB),
+            host_memory: None,
         },
         // 8 × MI300X on Infinity Fabric (a full xGMI mesh, see `xgmi_mi300x`). Network: Azure
         // ND MI300X v5 (8 × MI300X, one 400 Gb/s Quantum-2 ConnectX-7 InfiniBand per GPU,
@@ -613,6 +731,7 @@ pub fn cluster_preset(name: &str) -> Result<ClusterSpec> {
             memory_reserve_bytes: DEFAULT_RESERVE_BYTES,
             // AMD Instinct MI300X datasheet: PCIe Gen5 x16, 128 GB/s bidirectional.
             host_link_bytes_per_s: Some(PCIE_GEN5_X16_GB_PER_S * GB),
+            host_memory: None,
         },
         // No 8 × RTX 4090 preset: the GPU and PCIe numbers are public (Ada whitepaper: 165.2
         // TFLOP/s dense bf16 with FP32 accumulation, 330.3 fp8, 24 GB at 1,008 GB/s, 128 SMs;
@@ -622,7 +741,7 @@ pub fn cluster_preset(name: &str) -> Result<ClusterSpec> {
         // EDR InfiniBand per node (DGX-1 datasheet).
         "dgx-v100" | "dgx-1" | "v100" => {
             // V100 SXM2 datasheet: PCIe Gen3, 32 GB/s bidirectional.
-            dgx("dgx-v100", v100_32g(), 300.0, 4, 100.0, 16.0)
+            dgx("dgx-v100", v100_32g(), 300.0, 4, 100.0, 16.0, None)
         }
         _ => {
             return Err(SpecError::for_field(

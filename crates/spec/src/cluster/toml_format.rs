@@ -34,6 +34,8 @@ struct ClusterToml {
     inter_node_latency_us: Option<f64>,
     memory_reserve_gib: Option<f64>,
     host_link_gb_per_s: Option<f64>,
+    host_memory_gb: Option<f64>,
+    host_memory_bandwidth_gb_per_s: Option<f64>,
     gpu: Option<GpuToml>,
 }
 
@@ -56,7 +58,7 @@ struct GpuToml {
 
 const CLUSTER_TOML_KEYS: &str = "name, base, gpus_per_node, nvlink_bidirectional_gb_per_s, \
 nvlink_latency_us, nics_per_node, nic_gbit_per_s, inter_node_latency_us, memory_reserve_gib, \
-host_link_gb_per_s, [gpu] name, peak_bf16_tflops, peak_fp16_tflops, peak_fp8_tflops, peak_fp4_tflops, matmul_efficiency, \
+host_link_gb_per_s, host_memory_gb, host_memory_bandwidth_gb_per_s, [gpu] name, peak_bf16_tflops, peak_fp16_tflops, peak_fp8_tflops, peak_fp4_tflops, matmul_efficiency, \
 fp8_matmul_efficiency, sustained_clock_ratio, memory_gib, memory_gb, memory_bandwidth_gb_per_s, sms";
 
 /// The largest value of each positive cluster TOML number, in the key's own unit: far
@@ -69,12 +71,15 @@ fn max_of(field: &str) -> f64 {
         // GB/s, Gb/s.
         "nvlink_bidirectional_gb_per_s"
         | "gpu.memory_bandwidth_gb_per_s"
+        | "host_memory_bandwidth_gb_per_s"
         | "host_link_gb_per_s" => 1e6,
         "nic_gbit_per_s" => 1e7,
         // TFLOP/s: 100 PFLOP/s per GPU.
         f if f.starts_with("gpu.peak_") => 1e5,
         // GiB / GB: 100 TB per GPU.
         "gpu.memory_gib" | "gpu.memory_gb" => 1e5,
+        // GB of host memory per node: a petabyte.
+        "host_memory_gb" => 1e6,
         _ => f64::MAX,
     }
 }
@@ -91,11 +96,12 @@ fn min_of(field: &str) -> f64 {
         "nvlink_bidirectional_gb_per_s"
         | "gpu.memory_bandwidth_gb_per_s"
         | "nic_gbit_per_s"
+        | "host_memory_bandwidth_gb_per_s"
         | "host_link_gb_per_s" => 1e-3,
         // TFLOP/s: one GFLOP/s.
         f if f.starts_with("gpu.peak_") => 1e-3,
         // GiB / GB: one MiB (MB).
-        "gpu.memory_gib" | "gpu.memory_gb" => 1e-3,
+        "gpu.memory_gib" | "gpu.memory_gb" | "host_memory_gb" => 1e-3,
         _ => f64::MIN_POSITIVE,
     }
 }
@@ -265,6 +271,7 @@ pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
                 nics_per_node: nics,
                 memory_reserve_bytes: DEFAULT_RESERVE_BYTES,
                 host_link_bytes_per_s: None,
+                host_memory: None,
             }
         }
     };
@@ -314,6 +321,41 @@ pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
     if let Some(v) = doc.host_link_gb_per_s {
         // GPU↔host bandwidth per direction (activation offloading's copies).
         c.host_link_bytes_per_s = Some(positive_f(source, "host_link_gb_per_s", v)? * GB);
+    }
+    // The node's host memory (optimizer offloading's state and CPU step): both figures, or
+    // one over the base's other.
+    let host_bytes = doc
+        .host_memory_gb
+        .map(|v| positive_f(source, "host_memory_gb", v).map(|v| v * GB))
+        .transpose()?;
+    let host_bw = doc
+        .host_memory_bandwidth_gb_per_s
+        .map(|v| positive_f(source, "host_memory_bandwidth_gb_per_s", v).map(|v| v * GB))
+        .transpose()?;
+    if host_bytes.is_some() || host_bw.is_some() {
+        let base = c.host_memory;
+        let (Some(bytes), Some(bandwidth_bytes_per_s)) = (
+            host_bytes.or(base.map(|h| h.bytes)),
+            host_bw.or(base.map(|h| h.bandwidth_bytes_per_s)),
+        ) else {
+            let missing = if host_bytes.is_none() {
+                "host_memory_gb"
+            } else {
+                "host_memory_bandwidth_gb_per_s"
+            };
+            return Err(SpecError::new(
+                source,
+                missing,
+                "missing: host memory needs both its size and its bandwidth, and the base \
+                 gives none"
+                    .to_string(),
+                "host_memory_gb and host_memory_bandwidth_gb_per_s, per node",
+            ));
+        };
+        c.host_memory = Some(crate::cluster::HostMemorySpec {
+            bytes,
+            bandwidth_bytes_per_s,
+        });
     }
     if let Some(g) = doc.gpu {
         if let Some(v) = g.name {

@@ -313,67 +313,6 @@ impl ParallelConfig {
         Ok(())
     }
 
-    /// Activation offloading (`TrainSpec::cpu_offload_layers`) as Megatron-Core runs it:
-    /// under engine megatron, for fewer blocks than the model has (`transformer_config.py:
-    /// 1884-1889`, Megatron-LM d98e8a6). The plan's own conditions are
-    /// [`ParallelConfig::check_cpu_offload`]'s.
-    pub fn check_cpu_offload_train(model: &ModelSpec, train: &TrainSpec) -> Result<()> {
-        let n = train.cpu_offload_layers;
-        if n == 0 {
-            return Ok(());
-        }
-        let field = "cpu_offload_layers";
-        if train.engine != crate::Engine::Megatron {
-            return Err(SpecError::for_field(
-                field,
-                format!(
-                    "engine {} has no activation offloading plait models (Megatron-Core's \
-                     cpu_offloading does)",
-                    train.engine.keyword()
-                ),
-                "with engine megatron",
-            ));
-        }
-        if n >= model.layers {
-            return Err(SpecError::for_field(
-                field,
-                format!(
-                    "{n} offloaded blocks of {}'s {} (Megatron-Core offloads fewer than all)",
-                    model.name, model.layers
-                ),
-                format!("0 to {}", model.layers - 1),
-            ));
-        }
-        Ok(())
-    }
-
-    /// A plan that offloads activations runs without a pipeline and without recomputation,
-    /// as Megatron-Core requires (`transformer_config.py:1891-1899`, Megatron-LM d98e8a6).
-    pub fn check_cpu_offload(&self, model: &ModelSpec, train: &TrainSpec) -> Result<()> {
-        Self::check_cpu_offload_train(model, train)?;
-        if train.cpu_offload_layers == 0 {
-            return Ok(());
-        }
-        let err = |field: &str, problem: String, allowed: &str| {
-            Err(SpecError::for_field(field, problem, allowed.to_string()))
-        };
-        if self.pp > 1 {
-            return err(
-                "pp",
-                format!("pp = {} with activation offloading", self.pp),
-                "pp = 1 (Megatron-Core offloads without a pipeline)",
-            );
-        }
-        if self.recompute != Recompute::None {
-            return err(
-                "recompute",
-                format!("recompute = {} with activation offloading", self.recompute),
-                "none (Megatron-Core offloads without recomputation)",
-            );
-        }
-        Ok(())
-    }
-
     /// Micro-batches per pipeline per iteration.
     pub fn microbatches(&self, train: &TrainSpec) -> u64 {
         train.gbs / (self.mbs * self.dp)
@@ -579,7 +518,7 @@ impl ParallelConfig {
         self.check_moe_a2a_overlap(model, train)?;
         self.check_moe_dispatcher(train)?;
         Self::check_bf16_layers(model, train)?;
-        self.check_cpu_offload(model, train)?;
+        self.check_offloads(model, train)?;
         if let Some(shard) = self.dp_shard {
             if shard == 0 || !self.dp.is_multiple_of(shard) {
                 return err(
@@ -811,6 +750,8 @@ impl fmt::Display for ParallelConfig {
         write!(f, " {}", self.schedule)
     }
 }
+
+mod offload;
 
 #[cfg(test)]
 mod tests;

@@ -743,6 +743,22 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
             )],
         ));
     }
+    // Optimizer offloading: the HybridDeviceOptimizer, which needs the precision-aware
+    // optimizer (Megatron-LM d98e8a6 `training/arguments.py:1884-1888`, flags at 2918-2923;
+    // the fraction's default is 1.0, written anyway).
+    if train.optimizer_offload > 0.0 {
+        groups.push((
+            "optimizer offloading",
+            vec![
+                flag("--optimizer-cpu-offload"),
+                (
+                    "--optimizer-offload-fraction",
+                    train.optimizer_offload.to_string(),
+                ),
+                flag("--use-precision-aware-optimizer"),
+            ],
+        ));
+    }
 
     let mut head = vec![
         "Megatron-LM launch arguments written by plait.".to_string(),
