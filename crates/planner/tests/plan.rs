@@ -157,6 +157,46 @@ fn a_trillion_parameters_on_one_gpu_is_explained() {
     assert!(inf.reason.contains("1 GPU fits"), "{}", inf.reason);
 }
 
+/// With the optimizer state offloaded, a model that needs 16 bytes per parameter on the
+/// GPU needs 4: the bound and the GPU count that fits fall with it, and the plans found keep
+/// a ZeRO shard (the offloaded state is that shard).
+#[test]
+fn offloading_the_optimizer_lowers_the_gpus_a_model_needs() {
+    let cluster = cluster_preset("dgx-h100").unwrap();
+    let m = model_preset("llama3-405b").unwrap();
+    let d = device_for(&cluster, plait_spec::Dtype::Bf16).unwrap();
+    let on_gpu = TrainSpec::new(16, 4096);
+    let offloaded = TrainSpec {
+        optimizer_offload: 1.0,
+        ..on_gpu.clone()
+    };
+    let inf = |t: &TrainSpec| {
+        plan(&Request::new(&m, &cluster, t, &d, 16), &|_, _| {})
+            .unwrap()
+            .infeasible
+            .expect("405B does not fit 16 H100")
+    };
+    let (a, b) = (inf(&on_gpu), inf(&offloaded));
+    // A quarter of the bytes: ⌈x / 4⌉ of the GPUs (78 → 20).
+    assert_eq!(
+        a.min_gpus_lower_bound.div_ceil(4),
+        b.min_gpus_lower_bound,
+        "{a:?} {b:?}"
+    );
+    assert!(a.reason.contains("6048 GiB") && b.reason.contains("1512 GiB"));
+    assert!(b.min_gpus.unwrap() < a.min_gpus.unwrap(), "{a:?} {b:?}");
+    let t = TrainSpec {
+        gbs: 64,
+        ..offloaded
+    };
+    let out = plan(&Request::new(&m, &cluster, &t, &d, 64), &|_, _| {}).unwrap();
+    assert!(!out.plans.is_empty());
+    for p in &out.plans {
+        assert!(p.config.zero >= 1, "{}", p.config);
+        assert!(p.estimate.host_memory_bytes > 0.0 && p.estimate.host_fits());
+    }
+}
+
 /// A large vocabulary makes the LM head heavy: with the pipeline pinned to 4 stages of one
 /// GPU each, the layout gives the last stage fewer blocks than the others, and the
 /// simulated step is faster than the even layout's.

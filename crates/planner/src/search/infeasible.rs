@@ -31,9 +31,21 @@ pub(super) fn no_candidates(req: &Request) -> Infeasible {
     }
 }
 
-/// The model state fully sharded (16 bytes per parameter), and the GPUs it needs at least.
+/// The model state fully sharded (16-bit weights and gradients and the optimizer's share on
+/// the GPU: 16 bytes per parameter with fp32 Adam and nothing offloaded; a frozen LoRA base
+/// its weights only), and the GPUs it needs at least.
 fn state_lower_bound(req: &Request) -> (f64, u64) {
-    let state_bytes = 16.0 * req.model.parameter_count() as f64;
+    let [w, g, o] = plait_cost::estimate::zero_state_bytes_per_param(
+        3,
+        1.0,
+        plait_cost::estimate::OptimizerHome::of(req.train),
+    );
+    let per_param = if req.train.lora_adapters().is_some() {
+        w
+    } else {
+        w + g + o
+    };
+    let state_bytes = per_param * req.model.parameter_count() as f64;
     let usable = req.cluster.gpu.memory_bytes - req.cluster.memory_reserve_bytes;
     (
         state_bytes,
