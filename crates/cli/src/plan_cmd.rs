@@ -131,6 +131,53 @@ struct PlanJson<'a> {
     exported: Vec<String>,
     /// What the engine's own switches would do to the best plan (`what_if`).
     what_if: Vec<WhatIf>,
+    /// Where nothing fits: the best plan with the optimizer state offloaded, if one fits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    if_offloaded: Option<OffloadedPlan>,
+}
+
+/// The best plan of the same request with all of the optimizer state in host memory
+/// (`--optimizer-offload 1`).
+#[derive(Serialize)]
+struct OffloadedPlan {
+    optimizer_offload: f64,
+    config_text: String,
+    iteration_time_s: f64,
+    peak_memory_bytes: f64,
+    host_memory_bytes: f64,
+}
+
+/// Where no plan fits with the optimizer state on the GPU, the best that fits with all of
+/// it offloaded: asked only under an engine with a CPU optimizer, on a cluster that gives
+/// its host memory, for a request that did not offload already (and whose pins allow it).
+fn if_offloaded(req: &Request) -> Option<OffloadedPlan> {
+    let t = req.train;
+    let engine_runs_it = matches!(
+        t.engine,
+        plait_spec::Engine::Megatron | plait_spec::Engine::Deepspeed
+    );
+    if t.optimizer_offload > 0.0 || !engine_runs_it || req.cluster.host_memory.is_none() {
+        return None;
+    }
+    let offloaded = TrainSpec {
+        optimizer_offload: 1.0,
+        ..t.clone()
+    };
+    let probe = Request {
+        train: &offloaded,
+        top: 1,
+        simulate: 1,
+        ..req.clone()
+    };
+    let outcome = plan(&probe, &|_, _| {}).ok()?;
+    let best = outcome.plans.first()?;
+    Some(OffloadedPlan {
+        optimizer_offload: 1.0,
+        config_text: best.config.to_string(),
+        iteration_time_s: best.estimate.iteration_time_s,
+        peak_memory_bytes: best.estimate.peak_memory_bytes,
+        host_memory_bytes: best.estimate.host_memory_bytes,
+    })
 }
 
 /// The best plan's step with one engine switch the request left off.
@@ -337,6 +384,12 @@ pub fn run(args: &PlanArgs) -> Result<String> {
         Some(best) => what_if(&r, best)?,
         None => Vec::new(),
     };
+    let if_offloaded = match &outcome.infeasible {
+        Some(inf) if inf.cause == plait_planner::Cause::OutOfMemory => {
+            pool.install(|| if_offloaded(&req))
+        }
+        _ => None,
+    };
     if args.json {
         let doc = PlanJson {
             model: &r.model.name,
@@ -366,6 +419,7 @@ pub fn run(args: &PlanArgs) -> Result<String> {
             infeasible: outcome.infeasible.as_ref(),
             exported,
             what_if,
+            if_offloaded,
         };
         return Ok(serde_json::to_string_pretty(&doc)? + "\n");
     }
@@ -391,6 +445,17 @@ pub fn run(args: &PlanArgs) -> Result<String> {
     if let Some(inf) = &outcome.infeasible {
         out += &format!("NO PLAN FITS: {}\n", inf.reason);
         out += &infeasible_bounds(inf, gpus);
+        if let Some(o) = &if_offloaded {
+            out += &format!(
+                "with the optimizer state in host memory (optimizer offload 1) the best plan \
+                 fits: {} at {:.3} s per step, {:.1} GiB per GPU and {:.1} GiB of host memory \
+                 each\n",
+                o.config_text,
+                o.iteration_time_s,
+                o.peak_memory_bytes / GIB,
+                o.host_memory_bytes / GIB
+            );
+        }
         return Ok(out);
     }
     let mut table = Table::new();

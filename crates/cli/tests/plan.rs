@@ -133,6 +133,51 @@ fn infeasible_request_explains_and_names_the_minimum() {
 }
 
 #[test]
+fn where_nothing_fits_plan_says_what_offloading_the_optimizer_would_fit() {
+    let args = [
+        "plan",
+        "--model",
+        "llama3-405b",
+        "--cluster",
+        "dgx-h100",
+        "--gpus",
+        "32",
+        "--gbs",
+        "32",
+        "--seq",
+        "4096",
+    ];
+    let (code, out, err) = plait(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("NO PLAN FITS"), "{out}");
+    assert!(out.contains("optimizer state in host memory"), "{out}");
+    let v = json(&[&args[..], &["--json"]].concat());
+    let o = &v["if_offloaded"];
+    assert_eq!(o["optimizer_offload"], 1.0);
+    // The plan it names fits, and estimating it with the flag gives the same step.
+    let config = o["config_text"].as_str().unwrap();
+    let e = json(
+        &[
+            &args[..],
+            &["--config", config, "--optimizer-offload", "1", "--json"],
+        ]
+        .concat()
+        .iter()
+        .map(|a| if *a == "plan" { "estimate" } else { a })
+        .collect::<Vec<_>>(),
+    );
+    assert_eq!(e["fits"], true);
+    let step = e["iteration_time_s"].as_f64().unwrap();
+    let hinted = o["iteration_time_s"].as_f64().unwrap();
+    assert!((step / hinted - 1.0).abs() < 0.02, "{step} vs {hinted}");
+    // Already offloading, or under an engine without a CPU optimizer: no hint.
+    for extra in [["--optimizer-offload", "1"], ["--engine", "torchtitan"]] {
+        let v = json(&[&args[..], &extra[..], &["--json"]].concat());
+        assert!(v.get("if_offloaded").is_none(), "{extra:?}: {v}");
+    }
+}
+
+#[test]
 fn bad_plan_input_is_a_clear_error() {
     check(&["plan"], "--gpus");
     check(&["plan", "--gpus", "8", "--tp", "0"], "--tp");
