@@ -323,18 +323,23 @@ fn adam_state_in_bf16_is_refused_by_every_export() {
     }
 }
 
-#[test]
-fn megatron_writes_activation_offloading_and_the_others_refuse_it() {
-    let mut k = case(
+/// Llama 2 7B, 64 × 4K sequences, dp 8 under ZeRO `zero` on DGX A100.
+fn llama2_7b_dp8(zero: u8) -> Case {
+    case(
         "llama2-7b",
         64,
         4096,
         plait_spec::ParallelConfig {
             dp: 8,
-            zero: 1,
+            zero,
             ..plait_spec::ParallelConfig::default()
         },
-    );
+    )
+}
+
+#[test]
+fn megatron_writes_activation_offloading_and_the_others_refuse_it() {
+    let mut k = llama2_7b_dp8(1);
     k.train.cpu_offload_layers = 12;
     let f = megatron_flags(file(
         &run(Engine::Megatron, &k).unwrap(),
@@ -356,16 +361,7 @@ fn megatron_writes_activation_offloading_and_the_others_refuse_it() {
 
 #[test]
 fn megatron_and_deepspeed_write_optimizer_offloading_and_the_others_refuse_it() {
-    let mut k = case(
-        "llama2-7b",
-        64,
-        4096,
-        plait_spec::ParallelConfig {
-            dp: 8,
-            zero: 3,
-            ..plait_spec::ParallelConfig::default()
-        },
-    );
+    let mut k = llama2_7b_dp8(3);
     k.train.optimizer_offload = 0.5;
     k.plan = plan_on("dgx-a100-80g", &k.model, &k.train, k.plan.config);
     let f = megatron_flags(file(
