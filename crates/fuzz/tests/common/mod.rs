@@ -166,6 +166,8 @@ fn flag_seeds() -> Vec<Vec<u8>> {
         "estimate\n--model\nllama3-8b\n--cluster\ndgx-b200\n--dtype\nnvfp4\n--bf16-first-layers\n1\n--bf16-last-layers\n2"
             .into(),
         "estimate\n--config\ndp2 tp2 pp2 mbs1 1f1b\n--model\ngpt-1.7b\n--gbs\n16".into(),
+        "estimate\n--model\nllama3-8b\n--cluster\ndgx-h100\n--gpus\n8\n--zero\n1\n--optimizer-offload\n0.5"
+            .into(),
         "schedule\n--stages\n4\n--microbatches\n8".into(),
         "schedule\n--stages\n4\n--microbatches\n8\n--schedule\nzb-h1\n--forward\n1\n--backward\n2\n--weight\n0.5"
             .into(),
@@ -276,6 +278,8 @@ fn cluster_seeds() -> Vec<Vec<u8>> {
          matmul_efficiency = 0.75\nsustained_clock_ratio = 0.95\nmemory_gib = 80\n\
          memory_bandwidth_gb_per_s = 2039\nsms = 108\n",
         "base = \"dgx-h100\"\n[gpu]\npeak_fp8_tflops = 1979\nfp8_matmul_efficiency = 0.6\nmemory_gb = 80\n",
+        "base = \"dgx-b200\"\nhost_link_gb_per_s = 64\nhost_memory_gb = 2048\n\
+         host_memory_bandwidth_gb_per_s = 563.2\n",
     ]
     .iter()
     .map(|s| s.as_bytes().to_vec())
