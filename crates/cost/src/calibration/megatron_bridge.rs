@@ -10,14 +10,16 @@
 use std::collections::HashMap;
 
 use plait_spec::{
-    cluster_preset, model_preset, CpComm, Dtype, Engine, Float8Recipe, ModelSpec, MoeDispatcher,
-    ParallelConfig, Recompute, RecomputeModules, Schedule, SpecError, StageMap, TrainSpec,
+    cluster_preset, model_preset, CpComm, Dtype, Engine, Float8Recipe, Lora, ModelSpec,
+    MoeDispatcher, ParallelConfig, Recompute, RecomputeModules, Schedule, SpecError, StageMap,
+    Task, TrainSpec,
 };
 
 use super::{csv, rows, Row, Run, Skipped, Table};
 use crate::estimate::device_for;
 
 const SOURCE: &str = "megatron_bridge_performance.csv";
+const FINETUNING: &str = "megatron_bridge_finetuning.csv";
 const RECIPES: &str = "megatron_bridge_recipes.csv";
 
 /// What a run's performance recipe set that the page does not print.
@@ -259,7 +261,7 @@ fn offloaded_blocks(row: &Row) -> Result<u64, SpecError> {
 }
 
 /// The precision column → dtype and fp8 recipe.
-fn precision(row: &Row) -> Result<(Dtype, Option<Float8Recipe>), SpecError> {
+fn precision(row: &Row, source: &str) -> Result<(Dtype, Option<Float8Recipe>), SpecError> {
     Ok(match row.str("precision")? {
         "BF16" => (Dtype::Bf16, None),
         "FP8-CS" => (Dtype::Fp8, Some(Float8Recipe::Tensorwise)),
@@ -268,7 +270,7 @@ fn precision(row: &Row) -> Result<(Dtype, Option<Float8Recipe>), SpecError> {
         "NVFP4" => (Dtype::Nvfp4, None),
         other => {
             return Err(SpecError::new(
-                SOURCE,
+                source,
                 "precision",
                 format!("row {}: unknown precision `{other}`", row.line),
                 "BF16|FP8-CS|FP8-SC|MXFP8|NVFP4",
@@ -327,7 +329,7 @@ pub fn megatron_bridge(text: &str, recipes_text: &str) -> Result<Table, SpecErro
             base.clone()
         };
         let release = row.str("release")?;
-        let (dtype, float8_recipe) = precision(&row)?;
+        let (dtype, float8_recipe) = precision(&row, SOURCE)?;
         let moe_capacity = capacity(&row)?;
         let Some(cluster) = cluster_of(row.str("system")?) else {
             let reason = format!("no cluster preset for {}", row.str("system")?);
@@ -444,6 +446,111 @@ pub fn megatron_bridge(text: &str, recipes_text: &str) -> Result<Table, SpecErro
     })
 }
 
+/// `megatron_bridge_finetuning.csv`: NVIDIA's SFT and LoRA runs of Llama 3 70B (NeMo 26.06)
+/// as their recipes set them (the file's header traces each setting at Megatron-Bridge
+/// v0.5.0): the distributed optimizer with fp32 state, sequence parallelism with tp > 1, no
+/// recomputation, SQuAD samples packed into each sequence (attention within a sample of
+/// [`super::SQUAD_PACKED_SAMPLE_TOKENS`]), LoRA of rank 16 on the qkv projection beside the
+/// frozen base.
+pub fn megatron_bridge_finetuning(text: &str) -> Result<Table, SpecError> {
+    let (header, data) = csv(text, FINETUNING)?;
+    let mut runs = vec![];
+    let mut skipped = vec![];
+    for row in rows(FINETUNING, &header, &data) {
+        let task = row.str("task")?;
+        let label = format!(
+            "{} {} {} {} on {} {}",
+            row.str("release")?,
+            row.str("model")?,
+            task.to_uppercase(),
+            row.str("precision")?,
+            row.int("gpus")?,
+            row.str("system")?
+        );
+        let (dtype, float8_recipe) = precision(&row, FINETUNING)?;
+        let (task, lora) = match task {
+            "sft" => (Task::Sft, Lora::default()),
+            "lora" => (
+                Task::Lora,
+                Lora {
+                    rank: 16,
+                    targets: [true, false, false, false],
+                },
+            ),
+            other => {
+                return Err(SpecError::new(
+                    FINETUNING,
+                    "task",
+                    format!("row {}: `{other}`", row.line),
+                    "sft|lora",
+                ))
+            }
+        };
+        let (Some(cluster), Some(preset)) =
+            (cluster_of(row.str("system")?), preset_of(row.str("model")?))
+        else {
+            let reason = "no cluster or model preset".into();
+            skipped.push(Skipped { label, reason });
+            continue;
+        };
+        let (gpus, tp, pp, cp) = (
+            row.int("gpus")?,
+            row.int("tp")?,
+            row.int("pp")?,
+            row.int("cp")?,
+        );
+        let vp = degree(&row, "vp")?;
+        let train = TrainSpec {
+            dtype,
+            engine: Engine::Megatron,
+            float8_recipe,
+            task,
+            lora,
+            pack_len: Some(super::SQUAD_PACKED_SAMPLE_TOKENS),
+            ..TrainSpec::new(row.int("gbs")?, row.int("seq")?)
+        };
+        let config = ParallelConfig {
+            dp: gpus / (tp * pp * cp).max(1),
+            tp,
+            pp,
+            cp,
+            vp,
+            ep: degree(&row, "ep")?,
+            mbs: row.int("mbs")?,
+            zero: 1,
+            sp: tp > 1,
+            schedule: Schedule::megatron_for_chunks(vp),
+            ..ParallelConfig::default()
+        };
+        let (model, cluster) = (model_preset(preset)?, cluster_preset(cluster)?);
+        if let Err(e) = config
+            .validate(&model, &train, gpus)
+            .and_then(|()| device_for(&cluster, dtype).map(|_| ()))
+        {
+            let reason = format!("plait refuses the plan: {e}");
+            skipped.push(Skipped { label, reason });
+            continue;
+        }
+        runs.push(Run {
+            label,
+            software: row.str("release")?.to_string(),
+            model,
+            cluster,
+            train,
+            config,
+            stage_map: None,
+            measured_step_s: row.num("step_s")?,
+            measured_memory_bytes: None,
+        });
+    }
+    Ok(Table {
+        name: "Megatron-Bridge fine-tuning (NeMo 26.06, Llama 3 70B SFT and LoRA)",
+        engine: Engine::Megatron,
+        runs,
+        skipped,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -464,6 +571,41 @@ mod tests {
                 row.line
             );
         }
+    }
+
+    #[test]
+    fn fine_tuning_runs_load_as_their_recipes_set_them() {
+        let text = include_str!("../../data/megatron_bridge_finetuning.csv");
+        let (header, data) = csv(text, FINETUNING).unwrap();
+        for row in rows(FINETUNING, &header, &data) {
+            let tokens = (row.int("gbs").unwrap() * row.int("seq").unwrap()) as f64;
+            let rate = row.num("tokens_per_s_per_gpu").unwrap() * row.int("gpus").unwrap() as f64;
+            let step = row.num("step_s").unwrap();
+            assert!(
+                (step / (tokens / rate) - 1.0).abs() < 1e-5,
+                "row {}",
+                row.line
+            );
+        }
+        let t = megatron_bridge_finetuning(text).unwrap();
+        assert!(t.skipped.is_empty(), "{:?}", t.skipped);
+        assert_eq!(t.runs.len(), 10);
+        for run in &t.runs {
+            assert_eq!(run.config.zero, 1, "{}", run.label);
+            assert_eq!(
+                run.train.pack_len,
+                Some(super::super::SQUAD_PACKED_SAMPLE_TOKENS)
+            );
+            if run.train.task == Task::Lora {
+                assert_eq!(
+                    (run.train.lora.rank, run.train.lora.targets),
+                    (16, [true, false, false, false])
+                );
+            }
+        }
+        // A task the loader does not know is an error naming the column.
+        let bad = text.replace("LLAMA3_70B,sft,", "LLAMA3_70B,dpo,");
+        assert_eq!(megatron_bridge_finetuning(&bad).unwrap_err().field, "task");
     }
 
     #[test]

@@ -20,7 +20,7 @@ mod megatron_bridge;
 mod nemo_long_context;
 mod torchtitan;
 
-pub use megatron_bridge::megatron_bridge;
+pub use megatron_bridge::{megatron_bridge, megatron_bridge_finetuning};
 pub use nemo_long_context::nemo_long_context_h100;
 pub use torchtitan::torchtitan_benchmarks;
 
@@ -644,9 +644,8 @@ fn nemo_table(text: &str, source: &'static str, name: &'static str) -> Result<Ta
                 continue;
             }
         };
-        // NeMo's SFT and LoRA runs pack samples into each sequence; the table does not
-        // publish their lengths, so attention is costed over the whole sequence (an upper
-        // bound on its work). LoRA as NeMo 24.07 configured it: rank 32 on `attention_qkv`
+        // NeMo's SFT and LoRA runs pack SQuAD samples into each sequence, attention within
+        // each ([`SQUAD_PACKED_SAMPLE_TOKENS`]). LoRA as NeMo 24.07 configured it: rank 32 on `attention_qkv`
         // (NeMo 876c8511e5, examples/nlp/language_modeling/tuning/conf/
         // megatron_gpt_finetuning_config.yaml, `peft.lora_tuning`).
         let (task, lora) = match row.str("task")? {
@@ -853,48 +852,9 @@ pub fn builtin_tables() -> Result<Vec<Table>, SpecError> {
             include_str!("../../data/megatron_bridge_performance.csv"),
             include_str!("../../data/megatron_bridge_recipes.csv"),
         )?,
+        megatron_bridge_finetuning(include_str!("../../data/megatron_bridge_finetuning.csv"))?,
     ])
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn row(comparable: &str, measured: f64, predicted: f64) -> RowResult {
-        RowResult {
-            label: format!("{comparable} {measured}"),
-            measured_step_s: measured,
-            predicted_step_s: predicted,
-            predicted_low_s: predicted,
-            predicted_high_s: predicted,
-            fits: true,
-            measured_memory_bytes: None,
-            predicted_memory_bytes: 0.0,
-            breakdown: Breakdown::default(),
-            comparable: comparable.into(),
-        }
-    }
-
-    #[test]
-    fn pairs_count_comparable_rows_measured_apart() {
-        let t = TableResult {
-            name: "t",
-            engine: Engine::Megatron,
-            rows: vec![
-                // Measured 20 % apart, predicted the other way round: out of order.
-                row("a", 1.0, 1.1),
-                row("a", 1.2, 1.0),
-                // 5 % from the first: too close to count.
-                row("a", 1.05, 2.0),
-                // Another model: never paired with the others.
-                row("b", 3.0, 0.1),
-                // In order.
-                row("c", 1.0, 1.0),
-                row("c", 2.0, 1.5),
-            ],
-            skipped: vec![],
-        };
-        // a: (1.0, 1.2) out of order, (1.05, 1.2) out of order (1.2 ≥ 1.155); c in order.
-        assert_eq!(t.pairs_ordered(), (1, 3));
-    }
-}
+mod tests;
