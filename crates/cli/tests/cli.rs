@@ -506,13 +506,14 @@ fn validate_prints_every_table_with_its_error() {
         "NeMo dense on Blackwell",
         "NeMo long context",
         "torchtitan benchmarks",
-        "Megatron-Bridge",
+        "Megatron-Bridge (NeMo",
+        "Megatron-Bridge fine-tuning",
     ] {
         assert!(out.contains(table), "{out}");
     }
     let v = common::json(&["validate", "--json"]);
     let tables = v.as_array().unwrap();
-    assert_eq!(tables.len(), 9);
+    assert_eq!(tables.len(), 10);
     for t in tables {
         let rows = t["rows"].as_array().unwrap();
         assert!(!rows.is_empty());
