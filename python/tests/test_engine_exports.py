@@ -57,11 +57,11 @@ DEEPSPEED_PLANS = [
     pytest.param(dict(gpus=8, tp=1, pp=2, zero=0, recompute="full"), id="pipeline2-full"),
     # ZeRO-Offload: all of the state under ZeRO-2, half of it under ZeRO-3 (`ratio`).
     pytest.param(
-        dict(gpus=8, tp=1, pp=1, zero=2, engine="deepspeed", cluster="dgx-h100", optimizer_offload=1.0),
+        dict(gpus=8, tp=1, pp=1, zero=2, cluster="dgx-h100", optimizer_offload=1.0),
         id="zero2-offload",
     ),
     pytest.param(
-        dict(gpus=8, tp=1, pp=1, zero=3, engine="deepspeed", cluster="dgx-h100", optimizer_offload=0.5),
+        dict(gpus=8, tp=1, pp=1, zero=3, cluster="dgx-h100", optimizer_offload=0.5),
         id="zero3-offload-half",
     ),
 ]
