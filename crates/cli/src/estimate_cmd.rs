@@ -304,11 +304,14 @@ pub(crate) fn offload_note(t: &plait_spec::TrainSpec) -> String {
         0 => String::new(),
         n => format!(" · activations of {n} blocks offloaded to host memory"),
     };
-    if t.optimizer_offload > 0.0 {
-        note += &format!(
-            " · {:.0} % of the optimizer state in host memory, stepped by the CPU",
-            100.0 * t.optimizer_offload
-        );
+    let f = t.optimizer_offload;
+    if f > 0.0 {
+        let share = if f >= 1e-3 {
+            format!("{:.1} %", 100.0 * f)
+        } else {
+            format!("a share {f:e}")
+        };
+        note += &format!(" · {share} of the optimizer state in host memory, stepped by the CPU");
     }
     note
 }

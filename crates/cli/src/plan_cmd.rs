@@ -152,17 +152,16 @@ struct OffloadedPlan {
 /// its host memory, for a request that did not offload already (and whose pins allow it).
 fn if_offloaded(req: &Request) -> Option<OffloadedPlan> {
     let t = req.train;
-    let engine_runs_it = matches!(
-        t.engine,
-        plait_spec::Engine::Megatron | plait_spec::Engine::Deepspeed
-    );
-    if t.optimizer_offload > 0.0 || !engine_runs_it || req.cluster.host_memory.is_none() {
+    if t.optimizer_offload > 0.0 || !t.engine.offloads_optimizer() {
         return None;
     }
     let offloaded = TrainSpec {
         optimizer_offload: 1.0,
         ..t.clone()
     };
+    // The run as it is, all of its state offloaded: what the engine and the cluster allow.
+    plait_spec::ParallelConfig::check_optimizer_offload_train(&offloaded).ok()?;
+    plait_cost::check_offload_host(req.cluster, &offloaded).ok()?;
     let probe = Request {
         train: &offloaded,
         top: 1,

@@ -11,19 +11,30 @@ use plait_spec::{
 };
 
 /// Llama 3 8B in bf16 on one DGX H100, dp 8 with the optimizer state sharded (ZeRO-1), its
-/// share `offloaded` in host memory under `engine`.
+/// share `offloaded` in host memory under `engine`; 64 sequences, 8 micro-batches a step.
 fn run(
     cluster: &ClusterSpec,
     engine: Engine,
     zero: u8,
     offloaded: f64,
 ) -> Result<Estimate, SpecError> {
+    run_batch(cluster, engine, zero, offloaded, 64)
+}
+
+/// [`run`] with a global batch of `gbs` sequences (gbs / 8 micro-batches).
+fn run_batch(
+    cluster: &ClusterSpec,
+    engine: Engine,
+    zero: u8,
+    offloaded: f64,
+    gbs: u64,
+) -> Result<Estimate, SpecError> {
     let m = model_preset("llama3-8b").unwrap();
     let d = device_for(cluster, Dtype::Bf16).unwrap();
     let t = TrainSpec {
         engine,
         optimizer_offload: offloaded,
-        ..TrainSpec::new(64, 4096)
+        ..TrainSpec::new(gbs, 4096)
     };
     let c = ParallelConfig {
         dp: 8,
@@ -106,9 +117,24 @@ fn deepspeed_hides_the_gradient_copies_behind_the_backward() {
     let want = p * 34.0 / (563.2e9 / 8.0) + p * 2.0 / 64e9;
     let got = deepspeed.breakdown.optimizer_s;
     assert!((got / want - 1.0).abs() < 1e-9, "{got} s, want {want} s");
-    // Its host holds 18 bytes per parameter (its pinned 16-bit copy too).
-    assert!((deepspeed.host_memory_bytes / (18.0 * p) - 1.0).abs() < 1e-9);
+    // Its host holds 20 bytes per parameter: its pinned 16-bit copy and, over 8
+    // micro-batches, the 16-bit sum it accumulates the gradients in; 18 with one.
+    assert!((deepspeed.host_memory_bytes / (20.0 * p) - 1.0).abs() < 1e-9);
+    let one = run_batch(&h100, Engine::Deepspeed, 2, 1.0, 8).unwrap();
+    assert_eq!(one.microbatches, 1);
+    assert!((one.host_memory_bytes / (18.0 * p) - 1.0).abs() < 1e-9);
     assert!(megatron.host_memory_bytes < deepspeed.host_memory_bytes);
+    // Over a 1 GB/s host link the accumulation's copies outlast each backward: the first
+    // micro-batch's 2 bytes down, six middle ones' 2 up and 2 down, the last's 2 + 2 and its
+    // 4-byte fp32 copy, each less the backward it runs beside.
+    let slow =
+        cluster_from_toml("base = \"dgx-h100\"\nhost_link_gb_per_s = 1\n", "slow.toml").unwrap();
+    let e = run(&slow, Engine::Deepspeed, 2, 1.0).unwrap();
+    let b = e.stages[0].backward_s;
+    let link = |bytes: f64| (p * bytes / 1e9 - b).max(0.0);
+    let want = link(2.0) + 6.0 * link(4.0) + link(8.0) + p * 34.0 / (563.2e9 / 8.0) + p * 2.0 / 1e9;
+    let got = e.breakdown.optimizer_s;
+    assert!((got / want - 1.0).abs() < 1e-9, "{got} s, want {want} s");
 }
 
 #[test]
@@ -197,4 +223,59 @@ fn host_memory_in_a_cluster_toml_needs_both_figures_and_bounds() {
         .unwrap_err();
         assert_eq!(e.field, "host_memory_gb", "{bad}");
     }
+}
+
+#[test]
+fn megatron_offloads_fp8_runs_with_delayed_scaling_only_and_fp32_state_always() {
+    let h100 = cluster_preset("dgx-h100").unwrap();
+    let m = model_preset("llama3-8b").unwrap();
+    let c = ParallelConfig {
+        dp: 8,
+        zero: 1,
+        ..ParallelConfig::default()
+    };
+    let field = |t: TrainSpec| {
+        let d = device_for(&h100, t.dtype).unwrap();
+        match estimate(&m, &h100, &t, &c, &d) {
+            Ok(_) => "accepted".to_string(),
+            Err(e) => e.field,
+        }
+    };
+    let offloaded = TrainSpec {
+        optimizer_offload: 1.0,
+        ..TrainSpec::new(64, 4096)
+    };
+    let fp8 = |recipe| TrainSpec {
+        dtype: Dtype::Fp8,
+        float8_recipe: Some(recipe),
+        ..offloaded.clone()
+    };
+    use plait_spec::{Float8Recipe, OptimizerState};
+    assert_eq!(field(fp8(Float8Recipe::Delayed)), "accepted");
+    // Its fp8 parameter gathers refuse offloading under current or block scaling
+    // (Megatron-LM `arguments.py:1889-1892`); DeepSpeed has no such gathers.
+    assert_eq!(field(fp8(Float8Recipe::Tensorwise)), "optimizer_offload");
+    assert_eq!(field(fp8(Float8Recipe::Blockwise)), "optimizer_offload");
+    // The CPU optimizers keep fp32 state.
+    let bf16_state = TrainSpec {
+        optimizer_state: OptimizerState::Bf16,
+        ..offloaded.clone()
+    };
+    assert_eq!(field(bf16_state), "optimizer_state");
+}
+
+#[test]
+fn a_node_of_another_size_than_its_base_has_no_host_memory_until_given() {
+    // GB200 NVL72's 17 TB are the rack's 72 GPUs'; a 4-GPU "node" on that base does not
+    // have them.
+    let tray =
+        cluster_from_toml("base = \"gb200-nvl72\"\ngpus_per_node = 4\n", "tray.toml").unwrap();
+    assert_eq!(tray.host_memory, None);
+    let given = cluster_from_toml(
+        "base = \"gb200-nvl72\"\ngpus_per_node = 4\nhost_memory_gb = 960\n\
+         host_memory_bandwidth_gb_per_s = 1024\n",
+        "tray.toml",
+    )
+    .unwrap();
+    assert_eq!(given.host_memory_per_gpu(), Some((240e9, 256e9)));
 }

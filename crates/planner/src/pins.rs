@@ -63,17 +63,13 @@ pub fn check_pins(req: &Request) -> Result<(), SpecError> {
         .check_recompute_modules(m, t)?;
     }
     ParallelConfig::check_bf16_layers(m, t)?;
-    // Activation offloading with a pinned pipeline or recompute it cannot run beside, or
-    // on a cluster without a GPU-host bandwidth.
+    // Offloading with a pinned pipeline or recompute activation offloading cannot run
+    // beside, optimizer offloading under an engine without a CPU optimizer or with ZeRO
+    // pinned to what cannot shard the state it offloads, or either on a cluster without
+    // the host side it needs.
     ParallelConfig {
         pp: p.pp.unwrap_or(1),
         recompute: p.recompute.unwrap_or(plait_spec::Recompute::None),
-        ..ParallelConfig::default()
-    }
-    .check_cpu_offload(m, t)?;
-    // Optimizer offloading under an engine without a CPU optimizer, or with ZeRO pinned to
-    // what cannot shard the state it offloads.
-    ParallelConfig {
         zero: p.zero.unwrap_or(3),
         ..ParallelConfig::default()
     }

@@ -187,3 +187,31 @@ fn infeasible_requests_answer_with_their_reason() {
     assert_eq!(err.field, "dp");
     let _ = cluster_preset("dgx-h100").unwrap();
 }
+
+#[test]
+fn offloading_over_mixed_groups_is_refused_by_name() {
+    let (m, mixed, t) = setup();
+    for (t, field) in [
+        (
+            TrainSpec {
+                optimizer_offload: 1.0,
+                ..t.clone()
+            },
+            "optimizer_offload",
+        ),
+        (
+            TrainSpec {
+                cpu_offload_layers: 8,
+                ..t.clone()
+            },
+            "cpu_offload_layers",
+        ),
+    ] {
+        let d = devices(&mixed, &t);
+        let req = MixedRequest::new(&m, &mixed, &d, &t);
+        match plan_mixed(&req) {
+            Err(plait_planner::PlanError::Spec(e)) => assert_eq!(e.field, field),
+            other => panic!("{field}: {:?}", other.map(|o| o.plans.len())),
+        }
+    }
+}

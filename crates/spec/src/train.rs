@@ -278,6 +278,14 @@ keyword_enum!(
 );
 
 impl Engine {
+    /// Whether the engine steps part of the optimizer on the CPU (`TrainSpec::optimizer_offload`):
+    /// Megatron-Core's `HybridDeviceOptimizer` and DeepSpeed's ZeRO-Offload; the PyTorch
+    /// engines plait models have no such optimizer (FSDP's `CPUOffload` moves the parameters
+    /// too), nor has plait's runtime.
+    pub fn offloads_optimizer(self) -> bool {
+        matches!(self, Engine::Megatron | Engine::Deepspeed)
+    }
+
     /// Whether the engine has a `torch.compile` path (`TrainSpec::compile`): torchtitan
     /// compiles each transformer block and the loss (`[compile] enable`); Megatron-Core and
     /// DeepSpeed run hand-fused kernels, llm-foundry's FSDP runs as plait models it eager,

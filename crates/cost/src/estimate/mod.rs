@@ -708,7 +708,8 @@ fn assemble(
                     + 2.0 * t.optimizer_state.bytes_per_param()),
         );
         // Offloaded, part of the step runs on the host (its copies, the CPU's Adam).
-        let host_optimizer = optimizer_offload(t, cluster, opt_params, adam_s, bwd);
+        let host_optimizer =
+            optimizer_offload(&OptimizerHome::of(t), cluster, opt_params, adam_s, bwd, mb);
         // The weight cast once per step: read the 16-bit weight, write its row-wise and
         // column-wise copies (TE `module/linear.py:479`, `is_first_microbatch`).
         let optimizer_s = host_optimizer.step_s

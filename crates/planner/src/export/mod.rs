@@ -290,7 +290,7 @@ pub fn export(
             train.cpu_offload_layers
         ));
     }
-    if !matches!(engine, Engine::Megatron | Engine::DeepSpeed) && train.optimizer_offload > 0.0 {
+    if !runs_under(engine).offloads_optimizer() && train.optimizer_offload > 0.0 {
         reasons.push(format!(
             "the run keeps {} of the optimizer state in host memory, which the {engine} \
              export does not write (Megatron-Core's optimizer_cpu_offload and DeepSpeed's \

@@ -156,6 +156,22 @@ pub fn plan_mixed(req: &MixedRequest) -> Result<MixedOutcome, PlanError> {
     if req.devices.len() != ctxs.len() {
         return Err(PlanError::Graph("one device model per group".into()));
     }
+    // Host memory is a per-group budget the mixed plan does not yet check stage by stage.
+    let t = req.train;
+    for (field, on) in [
+        ("cpu_offload_layers", t.cpu_offload_layers > 0),
+        ("optimizer_offload", t.optimizer_offload > 0.0),
+    ] {
+        if on {
+            return Err(PlanError::Spec(plait_spec::SpecError::for_field(
+                field,
+                "offloading to host memory in a plan over mixed groups (each group's host \
+                 memory is not checked stage by stage)"
+                    .to_string(),
+                "no offloading with mixed clusters (plan each group's cluster on its own)",
+            )));
+        }
+    }
     let (configs, why) = enumerate(req);
     let orders = permutations(req.mixed.groups.len());
     // Layer costs per (group, tp, mbs, sp, policy), computed once.

@@ -34,23 +34,25 @@ pub(super) fn no_candidates(req: &Request) -> Infeasible {
 /// The model state fully sharded (16-bit weights and gradients and the optimizer's share on
 /// the GPU: 16 bytes per parameter with fp32 Adam and nothing offloaded; a frozen LoRA base
 /// its weights only), and the GPUs it needs at least.
+/// With the optimizer state offloaded, the GPUs whose shares of host memory hold it bound
+/// the count too (the state a single micro-batch's step needs, the least any plan needs).
 fn state_lower_bound(req: &Request) -> (f64, u64) {
-    let [w, g, o] = plait_cost::estimate::zero_state_bytes_per_param(
-        3,
-        1.0,
-        plait_cost::estimate::OptimizerHome::of(req.train),
-    );
-    let per_param = if req.train.lora_adapters().is_some() {
-        w
-    } else {
-        w + g + o
-    };
-    let state_bytes = per_param * req.model.parameter_count() as f64;
+    let home = plait_cost::estimate::OptimizerHome::of(req.train);
+    let [w, g, o] = plait_cost::estimate::zero_state_bytes_per_param(3, 1.0, home);
+    let frozen = req.train.lora_adapters().is_some();
+    let per_param = if frozen { w } else { w + g + o };
+    let params = req.model.parameter_count() as f64;
+    let state_bytes = per_param * params;
     let usable = req.cluster.gpu.memory_bytes - req.cluster.memory_reserve_bytes;
-    (
-        state_bytes,
-        (state_bytes / usable).ceil().clamp(1.0, 1e18) as u64,
-    )
+    let gpus = |bytes: f64, per_gpu: f64| (bytes / per_gpu).ceil().clamp(1.0, 1e18) as u64;
+    let host = match req.cluster.host_memory_per_gpu() {
+        Some((per_gpu, _)) if home.offloaded > 0.0 && !frozen => gpus(
+            params * home.offloaded * home.host_bytes_per_param(1),
+            per_gpu,
+        ),
+        _ => 1,
+    };
+    (state_bytes, gpus(state_bytes, usable).max(host))
 }
 
 /// Explains an infeasible request: the least memory any configuration needs, and the

@@ -279,6 +279,7 @@ pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
     if let Some(n) = doc.name {
         c.name = n;
     }
+    let base_gpus = c.gpus_per_node;
     if let Some(v) = doc.gpus_per_node {
         c.gpus_per_node = crate::error::positive(source, "gpus_per_node", v)?;
     }
@@ -332,6 +333,10 @@ pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
         .host_memory_bandwidth_gb_per_s
         .map(|v| positive_f(source, "host_memory_bandwidth_gb_per_s", v).map(|v| v * GB))
         .transpose()?;
+    // A node of another size than the base's does not have the base's host memory.
+    if c.gpus_per_node != base_gpus {
+        c.host_memory = None;
+    }
     if host_bytes.is_some() || host_bw.is_some() {
         let base = c.host_memory;
         let (Some(bytes), Some(bandwidth_bytes_per_s)) = (

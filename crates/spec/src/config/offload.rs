@@ -6,8 +6,8 @@
 use super::ParallelConfig;
 use crate::error::{Result, SpecError};
 use crate::model::ModelSpec;
-use crate::train::{Recompute, TrainSpec};
-use crate::Engine;
+use crate::train::{Float8Recipe, OptimizerState, Recompute, TrainSpec};
+use crate::{Dtype, Engine};
 
 impl ParallelConfig {
     /// Activation offloading (`TrainSpec::cpu_offload_layers`) as Megatron-Core runs it:
@@ -88,7 +88,7 @@ impl ParallelConfig {
                 "a share from 0 to 1",
             ));
         }
-        if !matches!(train.engine, Engine::Megatron | Engine::Deepspeed) {
+        if !train.engine.offloads_optimizer() {
             return Err(SpecError::for_field(
                 field,
                 format!(
@@ -99,6 +99,18 @@ impl ParallelConfig {
                 "with engine megatron or deepspeed",
             ));
         }
+        // Both CPU optimizers keep fp32 state (torch's AdamW under Megatron-Core, with
+        // `param_update_in_fp32`; DeepSpeedCPUAdam), whatever the GPU's optimizer would.
+        if train.optimizer_state != OptimizerState::Fp32 {
+            return Err(SpecError::for_field(
+                "optimizer_state",
+                format!(
+                    "Adam's state in {} with optimizer offloading",
+                    train.optimizer_state
+                ),
+                "fp32 (the CPU optimizers keep fp32 state)",
+            ));
+        }
         Ok(())
     }
 
@@ -107,7 +119,8 @@ impl ParallelConfig {
     /// offloads the distributed optimizer's shard (its precision-aware optimizer, which
     /// `--optimizer-cpu-offload` requires, runs only with the distributed optimizer:
     /// Megatron-LM d98e8a6 `training/arguments.py:1884-1888`,
-    /// `core/optimizer/__init__.py:1057-1060`), so ZeRO-1 at least; DeepSpeed offloads under
+    /// `core/optimizer/__init__.py:1057-1060`), so ZeRO-1 at least, and in fp8 only with
+    /// delayed scaling (its fp8 parameter gathers, `arguments.py:1889-1892`); DeepSpeed offloads under
     /// ZeRO 1 to 3 and a share below all only under ZeRO-3 (`offload_config.py:56,99-100`,
     /// deepspeedai/DeepSpeed edaa722).
     pub fn check_offloads(&self, model: &ModelSpec, train: &TrainSpec) -> Result<()> {
@@ -125,6 +138,27 @@ impl ParallelConfig {
                     train.engine.keyword()
                 ),
                 "1, 2 or 3 (the offloaded optimizer state is each rank's ZeRO shard)",
+            ));
+        }
+        // Megatron-Core gathers the fp8 weights of a low-precision run over the distributed
+        // optimizer (`EngineProfile::fp8_param_gather`, the export's `--fp8-param-gather`),
+        // which its offloading takes only with delayed scaling (`arguments.py:1889-1892`).
+        let low_precision = matches!(train.dtype, Dtype::Fp8 | Dtype::Mxfp8);
+        if train.engine == Engine::Megatron
+            && low_precision
+            && train.fp8_recipe() != Some(Float8Recipe::Delayed)
+        {
+            return Err(SpecError::for_field(
+                "optimizer_offload",
+                format!(
+                    "optimizer offloading in {} {} under engine megatron",
+                    train.dtype,
+                    train
+                        .fp8_recipe()
+                        .map_or("block scaling".to_string(), |r| format!("{r} scaling"))
+                ),
+                "delayed scaling (Megatron-Core's offloading with fp8 parameter gathers), or \
+                 bf16",
             ));
         }
         if train.engine == Engine::Deepspeed && f < 1.0 && self.zero < 3 {
