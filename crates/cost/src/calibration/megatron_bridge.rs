@@ -558,35 +558,30 @@ mod tests {
     const TABLE: &str = include_str!("../../data/megatron_bridge_performance.csv");
     const RECIPE_TABLE: &str = include_str!("../../data/megatron_bridge_recipes.csv");
 
-    #[test]
-    fn step_times_follow_from_the_published_throughput() {
-        let (header, data) = csv(TABLE, SOURCE).unwrap();
-        for row in rows(SOURCE, &header, &data) {
+    /// Every row's `step_s` is gbs × seq over its published tokens per second of all GPUs.
+    fn check_step_times(text: &str, source: &str) {
+        let (header, data) = csv(text, source).unwrap();
+        for row in rows(source, &header, &data) {
             let tokens = (row.int("gbs").unwrap() * row.int("seq").unwrap()) as f64;
             let rate = row.num("tokens_per_s_per_gpu").unwrap() * row.int("gpus").unwrap() as f64;
             let step = row.num("step_s").unwrap();
             assert!(
                 (step / (tokens / rate) - 1.0).abs() < 1e-5,
-                "row {}",
+                "{source} row {}",
                 row.line
             );
         }
     }
 
     #[test]
+    fn step_times_follow_from_the_published_throughput() {
+        check_step_times(TABLE, SOURCE);
+    }
+
+    #[test]
     fn fine_tuning_runs_load_as_their_recipes_set_them() {
         let text = include_str!("../../data/megatron_bridge_finetuning.csv");
-        let (header, data) = csv(text, FINETUNING).unwrap();
-        for row in rows(FINETUNING, &header, &data) {
-            let tokens = (row.int("gbs").unwrap() * row.int("seq").unwrap()) as f64;
-            let rate = row.num("tokens_per_s_per_gpu").unwrap() * row.int("gpus").unwrap() as f64;
-            let step = row.num("step_s").unwrap();
-            assert!(
-                (step / (tokens / rate) - 1.0).abs() < 1e-5,
-                "row {}",
-                row.line
-            );
-        }
+        check_step_times(text, FINETUNING);
         let t = megatron_bridge_finetuning(text).unwrap();
         assert!(t.skipped.is_empty(), "{:?}", t.skipped);
         assert_eq!(t.runs.len(), 10);
