@@ -331,8 +331,10 @@ pub struct EngineProfile {
     /// `megatron_comm_overlap.py:153-157`; Megatron turns it off without interleaving,
     /// `arguments.py:1001-1016`).
     pub overlaps_interleaved_p2p: bool,
-    /// Data-parallel all-gathers of the block weights of an fp8 or MXFP8 run move them in
-    /// that format (1 byte, MXFP8 with its scales) rather than 16-bit: NeMo's fp8 recipes
+    /// The block weights of an fp8 or MXFP8 run are kept in Transformer Engine's quantised
+    /// storage and gathered as such (per-tensor fp8 in 1 byte; MXFP8 through the 16-bit
+    /// gradient buffer under the distributed optimizer; `estimate::weights` says what each
+    /// step does with them) rather than as 16-bit weights cast each step: NeMo's fp8 recipes
     /// set `fp8_param_gather = True` (NeMo 8cfedd7 `recipes/precision/mixed_precision.py`
     /// lines 70 and 101, `bf16_with_fp8_mixed`, `bf16_with_mxfp8_mixed`; it has no NVFP4
     /// recipe), so Megatron's distributed optimizer gathers the Transformer Engine fp8

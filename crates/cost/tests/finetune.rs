@@ -2,7 +2,9 @@
 //! attention to each sample.
 
 use plait_cost::{device_for, estimate};
-use plait_spec::{cluster_preset, model_preset, Dtype, Lora, ParallelConfig, Task, TrainSpec};
+use plait_spec::{
+    cluster_preset, model_preset, Dtype, Engine, Lora, ParallelConfig, Task, TrainSpec,
+};
 
 fn run(task: Task, lora: Lora, pack_len: Option<u64>) -> plait_cost::Estimate {
     let m = model_preset("llama2-7b").unwrap();
@@ -40,6 +42,33 @@ fn lora_skips_weight_gradients_and_optimizer_states() {
     );
     // The adapters' gradients are tiny next to the model's.
     assert!(lora.breakdown.dp_comm_exposed_s < 0.1 * full.breakdown.dp_comm_exposed_s.max(1e-3));
+}
+
+#[test]
+fn frozen_quantised_weights_need_no_cast_each_step() {
+    // Megatron-Core keeps a LoRA run's frozen base in Transformer Engine's fp8 storage
+    // (`fp8_param_gather`): nothing updates it, so no step readies it again; an engine that
+    // keeps 16-bit weights casts them at each step's first micro-batch.
+    let m = model_preset("llama2-7b").unwrap();
+    let cluster = cluster_preset("dgx-h100").unwrap();
+    let optimizer_s = |dtype, engine| {
+        let d = device_for(&cluster, dtype).unwrap();
+        let t = TrainSpec {
+            task: Task::Lora,
+            dtype,
+            engine,
+            ..TrainSpec::new(32, 4096)
+        };
+        let c = ParallelConfig {
+            dp: 8,
+            zero: 1,
+            ..ParallelConfig::default()
+        };
+        estimate(&m, &cluster, &t, &c, &d).unwrap().stages[0].optimizer_s
+    };
+    let megatron = optimizer_s(Dtype::Fp8, Engine::Megatron);
+    assert!((megatron - optimizer_s(Dtype::Bf16, Engine::Megatron)).abs() < 1e-12);
+    assert!(optimizer_s(Dtype::Fp8, Engine::Fsdp) > optimizer_s(Dtype::Bf16, Engine::Fsdp));
 }
 
 #[test]

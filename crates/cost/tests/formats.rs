@@ -110,6 +110,70 @@ fn megatron_gathers_fp8_weights_in_fp8_and_torchtitan_in_bf16() {
 }
 
 #[test]
+fn megatron_readies_its_quantised_weights_as_each_format_needs() {
+    // Megatron-Core keeps Transformer Engine's quantised weights (`fp8_param_gather`): its
+    // distributed optimizer writes them, so no step casts the 16-bit weights.
+    let stage = |cluster, dtype| run(cluster, dtype, Engine::Megatron).stages[0].clone();
+    let opt = |cluster, dtype| stage(cluster, dtype).optimizer_s;
+    // Blackwell's fp8 GEMMs read the one fp8 copy in every layout: nothing left to do.
+    let blackwell = opt("dgx-b200", Dtype::Fp8) - opt("dgx-b200", Dtype::Bf16);
+    assert!(blackwell.abs() < 1e-12, "{blackwell}");
+    // Hopper's take only the TN layout: each weight's transpose, read 1 byte, write 1.
+    let transpose = opt("dgx-h100", Dtype::Fp8) - opt("dgx-h100", Dtype::Bf16);
+    assert!(transpose > 0.0);
+    // MXFP8 gathers the 16-bit weights through the gradient buffer, then writes both
+    // MXFP8 copies (1 byte and a 1/32 scale each) and zeroes the buffer: 2 + 2 × 33/32 + 2.
+    let gather = |dtype| stage("dgx-b200", dtype).dp_param_gather_s;
+    let sixteen_bit = gather(Dtype::Mxfp8) / gather(Dtype::Bf16);
+    assert!((sixteen_bit - 1.0).abs() < 1e-9, "{sixteen_bit}");
+    let hbm = |cluster| {
+        device_for(&cluster_preset(cluster).unwrap(), Dtype::Fp8)
+            .unwrap()
+            .memory_s(1.0)
+    };
+    let per_byte = transpose / 2.0 / hbm("dgx-h100");
+    let expected = per_byte * hbm("dgx-b200") * (2.0 + 2.0 * 33.0 / 32.0 + 2.0);
+    let mxfp8 = opt("dgx-b200", Dtype::Mxfp8) - opt("dgx-b200", Dtype::Bf16);
+    assert!(
+        (mxfp8 / expected - 1.0).abs() < 1e-9,
+        "{mxfp8} vs {expected}"
+    );
+    // An engine that keeps 16-bit weights casts them each step, whatever the GPU.
+    let fsdp = |cluster, dtype| run(cluster, dtype, Engine::Fsdp).stages[0].optimizer_s;
+    assert!(fsdp("dgx-b200", Dtype::Fp8) > fsdp("dgx-b200", Dtype::Bf16));
+}
+
+#[test]
+fn transformer_engine_writes_no_fp8_transpose_where_gemms_take_every_layout() {
+    use plait_cost::device::Generation;
+    use plait_cost::layer::Workload;
+    let workload = |dtype, engine| {
+        let t = TrainSpec {
+            dtype,
+            engine,
+            ..TrainSpec::new(256, 8192)
+        };
+        Workload::new(&ParallelConfig::default(), &t)
+    };
+    // Delayed scaling: read 2, write the fp8 copy (1) and on Hopper its transpose (1).
+    let te = workload(Dtype::Fp8, Engine::Megatron);
+    assert_eq!(te.cast_bytes_per_element(Generation::Hopper), 4.0);
+    assert_eq!(te.cast_bytes_per_element(Generation::Blackwell), 3.0);
+    // MXFP8's column-wise copy has scales of its own along the other dimension: both stay.
+    let mx = workload(Dtype::Mxfp8, Engine::Megatron);
+    assert_eq!(
+        mx.cast_bytes_per_element(Generation::Blackwell),
+        2.0 + 2.0 * 33.0 / 32.0
+    );
+    // torchao's casts are its own.
+    let titan = workload(Dtype::Fp8, Engine::Torchtitan);
+    assert_eq!(
+        titan.cast_bytes_per_element(Generation::Blackwell),
+        titan.cast_bytes_per_element(Generation::Hopper)
+    );
+}
+
+#[test]
 fn transformer_engine_keeps_quantised_linear_inputs() {
     // Llama 3 70B: Transformer Engine keeps the fp8 copy of each linear's input (qkv, fc1,
     // fc2 at 1 byte instead of 2; the projection's copy beside the attention output), so an

@@ -16,6 +16,7 @@ use crate::pipeline::{
 mod layers;
 mod offload;
 mod report;
+mod weights;
 pub use layers::{layer_costs, LayerCosts};
 pub use offload::OptimizerHome;
 use offload::{activation_offload, optimizer_offload};
@@ -373,6 +374,7 @@ fn assemble(
     let dp_contention = contention_per_overlap_s(w.level, nccl_channels(g.dp.spans_nodes), sms);
     let regather =
         engine.sharded.regather_in_backward && (c.pp == 1 || engine.sharded.regather_with_pipeline);
+    let prep = weights::weight_prep(w, c.zero, d.generation);
 
     let kinds = m.kind_runs();
     let mut stage_times = Vec::with_capacity(p);
@@ -472,19 +474,11 @@ fn assemble(
             p2p_s,
         };
 
-        // Bytes per parameter of the gathered weights, `blocks` of `params` being block
-        // weights: 16-bit, or an engine that gathers the block linears in the low-precision
-        // format they run in (`EngineProfile::fp8_param_gather`) moves those quantised.
-        let quantised_gather = engine.fp8_param_gather
-            && matches!(w.linear_format, Dtype::Fp8 | Dtype::Mxfp8)
-            && w.lora.is_none();
+        // Bytes of the gathered weights, `blocks` of `params` being block weights: 16-bit,
+        // the block weights in the format their preparation gathers (`weights::weight_prep`).
         let gather_bytes = |params: f64, blocks: f64| {
-            if quantised_gather {
-                let blocks = blocks.min(params);
-                (params - blocks) * WEIGHT_BYTES + blocks * w.quantised_copy_bytes()
-            } else {
-                params * WEIGHT_BYTES
-            }
+            let blocks = blocks.min(params);
+            (params - blocks) * WEIGHT_BYTES + blocks * prep.gather_bytes
         };
         // Weights, gradients and optimizer states under ZeRO.
         // Frozen weights (LoRA) keep only their 16-bit copy: no gradient, no optimizer state.
@@ -710,10 +704,8 @@ fn assemble(
         // Offloaded, part of the step runs on the host (its copies, the CPU's Adam).
         let host_optimizer =
             optimizer_offload(&OptimizerHome::of(t), cluster, opt_params, adam_s, bwd, mb);
-        // The weight cast once per step: read the 16-bit weight, write its row-wise and
-        // column-wise copies (TE `module/linear.py:479`, `is_first_microbatch`).
-        let optimizer_s = host_optimizer.step_s
-            + d.memory_s(fp8_block_params * (2.0 + 2.0 * w.quantised_copy_bytes()));
+        // The block weights readied once per step for the GEMMs (`weights::weight_prep`).
+        let optimizer_s = host_optimizer.step_s + d.memory_s(fp8_block_params * prep.step_bytes);
         worst_optimizer = worst_optimizer.max(optimizer_s);
 
         stage_times.push(st);

@@ -177,10 +177,10 @@ pub fn mamba_block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload
         // fp8 operands of the two projections (the in_proj input's cast fused into the
         // norm under Transformer Engine) and their output gradients, as for the block
         // linears of a transformer block.
-        let cast = w.cast_bytes_per_element();
+        let cast = w.cast_bytes_per_element(d.generation);
         fwd.stream(
             d,
-            w.norm_fed_cast_bytes_per_element() * tokens * h + cast * tokens * d_inner,
+            w.norm_fed_cast_bytes_per_element(d.generation) * tokens * h + cast * tokens * d_inner,
         );
         fwd.count += 1.0 + 2.0 * w.extra_cast_kernels();
         bwd.stream(d, cast * tokens * (in_width + h));

@@ -7,6 +7,7 @@
 use plait_spec::Float8Recipe;
 
 use super::Workload;
+use crate::device::Generation;
 
 /// Bytes per element of the amax pass of current scaling: the 16-bit tensor read once more
 /// before its cast (TE d0067d0 `quantizer.cpp:1009-1011`, `nvte_compute_amax_with_config`).
@@ -84,18 +85,36 @@ impl Workload {
     /// scaling casts with a scale it already has (the profile's cast); current scaling
     /// (`Float8CurrentScalingQuantizer::quantize_impl`) first reads the tensor for its
     /// amax (2 bytes per element of the 16-bit tensor), then casts; block scaling
-    /// (`Float8BlockQuantizer`) writes both copies with their 1×128 scales in one pass.
-    pub fn cast_bytes_per_element(&self) -> f64 {
+    /// (`Float8BlockQuantizer`) writes both copies with their 1×128 scales in one pass. On a
+    /// GPU of `generation` whose fp8 GEMMs take every layout (Blackwell) TE's per-tensor
+    /// quantisers write no transpose (`per_tensor_cast_bytes`).
+    pub fn cast_bytes_per_element(&self, generation: Generation) -> f64 {
         match (self.linear_format, self.te_float8()) {
             (plait_spec::Dtype::Mxfp8 | plait_spec::Dtype::Nvfp4, _)
             | (_, Some(Float8Recipe::Blockwise)) => {
                 2.0 * self.engine.block_cast_reads + 2.0 * self.quantised_copy_bytes()
             }
             (_, Some(Float8Recipe::Tensorwise)) => {
-                self.engine.fp8_cast_bytes_per_element + AMAX_READ_BYTES_PER_ELEMENT
+                self.per_tensor_cast_bytes(generation) + AMAX_READ_BYTES_PER_ELEMENT
             }
-            _ => self.engine.fp8_cast_bytes_per_element,
+            _ => self.per_tensor_cast_bytes(generation),
         }
+    }
+
+    /// The engine's per-tensor fp8 cast (`EngineProfile::fp8_cast_bytes_per_element`), less
+    /// the transposed copy where Transformer Engine writes none: its per-tensor quantisers
+    /// create the column-wise (transposed) data only where fp8 GEMMs take the TN layout
+    /// alone (TE d0067d0 `pytorch/csrc/quantizer.cpp:375, 689`, `with_transpose =
+    /// columnwise_usage && !is_non_tn_fp8_gemm_supported`; `pytorch/utils.py:658-663`:
+    /// compute capability 10.x, or 13 and later), so on Blackwell the backward's GEMMs read
+    /// the one fp8 copy in another layout.
+    fn per_tensor_cast_bytes(&self, generation: Generation) -> f64 {
+        let transpose = if self.te_float8().is_some() && generation == Generation::Blackwell {
+            self.linear_format.gemm_element_bytes()
+        } else {
+            0.0
+        };
+        self.engine.fp8_cast_bytes_per_element - transpose
     }
 
     /// Bytes per element of the quantisation of a linear's input that a norm produces
@@ -105,16 +124,16 @@ impl Workload {
     /// (`FUSED_NORM_AMAX_FP8`: the norm writes its 16-bit output and amax, the cast reads
     /// it back without an amax pass) and not at all for the block-scaled quantisers
     /// (`UNFUSED`, MXFP8's cuDNN path aside). Other engines cast it as any other operand.
-    pub fn norm_fed_cast_bytes_per_element(&self) -> f64 {
+    pub fn norm_fed_cast_bytes_per_element(&self, generation: Generation) -> f64 {
         if !self.engine.fp8_cast_fused_into_norm {
-            return self.cast_bytes_per_element();
+            return self.cast_bytes_per_element(generation);
         }
         match (self.linear_format, self.te_float8()) {
             (plait_spec::Dtype::Fp8, Some(Float8Recipe::Delayed) | None) => 0.0,
             (plait_spec::Dtype::Fp8, Some(Float8Recipe::Tensorwise)) => {
-                self.engine.fp8_cast_bytes_per_element
+                self.per_tensor_cast_bytes(generation)
             }
-            _ => self.cast_bytes_per_element(),
+            _ => self.cast_bytes_per_element(generation),
         }
     }
 
@@ -122,11 +141,10 @@ impl Workload {
     /// the casts (one in a forward whose norms run them in full, three otherwise) and
     /// [`Workload::extra_cast_kernels`] per operand.
     pub fn cast_kernels(&self, forward: bool, operands: f64) -> f64 {
-        let casts = if forward && self.norm_fed_cast_bytes_per_element() == 0.0 {
-            1.0
-        } else {
-            3.0
-        };
+        let fused_into_norm = self.engine.fp8_cast_fused_into_norm
+            && self.linear_format == plait_spec::Dtype::Fp8
+            && matches!(self.te_float8(), Some(Float8Recipe::Delayed) | None);
+        let casts = if forward && fused_into_norm { 1.0 } else { 3.0 };
         casts + self.extra_cast_kernels() * operands
     }
 

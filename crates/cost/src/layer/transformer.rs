@@ -274,8 +274,8 @@ pub(super) fn transformer_block_cost(
         // Quantisation of the fp8 GEMM operands, per micro-batch: the inputs of the four
         // block linears (qkv's and fc1's come from the norms, which may run their cast) and
         // the output gradients in the backward; weights are cast once per step (optimizer).
-        let cast = w.cast_bytes_per_element();
-        let norm_fed_cast = w.norm_fed_cast_bytes_per_element();
+        let cast = w.cast_bytes_per_element(d.generation);
+        let norm_fed_cast = w.norm_fed_cast_bytes_per_element(d.generation);
         // Under float8 tp the column-parallel inputs and the row-parallel output gradients
         // are cast on this rank's sequence shard, before their gather (`fp8_tp`).
         let sharded = |i: usize, column_input: bool| {
