@@ -90,10 +90,10 @@ fn published_tables_within_their_bounds() {
     // −5.1 … −32.1 %, the shortfall growing with cp; float8 row-wise (8B and 70B at tp 8)
     // +2.4 … +6.6 %. A regression guard, not yet the target of 5 %.
     check(&r, "torchtitan", 0.085, 0.07);
-    // Megatron-Bridge's performance summaries (NeMo 25.09–26.08, 276 runs, nothing fitted):
-    // 17.1 %, signed −12.1 %. Dense 9.9 % (+0.0 %, 89 runs; CUDA graphs at plait's defaults,
-    // the Megatron-FSDP runs offloading the blocks their recipes name). MoE 20.6 % (−17.8 %,
-    // 187 runs), 176 of them with the dispatcher, all-to-all overlap and selective recompute
+    // Megatron-Bridge's performance summaries (NeMo 25.09–26.08, 277 runs, nothing fitted):
+    // 17.1 %, signed −12.1 %. Dense 9.8 % (−0.2 %, 89 runs; CUDA graphs at plait's defaults,
+    // the Megatron-FSDP runs offloading the blocks their recipes name). MoE 20.5 % (−17.8 %,
+    // 188 runs), 177 of them with the dispatcher, all-to-all overlap and selective recompute
     // their recipe set at the release's tag, DeepSeek-V3's and Kimi K2's pipeline layouts,
     // and Nemotron 3 Super's two bf16 MTP passes and NVFP4 bf16 blocks
     // (`megatron_bridge_recipes.csv`; DeepSeek-V3 at ep 32 over four B200 nodes +171 % before

@@ -137,6 +137,7 @@ pub fn model_preset_names() -> Vec<&'static str> {
         "llama4-maverick",
         "bert-large",
         "nemotron-h-8b",
+        "nemotron-3.5-lightning-30b-a3b",
         "tiny-gpt",
         "tiny-llama",
     ]);
@@ -204,6 +205,21 @@ pub fn model_preset(name: &str) -> Result<ModelSpec> {
                     latent: None,
                 }),
             )
+        },
+        // "Nemotron 3.5 Lightning uses the same architecture as Nemotron 3 Nano, but its
+        // checkpoint was trained natively with multi-token prediction" (Megatron-Bridge
+        // 067f987 `examples/models/nemotron/nemotron_3/lightning/README.md:3-4`; its
+        // config.json is not public): Nano's blocks, and the MTP module its recipes build, one
+        // "*E" module run twice and kept in bf16 (v0.6.0 `perf_recipes/nemotronh/gb200/
+        // nemotronh.py:494-498`: `mtp_num_layers = 2`, `mtp_hybrid_override_pattern = "*E"`,
+        // `mtp_use_repeated_layer`, `keep_mtp_spec_in_bf16`).
+        "nemotron-3.5-lightning-30b-a3b" => ModelSpec {
+            name: key.clone(),
+            mtp_layers: 2,
+            mtp_pattern: Some("*E".into()),
+            mtp_shared: true,
+            mtp_bf16: true,
+            ..model_preset("nemotron-3-nano-30b-a3b")?
         },
         "llama4-scout" => llama4_release("llama4-scout", 16, 1),
         "llama4-maverick" => llama4_release("llama4-maverick", 128, 2),
@@ -372,7 +388,7 @@ mod tests {
     fn hf_presets_match_their_published_totals() {
         // (preset, total, active per token) from each model card (README of the repository
         // `crates/spec/presets/README.md` names); active `None` for dense models.
-        let published: [(&str, f64, Option<f64>); 17] = [
+        let published: [(&str, f64, Option<f64>); 18] = [
             // "141B parameters, 39B active" (Mistral AI, Mixtral 8x22B announcement).
             ("mixtral-8x22b", 141e9, Some(39e9)),
             // 671 B in the main model; the card's 685 B add the 14 B MTP module. 37 B active.
@@ -397,6 +413,9 @@ mod tests {
             ("bloom-176b", 176.247e9, None),
             // NVIDIA's model card: 31.6 B total, about 3.6 B active with the embeddings.
             ("nemotron-3-nano-30b-a3b", 31.6e9, Some(3.6e9)),
+            // Nano's architecture ("30B-A3B" in its name), its MTP module not counted as
+            // for Super.
+            ("nemotron-3.5-lightning-30b-a3b", 31.6e9, Some(3.6e9)),
             // The released checkpoint's safetensors headers: 123,611,012,096 BF16 weights,
             // 2,942,324,736 of them the MTP module (not modelled for this family), and
             // 107,898,470,400 the experts a token does not use: 120.67 B and 12.77 B

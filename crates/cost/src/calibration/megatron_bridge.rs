@@ -166,6 +166,7 @@ fn preset_of(model: &str) -> Option<&'static str> {
         "Kimi_K2" => "kimi-k2",
         "Nemotron_3_Nano" => "nemotron-3-nano-30b-a3b",
         "Nemotron_3_Super" => "nemotron-3-super-120b-a12b",
+        "Nemotron_3_5_Lightning" => "nemotron-3.5-lightning-30b-a3b",
         _ => return None,
     })
 }
