@@ -50,6 +50,14 @@ pub enum Generation {
 }
 
 impl Generation {
+    /// Whether fp8 GEMMs take every operand layout, so that a per-tensor fp8 tensor needs no
+    /// transposed copy for the backward (Transformer Engine d0067d0 `pytorch/utils.py:658-663`,
+    /// `is_non_tn_fp8_gemm_supported`: compute capability 10.x, or 13 and later; Hopper's
+    /// take only TN).
+    pub fn fp8_gemms_take_every_layout(self) -> bool {
+        self == Generation::Blackwell
+    }
+
     /// From the GPU's name; unknown names (custom TOML GPUs) count as Hopper, the
     /// generation of the TOML defaults.
     pub fn of(gpu: &GpuSpec) -> Generation {

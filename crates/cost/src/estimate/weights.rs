@@ -90,7 +90,7 @@ pub(super) fn weight_prep(w: &Workload, zero: u8, generation: Generation) -> Wei
         },
         _ => WeightPrep {
             gather_bytes: copy,
-            step_bytes: if generation == Generation::Blackwell {
+            step_bytes: if generation.fp8_gemms_take_every_layout() {
                 0.0
             } else {
                 2.0 * copy

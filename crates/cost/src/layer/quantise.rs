@@ -105,11 +105,11 @@ impl Workload {
     /// the transposed copy where Transformer Engine writes none: its per-tensor quantisers
     /// create the column-wise (transposed) data only where fp8 GEMMs take the TN layout
     /// alone (TE d0067d0 `pytorch/csrc/quantizer.cpp:375, 689`, `with_transpose =
-    /// columnwise_usage && !is_non_tn_fp8_gemm_supported`; `pytorch/utils.py:658-663`:
-    /// compute capability 10.x, or 13 and later), so on Blackwell the backward's GEMMs read
-    /// the one fp8 copy in another layout.
+    /// columnwise_usage && !is_non_tn_fp8_gemm_supported`;
+    /// [`Generation::fp8_gemms_take_every_layout`]), so on Blackwell the backward's GEMMs
+    /// read the one fp8 copy in another layout.
     fn per_tensor_cast_bytes(&self, generation: Generation) -> f64 {
-        let transpose = if self.te_float8().is_some() && generation == Generation::Blackwell {
+        let transpose = if self.te_float8().is_some() && generation.fp8_gemms_take_every_layout() {
             self.linear_format.gemm_element_bytes()
         } else {
             0.0
@@ -128,8 +128,10 @@ impl Workload {
         if !self.engine.fp8_cast_fused_into_norm {
             return self.cast_bytes_per_element(generation);
         }
+        if self.norm_writes_the_cast() {
+            return 0.0;
+        }
         match (self.linear_format, self.te_float8()) {
-            (plait_spec::Dtype::Fp8, Some(Float8Recipe::Delayed) | None) => 0.0,
             (plait_spec::Dtype::Fp8, Some(Float8Recipe::Tensorwise)) => {
                 self.per_tensor_cast_bytes(generation)
             }
@@ -141,11 +143,21 @@ impl Workload {
     /// the casts (one in a forward whose norms run them in full, three otherwise) and
     /// [`Workload::extra_cast_kernels`] per operand.
     pub fn cast_kernels(&self, forward: bool, operands: f64) -> f64 {
-        let fused_into_norm = self.engine.fp8_cast_fused_into_norm
-            && self.linear_format == plait_spec::Dtype::Fp8
-            && matches!(self.te_float8(), Some(Float8Recipe::Delayed) | None);
-        let casts = if forward && fused_into_norm { 1.0 } else { 3.0 };
+        let casts = if forward && self.norm_writes_the_cast() {
+            1.0
+        } else {
+            3.0
+        };
         casts + self.extra_cast_kernels() * operands
+    }
+
+    /// Whether the norm before a linear writes its fp8 input itself: Transformer Engine's
+    /// `LayerNormLinear` under delayed scaling (see
+    /// [`Workload::norm_fed_cast_bytes_per_element`]).
+    fn norm_writes_the_cast(&self) -> bool {
+        self.engine.fp8_cast_fused_into_norm
+            && self.linear_format == plait_spec::Dtype::Fp8
+            && matches!(self.te_float8(), Some(Float8Recipe::Delayed) | None)
     }
 
     /// Kernels each fp8 quantisation adds over delayed scaling's one: current scaling's
