@@ -96,6 +96,10 @@ ESTIMATES = [
         ["--model", "llama3-8b", "--cluster", "gb200-nvl72", "--gpus", "8", "--gbs", "32", "--zero", "3", "--cpu-offload-layers", "8"],
     ),
     (
+        dict(model="llama3-8b", cluster="dgx-h100", gpus=8, gbs=64, zero=1, dtype="fp8", no_fp8_param_gather=True),
+        ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "64", "--zero", "1", "--dtype", "fp8", "--no-fp8-param-gather"],
+    ),
+    (
         dict(model="llama3-8b", cluster="dgx-h100", gpus=8, gbs=64, zero=1, optimizer_offload=0.5),
         ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "64", "--zero", "1", "--optimizer-offload", "0.5"],
     ),

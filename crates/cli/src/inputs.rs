@@ -126,6 +126,13 @@ pub struct WorkloadArgs {
     /// tensorwise recipe)
     #[arg(long)]
     pub float8_all_gather: bool,
+    /// Megatron-Core keeps the 16-bit weights of an fp8 or mxfp8 run, gathers them in 16
+    /// bits and casts them each step (Megatron-LM without --fp8-param-gather; NeMo 1's
+    /// launcher without fp8_params) rather than Transformer Engine's quantised weights, as
+    /// NeMo 2's and Megatron-Bridge's recipes keep (allowed with --engine megatron and
+    /// --dtype fp8 or mxfp8)
+    #[arg(long)]
+    pub no_fp8_param_gather: bool,
     /// Blocks at the start of the model whose linears run in bf16 in an fp8, mxfp8 or nvfp4
     /// run (Megatron-Core's --first-last-layers-bf16 --num-layers-at-start-in-bf16)
     #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
@@ -570,6 +577,7 @@ impl WorkloadArgs {
             sdpa: self.sdpa,
             float8_recipe: self.float8_recipe,
             float8_all_gather: self.float8_all_gather,
+            sixteen_bit_weights: self.no_fp8_param_gather,
             bf16_first_layers: layer_count("bf16-first-layers", self.bf16_first_layers)?,
             bf16_last_layers: layer_count("bf16-last-layers", self.bf16_last_layers)?,
             optimizer_state: self.optimizer_state,
@@ -607,6 +615,16 @@ impl WorkloadArgs {
                 train.dtype,
                 train.engine.keyword(),
                 train.fp8_recipe().map_or("none", Float8Recipe::keyword)
+            );
+        }
+        if train.sixteen_bit_weights
+            && !(train.engine == plait_spec::Engine::Megatron
+                && matches!(train.dtype, Dtype::Fp8 | Dtype::Mxfp8))
+        {
+            bail!(
+                "--no-fp8-param-gather: only Megatron-Core keeps quantised weights to turn off (allowed with --engine megatron --dtype fp8 or mxfp8; got --engine {} --dtype {})",
+                train.engine.keyword(),
+                train.dtype
             );
         }
         if train.async_tp && !train.compile {

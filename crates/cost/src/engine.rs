@@ -487,6 +487,10 @@ impl EngineProfile {
         if t.gathers_float8() {
             eager.fp8_param_gather = true;
         }
+        // Megatron-Core left at its 16-bit weights (`TrainSpec::sixteen_bit_weights`).
+        if t.sixteen_bit_weights {
+            eager.fp8_param_gather = false;
+        }
         if !compile || !engine.compiles() {
             return eager;
         }

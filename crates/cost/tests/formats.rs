@@ -357,3 +357,45 @@ fn blocks_kept_in_bf16_cost_their_16_bit_gemms_on_their_own_stage() {
     let err = c.validate(&m, &t, 256).unwrap_err();
     assert!(err.problem.contains("more than"), "{err}");
 }
+
+#[test]
+fn megatron_left_at_sixteen_bit_weights_gathers_and_casts_them() {
+    // Megatron-LM without --fp8-param-gather (NeMo 1's pre-training launcher): the
+    // distributed optimizer gathers the 16-bit weights and every step casts them to fp8,
+    // as an engine without quantised weights does.
+    let stage = |sixteen_bit_weights| {
+        let m = model_preset("llama3-70b").unwrap();
+        let cluster = cluster_preset("dgx-h100").unwrap();
+        let d = device_for(&cluster, Dtype::Fp8).unwrap();
+        let t = TrainSpec {
+            dtype: Dtype::Fp8,
+            sixteen_bit_weights,
+            ..TrainSpec::new(512, 8192)
+        };
+        let c = ParallelConfig {
+            dp: 8,
+            tp: 8,
+            pp: 4,
+            vp: 5,
+            sp: true,
+            zero: 1,
+            schedule: plait_spec::Schedule::Interleaved,
+            ..ParallelConfig::default()
+        };
+        estimate(&m, &cluster, &t, &c, &d).unwrap().stages[0].clone()
+    };
+    let (quantised, sixteen) = (stage(false), stage(true));
+    let gather = sixteen.dp_param_gather_s / quantised.dp_param_gather_s;
+    assert!(
+        (1.7..2.1).contains(&gather),
+        "16-bit / fp8 weight gather: {gather}"
+    );
+    // The fp8 weights' step writes a transpose (read 1, write 1 byte); the 16-bit ones'
+    // a cast into both copies (read 2, write 1 + 1): twice the bytes.
+    let bf16 = run("dgx-h100", Dtype::Bf16, Engine::Megatron).stages[0].optimizer_s;
+    let cast = (sixteen.optimizer_s - bf16) / (quantised.optimizer_s - bf16);
+    assert!(
+        (cast - 2.0).abs() < 1e-6,
+        "16-bit / fp8 step preparation: {cast}"
+    );
+}

@@ -4,7 +4,7 @@
 mod common;
 
 use plait_planner::export::{expressible, Engine, ExportFile};
-use plait_spec::{Dtype, Recompute, Schedule};
+use plait_spec::{Dtype, Recompute, Schedule, TrainSpec};
 
 use common::*;
 
@@ -456,4 +456,28 @@ fn every_export_reads_back_as_its_plan() {
         }
     }
     assert!(checked >= 33, "only {checked} exports read back");
+}
+
+#[test]
+fn megatron_export_keeps_the_weights_the_estimate_costed() {
+    // Llama 2 7B with the distributed optimizer in `dtype` on `cluster`: the weight flags.
+    let weight_flags = |cluster: &str, dtype, sixteen_bit_weights| {
+        let mut k = llama2_7b();
+        k.train = TrainSpec {
+            dtype,
+            sixteen_bit_weights,
+            ..k.train
+        };
+        k.plan = plan_on(cluster, &k.model, &k.train, k.plan.config);
+        let files = run(Engine::Megatron, &k).unwrap();
+        let f = megatron_flags(file(&files, "megatron_args.sh"));
+        ["--fp8-param-gather", "--reuse-grad-buf-for-mxfp8-param-ag"]
+            .map(|flag| f.contains_key(flag))
+    };
+    assert_eq!(weight_flags("dgx-h100", Dtype::Fp8, false), [true, false]);
+    // Kept at 16 bits, as the estimate costed them: gathered in 16 bits, cast each step.
+    assert_eq!(weight_flags("dgx-h100", Dtype::Fp8, true), [false, false]);
+    // MXFP8 weights are gathered through the gradient buffer, which Megatron-Core requires.
+    assert_eq!(weight_flags("dgx-b200", Dtype::Mxfp8, false), [true, true]);
+    assert_eq!(weight_flags("dgx-b200", Dtype::Bf16, false), [false, false]);
 }

@@ -84,6 +84,7 @@ const MEGATRON_FLAGS: &[&str] = &[
     "--fp8-recipe",
     "--overlap-moe-expert-parallel-comm",
     "--fp8-param-gather",
+    "--reuse-grad-buf-for-mxfp8-param-ag",
     // Hybrids (arguments.py `_add_experimental_args` and `--squared-relu`; the Mamba sizes
     // are `TransformerConfig` fields).
     "--hybrid-layer-pattern",

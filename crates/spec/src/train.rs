@@ -620,6 +620,13 @@ pub struct TrainSpec {
     /// `components/quantization/float8.py:60-98`).
     #[serde(default)]
     pub float8_all_gather: bool,
+    /// A Megatron-Core run in fp8 or MXFP8 that keeps 16-bit weights, gathered in 16 bits and
+    /// cast each step, instead of Transformer Engine's quantised weights: Megatron-LM without
+    /// `--fp8-param-gather` (its default), as NeMo 1's launcher ran without `fp8_params`
+    /// (NeMo-Framework-Launcher 26e42fa9: only the MLPerf configs set it). Off: the
+    /// quantised weights NeMo 2's and Megatron-Bridge's fp8 recipes keep.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub sixteen_bit_weights: bool,
     /// Blocks at the start of the model whose linears run in bf16 in a low-precision run
     /// (Megatron-Core's `--first-last-layers-bf16` with `num_layers_at_start_in_bf16`,
     /// `transformer_config.py`; Transformer Engine leaves those blocks outside its fp8 or
@@ -660,6 +667,10 @@ fn is_zero(n: &u64) -> bool {
 
 fn is_zero_share(x: &f64) -> bool {
     *x == 0.0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl Default for MoeDispatcher {
@@ -832,6 +843,7 @@ impl TrainSpec {
             sdpa: Sdpa::Flash,
             float8_recipe: None,
             float8_all_gather: false,
+            sixteen_bit_weights: false,
             bf16_first_layers: 0,
             bf16_last_layers: 0,
             optimizer_state: OptimizerState::Fp32,

@@ -778,6 +778,11 @@ fn nemo_table(text: &str, source: &'static str, name: &'static str) -> Result<Ta
                 pack_len: (task != Task::Pretrain).then_some(SQUAD_PACKED_SAMPLE_TOKENS),
                 // SFT: `dtype: bf16` in NeMo-Framework-Launcher 0da9ad9c's peft/llama/sft.yaml.
                 optimizer_state: if task == Task::Sft { Bf16 } else { Fp32 },
+                // The launcher's 24.07 pre-training scripts keep 16-bit weights: none sets
+                // `fp8_params` (8325688d `examples/training/*/h100/*_fp8.sh`), its PEFT
+                // scripts all do (`++peft.model.fp8_params=true`, `examples/peft/`); NeMo
+                // 2.0's recipes keep fp8 weights (`fp8_param_gather=True`).
+                sixteen_bit_weights: release == "24.07" && task == Task::Pretrain,
                 ..TrainSpec::new(gbs, seq)
             },
             config: ParallelConfig {
