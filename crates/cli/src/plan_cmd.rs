@@ -136,8 +136,8 @@ struct PlanJson<'a> {
     if_offloaded: Option<OffloadedPlan>,
 }
 
-/// The best plan of the same request with all of the optimizer state in host memory
-/// (`--optimizer-offload 1`).
+/// The best plan of the same request with a share of the optimizer state in host memory
+/// (`--optimizer-offload F`).
 #[derive(Serialize)]
 struct OffloadedPlan {
     optimizer_offload: f64,
@@ -147,36 +147,59 @@ struct OffloadedPlan {
     host_memory_bytes: f64,
 }
 
-/// Where no plan fits with the optimizer state on the GPU, the best that fits with all of
-/// it offloaded: asked only under an engine with a CPU optimizer, on a cluster that gives
-/// its host memory, for a request that did not offload already (and whose pins allow it).
+/// The shares of the optimizer state `plan` tries in host memory where nothing fits on the
+/// GPUs: quarters, as Megatron-Core's `--optimizer-offload-fraction` and DeepSpeed's
+/// `offload_optimizer.ratio` take any share (a smaller share steps less of the optimizer on
+/// the CPU and moves fewer bytes over the host link; a larger one frees more GPU memory).
+const OFFLOAD_SHARES: [f64; 4] = [0.25, 0.5, 0.75, 1.0];
+
+/// Where no plan fits with the optimizer state on the GPU, the fastest plan that fits with a
+/// share of it offloaded ([`OFFLOAD_SHARES`]; ties go to the smaller share): asked only
+/// under an engine with a CPU optimizer, on a cluster that gives its host memory, for a
+/// request that did not offload already (and whose pins allow it).
 fn if_offloaded(req: &Request) -> Option<OffloadedPlan> {
     let t = req.train;
     if t.optimizer_offload > 0.0 || !t.engine.offloads_optimizer() {
         return None;
     }
-    let offloaded = TrainSpec {
-        optimizer_offload: 1.0,
-        ..t.clone()
-    };
-    // The run as it is, all of its state offloaded: what the engine and the cluster allow.
-    plait_spec::ParallelConfig::check_optimizer_offload_train(&offloaded).ok()?;
-    plait_cost::check_offload_host(req.cluster, &offloaded).ok()?;
-    let probe = Request {
-        train: &offloaded,
-        top: 1,
-        simulate: 1,
-        ..req.clone()
-    };
-    let outcome = plan(&probe, &|_, _| {}).ok()?;
-    let best = outcome.plans.first()?;
-    Some(OffloadedPlan {
-        optimizer_offload: 1.0,
-        config_text: best.config.to_string(),
-        iteration_time_s: best.estimate.iteration_time_s,
-        peak_memory_bytes: best.estimate.peak_memory_bytes,
-        host_memory_bytes: best.estimate.host_memory_bytes,
-    })
+    let mut best: Option<OffloadedPlan> = None;
+    for share in OFFLOAD_SHARES {
+        let offloaded = TrainSpec {
+            optimizer_offload: share,
+            ..t.clone()
+        };
+        // The run as it is with this share offloaded: what the engine and the cluster allow.
+        if plait_spec::ParallelConfig::check_optimizer_offload_train(&offloaded).is_err()
+            || plait_cost::check_offload_host(req.cluster, &offloaded).is_err()
+        {
+            continue;
+        }
+        let probe = Request {
+            train: &offloaded,
+            top: 1,
+            simulate: 1,
+            ..req.clone()
+        };
+        let Ok(outcome) = plan(&probe, &|_, _| {}) else {
+            continue;
+        };
+        let Some(plan) = outcome.plans.first() else {
+            continue;
+        };
+        if best
+            .as_ref()
+            .is_none_or(|b| plan.estimate.iteration_time_s < b.iteration_time_s)
+        {
+            best = Some(OffloadedPlan {
+                optimizer_offload: share,
+                config_text: plan.config.to_string(),
+                iteration_time_s: plan.estimate.iteration_time_s,
+                peak_memory_bytes: plan.estimate.peak_memory_bytes,
+                host_memory_bytes: plan.estimate.host_memory_bytes,
+            });
+        }
+    }
+    best
 }
 
 /// The best plan's step with one engine switch the request left off.
@@ -445,10 +468,13 @@ pub fn run(args: &PlanArgs) -> Result<String> {
         out += &format!("NO PLAN FITS: {}\n", inf.reason);
         out += &infeasible_bounds(inf, gpus);
         if let Some(o) = &if_offloaded {
-            out += &format!(
-                "with the optimizer state in host memory (optimizer offload 1) the best plan \
-                 fits: {} at {:.3} s per step, {:.1} GiB per GPU and {:.1} GiB of host memory \
-                 each\n",
+            out +=
+                &format!(
+                "with {} of the optimizer state in host memory (optimizer offload {}) the best \
+                 plan fits: {} at {:.3} s per step, {:.1} GiB per GPU and {:.1} GiB of host \
+                 memory each\n",
+                if o.optimizer_offload < 1.0 { "a share" } else { "all" },
+                o.optimizer_offload,
                 o.config_text,
                 o.iteration_time_s,
                 o.peak_memory_bytes / GIB,

@@ -170,6 +170,33 @@ fn where_nothing_fits_plan_says_what_offloading_the_optimizer_would_fit() {
     let step = e["iteration_time_s"].as_f64().unwrap();
     let hinted = o["iteration_time_s"].as_f64().unwrap();
     assert!((step / hinted - 1.0).abs() < 0.02, "{step} vs {hinted}");
+    // Where a share of the state suffices, the hint offloads that share: Llama 3 70B on one
+    // node needs three quarters of it in host memory, and that plan is faster than with all.
+    let node = [
+        "plan",
+        "--model",
+        "llama3-70b",
+        "--cluster",
+        "dgx-h100",
+        "--gpus",
+        "8",
+        "--gbs",
+        "16",
+        "--seq",
+        "4096",
+        "--json",
+    ];
+    let o = json(&node)["if_offloaded"].clone();
+    let share = o["optimizer_offload"].as_f64().unwrap();
+    assert!(share > 0.0 && share < 1.0, "{o}");
+    let all = json(&[&node[..], &["--optimizer-offload", "1"]].concat());
+    let all_step = all["plans"][0]["estimate"]["iteration_time_s"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        o["iteration_time_s"].as_f64().unwrap() < all_step,
+        "{o} vs {all_step}"
+    );
     // Already offloading, or under an engine without a CPU optimizer: no hint.
     for extra in [["--optimizer-offload", "1"], ["--engine", "torchtitan"]] {
         let v = json(&[&args[..], &extra[..], &["--json"]].concat());
