@@ -325,7 +325,9 @@ pub fn run(args: &PlanArgs) -> Result<String> {
     let mut req = Request::new(&r.model, &r.cluster, &r.train, &r.device, gpus);
     req.pins = pins;
     req.top = top;
-    req.simulate = simulate.max(top);
+    // The planner simulates `simulate` candidates at a time until `top` plans survive, and
+    // ranks the first batch's ahead of the rest: more plans shown do not reorder the first.
+    req.simulate = simulate;
 
     let bar = ProgressBar::new(0);
     bar.set_style(

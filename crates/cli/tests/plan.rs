@@ -376,3 +376,39 @@ fn a_megatron_moe_plan_picks_its_dispatcher_and_overlap() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn more_plans_shown_do_not_reorder_the_first() {
+    // Llama 3.1 405B on 16,384 H100s: asking for 40 plans instead of 5 simulates more
+    // candidates, which follow the first batch's; the first five stay the same.
+    let configs = |top: &str| {
+        let v = json(&[
+            "plan",
+            "--model",
+            "llama3.1-405b",
+            "--cluster",
+            "dgx-h100",
+            "--gpus",
+            "16384",
+            "--gbs",
+            "2048",
+            "--seq",
+            "8192",
+            "--dtype",
+            "fp8",
+            "--top",
+            top,
+            "--json",
+        ]);
+        v["plans"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["config_text"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let (five, forty) = (configs("5"), configs("40"));
+    assert_eq!(five.len(), 5);
+    assert_eq!(forty.len(), 40);
+    assert_eq!(five[..], forty[..5]);
+}

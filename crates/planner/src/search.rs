@@ -661,10 +661,13 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
     fits.sort_by(|a, b| a.time_s.total_cmp(&b.time_s).then(a.index.cmp(&b.index)));
 
     // Second level: optimal block layout, then the event simulator, batch after batch of
-    // the best screened candidates until `top` plans survive (the simulator's memory peak
-    // must fit) or the candidates run out.
-    let batch = req.simulate.max(req.top);
+    // the best screened candidates (`simulate` at a time) until `top` plans survive (the
+    // simulator's memory peak must fit) or the candidates run out. The first batch's
+    // survivors are ordered among themselves and lead; plans refined only because `top`
+    // asked for more follow them, so the first plans never depend on `top`.
+    let batch = req.simulate.max(1);
     let mut plans: Vec<(usize, Plan)> = Vec::new();
+    let mut leading = None;
     for group in fits.chunks(batch) {
         let refined: Vec<Result<Option<(usize, Plan)>, PlanError>> = group
             .par_iter()
@@ -675,6 +678,9 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
             if let Some(p) = r? {
                 plans.push(p);
             }
+        }
+        if !plans.is_empty() && leading.is_none() {
+            leading = Some(plans.len());
         }
         if plans.len() >= req.top {
             break;
@@ -687,13 +693,16 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
             infeasible: Some(infeasible(req, &rest)),
         });
     }
-    plans.sort_by(|(ia, a), (ib, b)| {
-        a.estimate
-            .iteration_time_s
-            .total_cmp(&b.estimate.iteration_time_s)
-            .then(ia.cmp(ib))
-    });
-    robust_order(&mut plans);
+    let (first, later) = plans.split_at_mut(leading.unwrap_or(0));
+    for part in [first, later] {
+        part.sort_by(|(ia, a), (ib, b)| {
+            a.estimate
+                .iteration_time_s
+                .total_cmp(&b.estimate.iteration_time_s)
+                .then(ia.cmp(ib))
+        });
+        robust_order(part);
+    }
     plans.truncate(req.top);
     let mut plans: Vec<Plan> = plans.into_iter().map(|(_, p)| p).collect();
     annotate(&mut plans);
