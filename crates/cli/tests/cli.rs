@@ -341,8 +341,7 @@ fn compile_fuses_torchtitan_and_is_refused_elsewhere() {
             "selective",
             "--json",
         ]);
-        args.extend_from_slice(extra);
-        common::json(&args)["iteration_time_s"].as_f64().unwrap()
+        common::step_s(&args, extra)
     };
     // Inductor fuses the eager norms, RoPE, SwiGLU and loss: about 14 % less time.
     let (eager, compiled) = (time(&[]), time(&["--compile"]));
@@ -819,7 +818,7 @@ fn a_megatron_pipeline_layout_sets_the_blocks_of_each_stage() {
 #[test]
 fn fine_tuning_packs_samples_of_one_length_or_several() {
     let step = |extra: &[&str]| {
-        let args: Vec<&str> = [
+        let args = [
             "estimate",
             "--model",
             "llama3-8b",
@@ -834,11 +833,8 @@ fn fine_tuning_packs_samples_of_one_length_or_several() {
             "--task",
             "sft",
             "--json",
-        ]
-        .into_iter()
-        .chain(extra.iter().copied())
-        .collect();
-        common::json(&args)["iteration_time_s"].as_f64().unwrap()
+        ];
+        common::step_s(&args, extra)
     };
     // A distribution costs as samples of its token-weighted mean length (Σ s·L² / Σ s·L).
     let mixed = step(&["--sample-lengths", "512:1,3584:1"]);

@@ -229,7 +229,7 @@ fn blocks_kept_in_bf16_are_costed_and_exported_as_megatron_runs_them() {
     // NVIDIA's NVFP4 recipe for Super keeps its last 14 blocks in bf16: slower than all in
     // NVFP4, and Megatron's launch carries the three flags that do it.
     let run = |extra: &[&str]| {
-        let mut args = vec![
+        let args = [
             "estimate",
             "--model",
             "nemotron-3-super-120b-a12b",
@@ -245,8 +245,7 @@ fn blocks_kept_in_bf16_are_costed_and_exported_as_megatron_runs_them() {
             "8192",
             "--json",
         ];
-        args.extend_from_slice(extra);
-        json(&args)["iteration_time_s"].as_f64().unwrap()
+        common::step_s(&args, extra)
     };
     let nvfp4 = run(&["--dtype", "nvfp4"]);
     let kept = run(&["--dtype", "nvfp4", "--bf16-last-layers", "14"]);

@@ -15,28 +15,25 @@ fn sixteen_bit_weights_are_megatrons_choice_in_fp8_and_mxfp8() {
     );
     // Kept at 16 bits, the weights are gathered in bf16 and cast every step: the same plan
     // takes longer than with Transformer Engine's fp8 weights.
-    let step = |extra: &[&str]| {
-        let mut args = vec![
-            "estimate",
-            "--model",
-            "llama3-8b",
-            "--cluster",
-            "dgx-h100",
-            "--gpus",
-            "16",
-            "--gbs",
-            "64",
-            "--seq",
-            "8192",
-            "--dtype",
-            "fp8",
-            "--zero",
-            "1",
-            "--json",
-        ];
-        args.extend_from_slice(extra);
-        common::json(&args)["iteration_time_s"].as_f64().unwrap()
-    };
+    let args = [
+        "estimate",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "dgx-h100",
+        "--gpus",
+        "16",
+        "--gbs",
+        "64",
+        "--seq",
+        "8192",
+        "--dtype",
+        "fp8",
+        "--zero",
+        "1",
+        "--json",
+    ];
+    let step = |extra: &[&str]| common::step_s(&args, extra);
     let (quantised, sixteen_bit) = (step(&[]), step(&["--no-fp8-param-gather"]));
     assert!(sixteen_bit > quantised, "{sixteen_bit} vs {quantised}");
 }

@@ -25,6 +25,15 @@ pub fn json(args: &[&str]) -> serde_json::Value {
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
 }
 
+/// The `iteration_time_s` of `plait args… extra…` (`args` asks for `--json`): one run of a
+/// comparison between switches.
+pub fn step_s(args: &[&str], extra: &[&str]) -> f64 {
+    let all: Vec<&str> = args.iter().chain(extra).copied().collect();
+    json(&all)["iteration_time_s"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{all:?}: no iteration_time_s"))
+}
+
 /// `check(args, expected)`: exit 2, an `error:` line containing `expected` first (clap adds
 /// a "try --help" hint after flag-parsing errors), and no panic.
 pub fn check(args: &[&str], expected: &str) {
