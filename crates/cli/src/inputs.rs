@@ -128,9 +128,10 @@ pub struct WorkloadArgs {
     pub float8_all_gather: bool,
     /// Megatron-Core keeps the 16-bit weights of an fp8 or mxfp8 run, gathers them in 16
     /// bits and casts them each step (Megatron-LM without --fp8-param-gather; NeMo 1's
-    /// launcher without fp8_params) rather than Transformer Engine's quantised weights, as
-    /// NeMo 2's and Megatron-Bridge's recipes keep (allowed with --engine megatron and
-    /// --dtype fp8 or mxfp8)
+    /// launcher without fp8_params; Megatron-Bridge's blockwise recipe) rather than
+    /// Transformer Engine's quantised weights, as NeMo 2's and Megatron-Bridge's delayed,
+    /// tensor-wise and MXFP8 recipes keep (allowed with --engine megatron and --dtype fp8 or
+    /// mxfp8)
     #[arg(long)]
     pub no_fp8_param_gather: bool,
     /// Blocks at the start of the model whose linears run in bf16 in an fp8, mxfp8 or nvfp4

@@ -379,36 +379,58 @@ fn a_megatron_moe_plan_picks_its_dispatcher_and_overlap() {
 
 #[test]
 fn more_plans_shown_do_not_reorder_the_first() {
-    // Llama 3.1 405B on 16,384 H100s: asking for 40 plans instead of 5 simulates more
-    // candidates, which follow the first batch's; the first five stay the same.
-    let configs = |top: &str| {
-        let v = json(&[
-            "plan",
-            "--model",
-            "llama3.1-405b",
-            "--cluster",
-            "dgx-h100",
-            "--gpus",
-            "16384",
-            "--gbs",
-            "2048",
-            "--seq",
-            "8192",
-            "--dtype",
-            "fp8",
-            "--top",
-            top,
-            "--json",
-        ]);
-        v["plans"]
+    // The plans of `plan --top N` are the first N of any larger --top: more plans shown
+    // simulate more candidates, whose batches follow the earlier ones'. Llama 3.1 405B on
+    // 16,384 H100s, 5 against 40 (one batch of 16 against three), and Llama 3 8B on 64
+    // H100s simulated two at a time, 5 against 12 (where later batches are several).
+    let configs = |args: &[&str], top: &str| {
+        let all: Vec<&str> = ["plan"]
+            .iter()
+            .chain(args)
+            .chain(&["--top", top, "--json"])
+            .copied()
+            .collect();
+        json(&all)["plans"]
             .as_array()
             .unwrap()
             .iter()
             .map(|p| p["config_text"].as_str().unwrap().to_string())
             .collect::<Vec<_>>()
     };
-    let (five, forty) = (configs("5"), configs("40"));
-    assert_eq!(five.len(), 5);
-    assert_eq!(forty.len(), 40);
-    assert_eq!(five[..], forty[..5]);
+    let big = [
+        "--model",
+        "llama3.1-405b",
+        "--cluster",
+        "dgx-h100",
+        "--gpus",
+        "16384",
+        "--gbs",
+        "2048",
+        "--seq",
+        "8192",
+        "--dtype",
+        "fp8",
+    ];
+    let small = [
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "dgx-h100",
+        "--gpus",
+        "64",
+        "--gbs",
+        "256",
+        "--seq",
+        "8192",
+        "--simulate",
+        "2",
+    ];
+    for (args, few, many) in [(&big, 5, 40), (&small, 5, 12)] {
+        let (first, more) = (
+            configs(args, &few.to_string()),
+            configs(args, &many.to_string()),
+        );
+        assert_eq!((first.len(), more.len()), (few, many), "{args:?}");
+        assert_eq!(first[..], more[..few], "{args:?}");
+    }
 }

@@ -37,3 +37,36 @@ fn sixteen_bit_weights_are_megatrons_choice_in_fp8_and_mxfp8() {
     let (quantised, sixteen_bit) = (step(&[]), step(&["--no-fp8-param-gather"]));
     assert!(sixteen_bit > quantised, "{sixteen_bit} vs {quantised}");
 }
+
+#[test]
+fn sixteen_bit_weights_let_megatron_offload_its_optimizer_at_any_fp8_recipe() {
+    // Megatron-Core takes optimizer offloading with fp8 parameter gathers only under delayed
+    // scaling (arguments.py:1889-1892); a run that keeps 16-bit weights gathers none.
+    let args = [
+        "estimate",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "dgx-h100",
+        "--gpus",
+        "8",
+        "--gbs",
+        "64",
+        "--dtype",
+        "fp8",
+        "--float8-recipe",
+        "tensorwise",
+        "--zero",
+        "1",
+        "--optimizer-offload",
+        "0.5",
+    ];
+    let (code, _, err) = common::plait(&args);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("optimizer offloading in fp8 tensorwise scaling"),
+        "{err}"
+    );
+    let with = [&args[..], &["--no-fp8-param-gather", "--json"]].concat();
+    assert_eq!(common::json(&with)["fits"], true);
+}

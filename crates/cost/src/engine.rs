@@ -487,9 +487,14 @@ impl EngineProfile {
         if t.gathers_float8() {
             eager.fp8_param_gather = true;
         }
-        // Megatron-Core left at its 16-bit weights (`TrainSpec::sixteen_bit_weights`).
+        // Megatron-Core left at its 16-bit weights (`TrainSpec::sixteen_bit_weights`): gathered
+        // in 16 bits, and Transformer Engine caches a row-wise and a column-wise quantised copy
+        // of each beside it across the step's micro-batches (Megatron-Core passes
+        // `is_first_microbatch`, `extensions/transformer_engine.py:1338`; TE d0067d0
+        // `module/linear.py` keeps them in `_fp8_workspaces`), as under DeepSpeed and FSDP.
         if t.sixteen_bit_weights {
             eager.fp8_param_gather = false;
+            eager.fp8_weight_copy_bytes = 2.0;
         }
         if !compile || !engine.compiles() {
             return eager;

@@ -392,4 +392,12 @@ fn megatron_left_at_sixteen_bit_weights_gathers_and_casts_them() {
         (cast - 2.0).abs() < 1e-6,
         "16-bit / fp8 step preparation: {cast}"
     );
+    // And Transformer Engine caches two fp8 copies (1 byte each) beside each 16-bit block
+    // weight across the step's micro-batches, where the quantised weights need none.
+    let extra = sixteen.peak_memory_bytes - quantised.peak_memory_bytes;
+    assert!(
+        extra > 1.5 * quantised.params && extra < 2.5 * quantised.params,
+        "fp8 copies: {extra} bytes for {} parameters",
+        quantised.params
+    );
 }

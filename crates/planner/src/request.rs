@@ -26,7 +26,8 @@ pub struct Request<'a> {
     pub pins: Pins,
     /// Plans to return.
     pub top: usize,
-    /// Candidates re-ranked by the simulator (at least `top`).
+    /// Candidates re-ranked by the simulator at a time: batches of this many, the best
+    /// screened first, until `top` plans survive.
     pub simulate: usize,
     /// Block layouts the plans may use (an engine may not express every layout).
     pub shape: MapShape,

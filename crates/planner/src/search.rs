@@ -662,12 +662,12 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
 
     // Second level: optimal block layout, then the event simulator, batch after batch of
     // the best screened candidates (`simulate` at a time) until `top` plans survive (the
-    // simulator's memory peak must fit) or the candidates run out. The first batch's
-    // survivors are ordered among themselves and lead; plans refined only because `top`
-    // asked for more follow them, so the first plans never depend on `top`.
+    // simulator's memory peak must fit) or the candidates run out. Each batch's survivors
+    // are ordered among themselves and follow the earlier batches', so the plans for a
+    // `top` are the first of those for any larger `top`.
     let batch = req.simulate.max(1);
     let mut plans: Vec<(usize, Plan)> = Vec::new();
-    let mut leading = None;
+    let mut batch_ends: Vec<usize> = Vec::new();
     for group in fits.chunks(batch) {
         let refined: Vec<Result<Option<(usize, Plan)>, PlanError>> = group
             .par_iter()
@@ -679,9 +679,7 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
                 plans.push(p);
             }
         }
-        if !plans.is_empty() && leading.is_none() {
-            leading = Some(plans.len());
-        }
+        batch_ends.push(plans.len());
         if plans.len() >= req.top {
             break;
         }
@@ -693,8 +691,10 @@ pub fn plan(req: &Request, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<O
             infeasible: Some(infeasible(req, &rest)),
         });
     }
-    let (first, later) = plans.split_at_mut(leading.unwrap_or(0));
-    for part in [first, later] {
+    let mut start = 0;
+    for end in batch_ends {
+        let part = &mut plans[start..end];
+        start = end;
         part.sort_by(|(ia, a), (ib, b)| {
             a.estimate
                 .iteration_time_s

@@ -461,23 +461,39 @@ fn every_export_reads_back_as_its_plan() {
 #[test]
 fn megatron_export_keeps_the_weights_the_estimate_costed() {
     // Llama 2 7B with the distributed optimizer in `dtype` on `cluster`: the weight flags.
-    let weight_flags = |cluster: &str, dtype, sixteen_bit_weights| {
+    let weight_flags_at = |zero: u8, cluster: &str, dtype, sixteen_bit_weights| {
         let mut k = llama2_7b();
         k.train = TrainSpec {
             dtype,
             sixteen_bit_weights,
             ..k.train
         };
-        k.plan = plan_on(cluster, &k.model, &k.train, k.plan.config);
+        let config = plait_spec::ParallelConfig {
+            zero,
+            ..k.plan.config
+        };
+        k.plan = plan_on(cluster, &k.model, &k.train, config);
         let files = run(Engine::Megatron, &k).unwrap();
         let f = megatron_flags(file(&files, "megatron_args.sh"));
         ["--fp8-param-gather", "--reuse-grad-buf-for-mxfp8-param-ag"]
             .map(|flag| f.contains_key(flag))
     };
+    let weight_flags = |cluster: &str, dtype, sixteen| weight_flags_at(1, cluster, dtype, sixteen);
     assert_eq!(weight_flags("dgx-h100", Dtype::Fp8, false), [true, false]);
     // Kept at 16 bits, as the estimate costed them: gathered in 16 bits, cast each step.
     assert_eq!(weight_flags("dgx-h100", Dtype::Fp8, true), [false, false]);
-    // MXFP8 weights are gathered through the gradient buffer, which Megatron-Core requires.
+    // MXFP8 weights are gathered through the gradient buffer, as the estimate costs them
+    // (Megatron-Core's recommended setting for MXFP8, optimizer_config.py:416-424).
     assert_eq!(weight_flags("dgx-b200", Dtype::Mxfp8, false), [true, true]);
     assert_eq!(weight_flags("dgx-b200", Dtype::Bf16, false), [false, false]);
+    // Megatron-FSDP (ZeRO-3) gathers its own MXFP8 weights: no gradient-buffer reuse
+    // (Megatron-LM turns it off there, arguments.py:1137).
+    assert_eq!(
+        weight_flags_at(3, "dgx-b200", Dtype::Mxfp8, false),
+        [true, false]
+    );
+    assert_eq!(
+        weight_flags_at(1, "dgx-b200", Dtype::Mxfp8, true),
+        [false, false]
+    );
 }

@@ -622,9 +622,11 @@ pub struct TrainSpec {
     pub float8_all_gather: bool,
     /// A Megatron-Core run in fp8 or MXFP8 that keeps 16-bit weights, gathered in 16 bits and
     /// cast each step, instead of Transformer Engine's quantised weights: Megatron-LM without
-    /// `--fp8-param-gather` (its default), as NeMo 1's launcher ran without `fp8_params`
-    /// (NeMo-Framework-Launcher 26e42fa9: only the MLPerf configs set it). Off: the
-    /// quantised weights NeMo 2's and Megatron-Bridge's fp8 recipes keep.
+    /// `--fp8-param-gather` (its default), as NeMo 1's launcher ran its dense pre-training
+    /// without `fp8_params` (NeMo-Framework-Launcher 8325688d
+    /// `examples/training/*/h100/*_fp8.sh`), and Megatron-Bridge's sub-channel (`blockwise`)
+    /// recipe (v0.5.0 `training/mixed_precision.py:383-384`). Off: the quantised weights
+    /// NeMo 2's and Megatron-Bridge's delayed, tensor-wise and MXFP8 recipes keep.
     #[serde(default, skip_serializing_if = "is_false")]
     pub sixteen_bit_weights: bool,
     /// Blocks at the start of the model whose linears run in bf16 in a low-precision run

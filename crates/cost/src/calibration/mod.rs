@@ -778,11 +778,12 @@ fn nemo_table(text: &str, source: &'static str, name: &'static str) -> Result<Ta
                 pack_len: (task != Task::Pretrain).then_some(SQUAD_PACKED_SAMPLE_TOKENS),
                 // SFT: `dtype: bf16` in NeMo-Framework-Launcher 0da9ad9c's peft/llama/sft.yaml.
                 optimizer_state: if task == Task::Sft { Bf16 } else { Fp32 },
-                // The launcher's 24.07 pre-training scripts keep 16-bit weights: none sets
-                // `fp8_params` (8325688d `examples/training/*/h100/*_fp8.sh`), its PEFT
-                // scripts all do (`++peft.model.fp8_params=true`, `examples/peft/`); NeMo
-                // 2.0's recipes keep fp8 weights (`fp8_param_gather=True`).
-                sixteen_bit_weights: release == "24.07" && task == Task::Pretrain,
+                // Quantised weights, as NeMo 2.0's recipes keep them (`fp8_param_gather`).
+                // The launcher's 24.07 dense pre-training scripts set no `fp8_params`
+                // (8325688d `examples/training/*/h100/*_fp8.sh`; its PEFT scripts do), but
+                // with 16-bit weights and the two fp8 copies Transformer Engine caches
+                // beside them (`TrainSpec::sixteen_bit_weights`) its Nemotron-340B run on
+                // 128 H100 would need 88.8 GiB of 80, and it ran: the table keeps them.
                 ..TrainSpec::new(gbs, seq)
             },
             config: ParallelConfig {

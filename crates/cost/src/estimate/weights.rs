@@ -37,8 +37,8 @@ pub(super) struct WeightPrep {
 ///   from the row-wise one (`_create_columnwise`);
 /// * MXFP8's tile scales do not fit the contiguous parameter buffer, so the gather moves the
 ///   16-bit weights through the gradient buffer (`reuse_grad_buf_for_mxfp8_param_ag`,
-///   which Megatron-Core requires for it with the distributed optimizer, arguments.py
-///   :1580-1588, and Megatron-Bridge's `bf16_with_mxfp8_mixed` sets, v0.5.0
+///   which Megatron-Core recommends for it, warning of the extra memory without it,
+///   `optimizer/optimizer_config.py:416-424`, and Megatron-Bridge's `bf16_with_mxfp8_mixed` sets, v0.5.0
 ///   `training/mixed_precision.py:264-265`); each rank then casts every gathered weight into
 ///   its row- and column-wise MXFP8 copies inside the forward and zeroes the borrowed buffer
 ///   for the gradients (`copy_tensors_to_quantized_params`, `bucket.param_data.zero_()`):

@@ -77,6 +77,7 @@ pub(super) fn annotate(plans: &mut [Plan]) {
             e.iteration_time_s,
             e.iteration_time_low_s,
             e.iteration_time_high_s,
+            e.peak_memory_bytes,
         )
     });
     for (i, p) in plans.iter_mut().enumerate() {
@@ -123,13 +124,19 @@ pub(super) fn annotate(plans: &mut [Plan]) {
                 p.stage_map.chunk_blocks
             ));
         }
-        if let (Some((b, b_low, b_high)), true) = (best, i > 0) {
+        if let (Some((b, b_low, b_high, b_memory)), true) = (best, i > 0) {
             let overlap = e.iteration_time_low_s <= b_high && b_low <= e.iteration_time_high_s;
             let d = e.iteration_time_s / b - 1.0;
             p.notes.push(if d.abs() <= TIE_SHARE {
                 format!(
-                    "tied with plan 1 ({:+.1} %), which needs less memory",
-                    d * 100.0
+                    "tied with plan 1 ({:+.1} %){}",
+                    d * 100.0,
+                    // A later simulation batch's plan may need less (`plan`'s batches).
+                    if b_memory <= e.peak_memory_bytes {
+                        ", which needs less memory"
+                    } else {
+                        ", which was simulated in an earlier batch"
+                    }
                 )
             } else {
                 format!(

@@ -142,10 +142,12 @@ impl ParallelConfig {
         }
         // Megatron-Core gathers the fp8 weights of a low-precision run over the distributed
         // optimizer (`EngineProfile::fp8_param_gather`, the export's `--fp8-param-gather`),
-        // which its offloading takes only with delayed scaling (`arguments.py:1889-1892`).
+        // which its offloading takes only with delayed scaling (`arguments.py:1889-1892`); a
+        // run that keeps 16-bit weights gathers none (`TrainSpec::sixteen_bit_weights`).
         let low_precision = matches!(train.dtype, Dtype::Fp8 | Dtype::Mxfp8);
         if train.engine == Engine::Megatron
             && low_precision
+            && !train.sixteen_bit_weights
             && train.fp8_recipe() != Some(Float8Recipe::Delayed)
         {
             return Err(SpecError::for_field(
@@ -157,8 +159,8 @@ impl ParallelConfig {
                         .fp8_recipe()
                         .map_or("block scaling".to_string(), |r| format!("{r} scaling"))
                 ),
-                "delayed scaling (Megatron-Core's offloading with fp8 parameter gathers), or \
-                 bf16",
+                "delayed scaling (Megatron-Core's offloading with fp8 parameter gathers), 16-bit \
+                 weights kept beside the fp8 copies, or bf16",
             ));
         }
         if train.engine == Engine::Deepspeed && f < 1.0 && self.zero < 3 {
