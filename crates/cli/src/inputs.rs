@@ -618,10 +618,7 @@ impl WorkloadArgs {
                 train.fp8_recipe().map_or("none", Float8Recipe::keyword)
             );
         }
-        if train.sixteen_bit_weights
-            && !(train.engine == plait_spec::Engine::Megatron
-                && matches!(train.dtype, Dtype::Fp8 | Dtype::Mxfp8))
-        {
+        if train.sixteen_bit_weights && !train.chooses_weight_format() {
             bail!(
                 "--no-fp8-param-gather: only Megatron-Core keeps quantised weights to turn off (allowed with --engine megatron --dtype fp8 or mxfp8; got --engine {} --dtype {})",
                 train.engine.keyword(),

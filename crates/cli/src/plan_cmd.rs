@@ -335,8 +335,8 @@ pub fn run(args: &PlanArgs) -> Result<String> {
     let mut req = Request::new(&r.model, &r.cluster, &r.train, &r.device, gpus);
     req.pins = pins;
     req.top = top;
-    // The planner simulates `simulate` candidates at a time until `top` plans survive, and
-    // ranks the first batch's ahead of the rest: more plans shown do not reorder the first.
+    // The planner simulates `simulate` candidates at a time until `top` plans survive, each
+    // batch ranked after the earlier ones: more plans shown do not reorder the first.
     req.simulate = simulate;
 
     let bar = ProgressBar::new(0);

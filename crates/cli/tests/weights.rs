@@ -3,6 +3,22 @@
 
 mod common;
 
+/// Llama 3 8B in fp8 on DGX H100s, 64 sequences per step, under the distributed optimizer:
+/// the run both tests vary (`--gpus` and the rest follow).
+const FP8_LLAMA3_8B: [&str; 11] = [
+    "estimate",
+    "--model",
+    "llama3-8b",
+    "--cluster",
+    "dgx-h100",
+    "--gbs",
+    "64",
+    "--dtype",
+    "fp8",
+    "--zero",
+    "1",
+];
+
 #[test]
 fn sixteen_bit_weights_are_megatrons_choice_in_fp8_and_mxfp8() {
     common::check(
@@ -16,23 +32,10 @@ fn sixteen_bit_weights_are_megatrons_choice_in_fp8_and_mxfp8() {
     // Kept at 16 bits, the weights are gathered in bf16 and cast every step: the same plan
     // takes longer than with Transformer Engine's fp8 weights.
     let args = [
-        "estimate",
-        "--model",
-        "llama3-8b",
-        "--cluster",
-        "dgx-h100",
-        "--gpus",
-        "16",
-        "--gbs",
-        "64",
-        "--seq",
-        "8192",
-        "--dtype",
-        "fp8",
-        "--zero",
-        "1",
-        "--json",
-    ];
+        &FP8_LLAMA3_8B[..],
+        &["--gpus", "16", "--seq", "8192", "--json"],
+    ]
+    .concat();
     let step = |extra: &[&str]| common::step_s(&args, extra);
     let (quantised, sixteen_bit) = (step(&[]), step(&["--no-fp8-param-gather"]));
     assert!(sixteen_bit > quantised, "{sixteen_bit} vs {quantised}");
@@ -43,24 +46,17 @@ fn sixteen_bit_weights_let_megatron_offload_its_optimizer_at_any_fp8_recipe() {
     // Megatron-Core takes optimizer offloading with fp8 parameter gathers only under delayed
     // scaling (arguments.py:1889-1892); a run that keeps 16-bit weights gathers none.
     let args = [
-        "estimate",
-        "--model",
-        "llama3-8b",
-        "--cluster",
-        "dgx-h100",
-        "--gpus",
-        "8",
-        "--gbs",
-        "64",
-        "--dtype",
-        "fp8",
-        "--float8-recipe",
-        "tensorwise",
-        "--zero",
-        "1",
-        "--optimizer-offload",
-        "0.5",
-    ];
+        &FP8_LLAMA3_8B[..],
+        &[
+            "--gpus",
+            "8",
+            "--float8-recipe",
+            "tensorwise",
+            "--optimizer-offload",
+            "0.5",
+        ],
+    ]
+    .concat();
     let (code, _, err) = common::plait(&args);
     assert_eq!(code, 2, "{err}");
     assert!(

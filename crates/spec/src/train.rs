@@ -802,6 +802,18 @@ impl TrainSpec {
         }
     }
 
+    /// Whether the run's weights may be Transformer Engine's quantised ones: Megatron-Core in
+    /// fp8 or MXFP8, where [`TrainSpec::sixteen_bit_weights`] chooses 16-bit ones instead.
+    pub fn chooses_weight_format(&self) -> bool {
+        self.engine == Engine::Megatron && matches!(self.dtype, Dtype::Fp8 | Dtype::Mxfp8)
+    }
+
+    /// Whether Megatron-Core keeps the block weights quantised (gathered in their format
+    /// under the distributed optimizer, `--fp8-param-gather` in its launch).
+    pub fn keeps_quantised_weights(&self) -> bool {
+        self.chooses_weight_format() && !self.sixteen_bit_weights
+    }
+
     /// Whether FSDP gathers the float8 weights in fp8: asked for, and torchao's tensor-wise
     /// recipe in force (the only one that can).
     pub fn gathers_float8(&self) -> bool {

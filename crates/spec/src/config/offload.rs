@@ -7,7 +7,7 @@ use super::ParallelConfig;
 use crate::error::{Result, SpecError};
 use crate::model::ModelSpec;
 use crate::train::{Float8Recipe, OptimizerState, Recompute, TrainSpec};
-use crate::{Dtype, Engine};
+use crate::Engine;
 
 impl ParallelConfig {
     /// Activation offloading (`TrainSpec::cpu_offload_layers`) as Megatron-Core runs it:
@@ -144,12 +144,7 @@ impl ParallelConfig {
         // optimizer (`EngineProfile::fp8_param_gather`, the export's `--fp8-param-gather`),
         // which its offloading takes only with delayed scaling (`arguments.py:1889-1892`); a
         // run that keeps 16-bit weights gathers none (`TrainSpec::sixteen_bit_weights`).
-        let low_precision = matches!(train.dtype, Dtype::Fp8 | Dtype::Mxfp8);
-        if train.engine == Engine::Megatron
-            && low_precision
-            && !train.sixteen_bit_weights
-            && train.fp8_recipe() != Some(Float8Recipe::Delayed)
-        {
+        if train.keeps_quantised_weights() && train.fp8_recipe() != Some(Float8Recipe::Delayed) {
             return Err(SpecError::for_field(
                 "optimizer_offload",
                 format!(

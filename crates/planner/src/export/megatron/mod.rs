@@ -723,8 +723,7 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
     // fp8_param_gather`) unless the run keeps 16-bit ones; Megatron takes it with the
     // distributed optimizer only, and MXFP8 weights are gathered through the gradient
     // buffer (`estimate::weights`; Megatron-FSDP turns that off, arguments.py:1137).
-    if matches!(train.dtype, Dtype::Fp8 | Dtype::Mxfp8) && c.zero >= 1 && !train.sixteen_bit_weights
-    {
+    if train.keeps_quantised_weights() && c.zero >= 1 {
         prec.push(flag("--fp8-param-gather"));
         if train.dtype == Dtype::Mxfp8 && c.zero < 3 {
             prec.push(flag("--reuse-grad-buf-for-mxfp8-param-ag"));
