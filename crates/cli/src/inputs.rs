@@ -134,6 +134,12 @@ pub struct WorkloadArgs {
     /// mxfp8)
     #[arg(long)]
     pub no_fp8_param_gather: bool,
+    /// Which layers replay as CUDA graphs: none (every kernel launched from the host, the
+    /// default) or layers (whole layers captured forward and backward, Megatron-Core's
+    /// --cuda-graph-impl local or full_iteration, so no layer waits on its kernels' launches)
+    /// (allowed with --engine megatron)
+    #[arg(long, default_value = "none", value_parser = parse_keyword::<plait_spec::CudaGraphs>)]
+    pub cuda_graphs: plait_spec::CudaGraphs,
     /// Blocks at the start of the model whose linears run in bf16 in an fp8, mxfp8 or nvfp4
     /// run (Megatron-Core's --first-last-layers-bf16 --num-layers-at-start-in-bf16)
     #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
@@ -579,6 +585,7 @@ impl WorkloadArgs {
             float8_recipe: self.float8_recipe,
             float8_all_gather: self.float8_all_gather,
             sixteen_bit_weights: self.no_fp8_param_gather,
+            cuda_graphs: self.cuda_graphs,
             bf16_first_layers: layer_count("bf16-first-layers", self.bf16_first_layers)?,
             bf16_last_layers: layer_count("bf16-last-layers", self.bf16_last_layers)?,
             optimizer_state: self.optimizer_state,
@@ -623,6 +630,14 @@ impl WorkloadArgs {
                 "--no-fp8-param-gather: only Megatron-Core keeps quantised weights to turn off (allowed with --engine megatron --dtype fp8 or mxfp8; got --engine {} --dtype {})",
                 train.engine.keyword(),
                 train.dtype
+            );
+        }
+        if train.cuda_graphs != plait_spec::CudaGraphs::None
+            && train.engine != plait_spec::Engine::Megatron
+        {
+            bail!(
+                "--cuda-graphs: engine {} replays no CUDA graphs in training (allowed: none; layers with --engine megatron)",
+                train.engine.keyword()
             );
         }
         if train.async_tp && !train.compile {

@@ -4,7 +4,8 @@
 use plait_cost::layer::remote_domains;
 use plait_cost::{device_for, estimate};
 use plait_spec::{
-    cluster_preset, model_preset, Dtype, Engine, MoeDispatcher, ParallelConfig, TrainSpec,
+    cluster_preset, model_preset, CudaGraphs, Dtype, Engine, Float8Recipe, MoeDispatcher,
+    ParallelConfig, TrainSpec,
 };
 
 #[test]
@@ -234,4 +235,46 @@ fn model_flops_count_each_moe_at_the_width_its_experts_work() {
         let ratio = plait_cost::model_flops(&m, &t) / six_n_d;
         assert!((0.9..1.1).contains(&ratio), "{preset}: {ratio}");
     }
+}
+
+#[test]
+fn per_expert_quantisation_waits_on_the_host_unless_whole_layers_replay_as_graphs() {
+    // Qwen3-30B-A3B on one DGX B200, ep 8 (16 experts per GPU), one 4K sequence per
+    // micro-batch, fp8. Transformer Engine quantises each expert's split on its own except
+    // under delayed scaling (one multi-tensor cast), and current scaling takes three
+    // kernels per split (amax, scale, cast): the small layers then wait on their launches.
+    // Replaying whole layers as CUDA graphs removes that wait; delayed scaling, whose
+    // layers the GPU bounds, does not change.
+    let m = model_preset("qwen3-30b-a3b").unwrap();
+    let cluster = cluster_preset("dgx-b200").unwrap();
+    let d = device_for(&cluster, Dtype::Fp8).unwrap();
+    let c = ParallelConfig {
+        dp: 8,
+        ep: 8,
+        zero: 1,
+        ..ParallelConfig::default()
+    };
+    let step = |recipe: Float8Recipe, cuda_graphs: CudaGraphs| {
+        let t = TrainSpec {
+            dtype: Dtype::Fp8,
+            float8_recipe: Some(recipe),
+            cuda_graphs,
+            ..TrainSpec::new(512, 4096)
+        };
+        estimate(&m, &cluster, &t, &c, &d).unwrap().iteration_time_s
+    };
+    let current = step(Float8Recipe::Tensorwise, CudaGraphs::None);
+    let current_graphed = step(Float8Recipe::Tensorwise, CudaGraphs::Layers);
+    assert!(
+        current > 1.3 * current_graphed,
+        "current scaling: {current} s issued from the host, {current_graphed} s graphed"
+    );
+    let delayed = step(Float8Recipe::Delayed, CudaGraphs::None);
+    let delayed_graphed = step(Float8Recipe::Delayed, CudaGraphs::Layers);
+    assert!(
+        (delayed - delayed_graphed).abs() < 1e-3 * delayed,
+        "delayed scaling: {delayed} s, graphed {delayed_graphed} s"
+    );
+    // Graphed, the two recipes differ by their kernels' device time alone.
+    assert!(current_graphed > delayed_graphed && current_graphed < 1.1 * delayed_graphed);
 }

@@ -497,3 +497,26 @@ fn megatron_export_keeps_the_weights_the_estimate_costed() {
         [false, false]
     );
 }
+
+#[test]
+fn megatron_export_replays_whole_layers_as_graphs_where_the_estimate_did() {
+    // The estimate costs `CudaGraphs::Layers` as whole layers replayed with no host launch
+    // wait; Megatron-Core captures that with its own graphs over the whole layer
+    // (`--cuda-graph-impl local`, whose modules default to the whole layer).
+    let impl_of = |cuda_graphs| {
+        let mut k = llama2_7b();
+        k.train = TrainSpec {
+            cuda_graphs,
+            ..k.train
+        };
+        let files = run(Engine::Megatron, &k).unwrap();
+        megatron_flags(file(&files, "megatron_args.sh"))
+            .get("--cuda-graph-impl")
+            .cloned()
+    };
+    assert_eq!(
+        impl_of(plait_spec::CudaGraphs::Layers).as_deref(),
+        Some("local")
+    );
+    assert_eq!(impl_of(plait_spec::CudaGraphs::None), None);
+}

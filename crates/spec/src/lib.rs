@@ -39,7 +39,8 @@ pub use plait_schedule::Placement;
 pub use presets::{model_preset, model_preset_names};
 pub use stage_map::{even_chunk_blocks, schedule_spec, StageMap};
 pub use train::{
-    parse_compile_components, parse_sample_lengths, AttentionImpl, CpComm, Dtype, Engine,
-    Float8Recipe, Lora, LoraTarget, MoeDispatcher, OptimizerState, Recompute, RecomputeModule,
-    RecomputeModules, SampleLength, Schedule, Sdpa, Task, TrainSpec, MAX_SAMPLE_LENGTHS,
+    parse_compile_components, parse_sample_lengths, AttentionImpl, CpComm, CudaGraphs, Dtype,
+    Engine, Float8Recipe, Lora, LoraTarget, MoeDispatcher, OptimizerState, Recompute,
+    RecomputeModule, RecomputeModules, SampleLength, Schedule, Sdpa, Task, TrainSpec,
+    MAX_SAMPLE_LENGTHS,
 };

@@ -184,6 +184,16 @@ keyword_enum!(
 );
 
 keyword_enum!(
+    /// Which of a Megatron-Core run's layers replay as CUDA graphs (Megatron-LM d98e8a6
+    /// `transformer_config.py`, `cuda_graph_impl`): `none`, every kernel launched from the
+    /// host; `layers`, whole layers replayed forward and backward (`"local"` with its default
+    /// modules, or `"full_iteration"`), so no layer waits on its kernels' launches. Partial
+    /// scopes (`attn`, `moe_router`, …) leave the experts launched from the host: `none`.
+    #[derive(Default)]
+    CudaGraphs { #[default] None => "none", Layers => "layers" }
+);
+
+keyword_enum!(
     /// The format of Adam's state (master weights, momentum, variance) the optimizer keeps
     /// per trainable parameter: `fp32` (mixed-precision Adam, 12 bytes: Rajbhandari et al.
     /// 2020, ZeRO, §3.1) or `bf16` (6 bytes: Apex's `DistributedFusedAdam` with
@@ -208,6 +218,10 @@ impl OptimizerState {
 
 fn is_default_optimizer_state(s: &OptimizerState) -> bool {
     *s == OptimizerState::Fp32
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 keyword_enum!(
@@ -629,6 +643,9 @@ pub struct TrainSpec {
     /// NeMo 2's and Megatron-Bridge's delayed, tensor-wise and MXFP8 recipes keep.
     #[serde(default, skip_serializing_if = "is_false")]
     pub sixteen_bit_weights: bool,
+    /// Which layers replay as CUDA graphs (Megatron-Core's `cuda_graph_impl`).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub cuda_graphs: CudaGraphs,
     /// Blocks at the start of the model whose linears run in bf16 in a low-precision run
     /// (Megatron-Core's `--first-last-layers-bf16` with `num_layers_at_start_in_bf16`,
     /// `transformer_config.py`; Transformer Engine leaves those blocks outside its fp8 or
@@ -858,6 +875,7 @@ impl TrainSpec {
             float8_recipe: None,
             float8_all_gather: false,
             sixteen_bit_weights: false,
+            cuda_graphs: CudaGraphs::None,
             bf16_first_layers: 0,
             bf16_last_layers: 0,
             optimizer_state: OptimizerState::Fp32,

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use plait_spec::{
-    cluster_preset, model_preset, CpComm, Dtype, Engine, Float8Recipe, Lora, ModelSpec,
+    cluster_preset, model_preset, CpComm, CudaGraphs, Dtype, Engine, Float8Recipe, Lora, ModelSpec,
     MoeDispatcher, ParallelConfig, Recompute, RecomputeModules, Schedule, SpecError, StageMap,
     Task, TrainSpec,
 };
@@ -37,6 +37,10 @@ struct Recipe {
     /// Blocks at the start and at the end kept in bf16 (`TrainSpec::bf16_first_layers`,
     /// `bf16_last_layers`).
     bf16_layers: (u64, u64),
+    /// The layers the run replays as CUDA graphs: whole ones under `local:full` and
+    /// `full_iteration`; partial `te:` scopes leave the experts issued from the host and
+    /// read as none (`plait_spec::CudaGraphs`).
+    cuda_graphs: CudaGraphs,
 }
 
 impl Default for Recipe {
@@ -51,6 +55,7 @@ impl Default for Recipe {
             layout: None,
             mtp: None,
             bf16_layers: (0, 0),
+            cuda_graphs: CudaGraphs::None,
         }
     }
 }
@@ -132,7 +137,21 @@ fn recipes(text: &str) -> Result<HashMap<String, Recipe>, SpecError> {
             "" => None,
             _ => Some(row.int("mtp")?),
         };
+        let cuda_graphs = match row.str("cuda_graph")? {
+            "local:full" | "full_iteration" => CudaGraphs::Layers,
+            "none" => CudaGraphs::None,
+            scopes if scopes.starts_with("te:") => CudaGraphs::None,
+            other => {
+                return Err(SpecError::new(
+                    RECIPES,
+                    "cuda_graph",
+                    format!("row {}: `{other}`", row.line),
+                    "none|local:full|full_iteration|te:<scopes joined by +>",
+                ))
+            }
+        };
         let recipe = Recipe {
+            cuda_graphs,
             mtp,
             bf16_layers: Recipe::bf16_layers(&row)?,
             dispatcher,
@@ -370,6 +389,7 @@ pub fn megatron_bridge(text: &str, recipes_text: &str) -> Result<Table, SpecErro
             bf16_first_layers: recipe.bf16_layers.0,
             bf16_last_layers: recipe.bf16_layers.1,
             cpu_offload_layers: offloaded_blocks(&row)?,
+            cuda_graphs: recipe.cuda_graphs,
             ..TrainSpec::new(gbs, seq)
         };
         let config = ParallelConfig {

@@ -175,6 +175,10 @@ pub struct Workload {
     /// Blocks at the start and at the end whose linears run in bf16
     /// (`TrainSpec::bf16_layers`; none unless the run is low-precision).
     pub bf16_layers: (u64, u64),
+    /// Host time per kernel the layers wait on: [`KERNEL_DISPATCH_S`] where each kernel is
+    /// launched from the host, none where whole layers replay as CUDA graphs
+    /// (`TrainSpec::cuda_graphs`; a graph's replay issues its kernels from the device).
+    pub kernel_issue_s: f64,
 }
 
 impl Workload {
@@ -208,6 +212,10 @@ impl Workload {
             lora: t.lora_adapters(),
             moe_dispatcher: c.moe_dispatcher,
             bf16_layers: t.bf16_layers(),
+            kernel_issue_s: match t.cuda_graphs {
+                plait_spec::CudaGraphs::None => KERNEL_DISPATCH_S,
+                plait_spec::CudaGraphs::Layers => 0.0,
+            },
         }
     }
 
@@ -345,9 +353,10 @@ impl Kernels {
             count: self.count + other.count,
         }
     }
-    /// A stream of kernels takes the longer of its device time and its host issue time.
-    fn time_s(&self) -> f64 {
-        self.gpu_s.max(self.count * KERNEL_DISPATCH_S)
+    /// A stream of kernels takes the longer of its device time and the time the host takes
+    /// to issue them (`issue_s` each: [`Workload::kernel_issue_s`]).
+    fn time_s(&self, issue_s: f64) -> f64 {
+        self.gpu_s.max(self.count * issue_s)
     }
 }
 

@@ -160,6 +160,28 @@ impl Workload {
             && matches!(self.te_float8(), Some(Float8Recipe::Delayed) | None)
     }
 
+    /// Quantisation kernels of one pass over an MoE block's `experts` local experts under
+    /// Transformer Engine, beyond [`Workload::cast_kernels`]'s for the linears: its
+    /// `GroupedLinear` splits each expert linear's input by expert and quantises every split
+    /// on its own (`tex.split_quantize` → `multi_tensor_quantize_impl`, TE v2.6 to v2.14
+    /// `pytorch/csrc/extensions/cast.cpp`: only fp8 delayed scaling has a fused multi-tensor
+    /// kernel, `nvte_multi_cast_transpose`; every other quantiser runs "individually"), so
+    /// the forward quantises the fc1 and fc2 inputs and the backward their output gradients
+    /// (`grouped_linear.py`, `split_quantize(grad_output_view, ctx.m_splits, …)`) split by
+    /// split, each with its cast and, under current scaling, its amax and scale kernels. An
+    /// engine whose expert linears are torchao's quantises the grouped operands whole.
+    pub fn expert_split_cast_kernels(&self, experts: f64) -> f64 {
+        let per_split = match (self.linear_format, self.te_float8()) {
+            _ if self.engine.engine.runs_torchao_float8() => return 0.0,
+            (plait_spec::Dtype::Fp8, Some(Float8Recipe::Delayed) | None) => return 0.0,
+            _ => 1.0 + self.extra_cast_kernels(),
+        };
+        if !self.low_precision() || experts <= 1.0 {
+            return 0.0;
+        }
+        2.0 * experts * per_split
+    }
+
     /// Kernels each fp8 quantisation adds over delayed scaling's one: current scaling's
     /// amax and scale kernels (`nvte_compute_amax_with_config`,
     /// `nvte_compute_scale_from_amax`, TE d0067d0 `quantizer.cpp:1009-1024`).

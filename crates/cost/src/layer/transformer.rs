@@ -308,6 +308,10 @@ pub(super) fn transformer_block_cost(
         fwd.count += w.cast_kernels(true, quantised);
         bwd.stream(d, cast * output_grads);
         bwd.count += w.cast_kernels(false, quantised);
+        if m.moe.is_some() && has_mlp {
+            fwd.count += w.expert_split_cast_kernels(experts_local);
+            bwd.count += w.expert_split_cast_kernels(experts_local);
+        }
         // torchao's row-wise recipe scales every GEMM operand along the axis its GEMM
         // keeps, so the backward quantises each linear module's input, weight and output
         // gradient once more, column-wise, for the input- and weight-gradient GEMMs, where
@@ -598,8 +602,8 @@ pub(super) fn transformer_block_cost(
         fwd_phase.ep_comm_s = 2.0 * a2a + etp;
         bwd_phase.ep_comm_s = 2.0 * a2a + etp;
     }
-    fwd_phase.compute_s = fwd.time_s() * w.kernel_scale();
-    bwd_phase.compute_s = bwd.time_s() * w.kernel_scale();
+    fwd_phase.compute_s = fwd.time_s(w.kernel_issue_s) * w.kernel_scale();
+    bwd_phase.compute_s = bwd.time_s(w.kernel_issue_s) * w.kernel_scale();
 
     // --- activation memory (per micro-batch) ---
     // Bytes per element of each linear's saved input: its quantised copy where the engine
@@ -749,7 +753,7 @@ pub(super) fn transformer_block_cost(
             (
                 kept.min(all_saved),
                 Phase {
-                    compute_s: rerun.time_s() * w.kernel_scale(),
+                    compute_s: rerun.time_s(w.kernel_issue_s) * w.kernel_scale(),
                     tp_comm_s: tp_rerun,
                     ep_comm_s: fwd_phase.ep_comm_s,
                     ..Phase::default()
@@ -790,7 +794,7 @@ pub(super) fn transformer_block_cost(
             (
                 all_saved - dropped,
                 Phase {
-                    compute_s: r.rerun.time_s() * w.kernel_scale(),
+                    compute_s: r.rerun.time_s(w.kernel_issue_s) * w.kernel_scale(),
                     tp_comm_s: r.tp_comm_s,
                     ep_comm_s: r.ep_comm_s,
                     ..Phase::default()

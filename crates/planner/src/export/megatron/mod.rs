@@ -737,6 +737,12 @@ pub(super) fn write(plan: &Plan, model: &ModelSpec, train: &TrainSpec) -> Vec<Ex
         prec.push(("--num-layers-at-end-in-bf16", last.to_string()));
     }
     groups.push(("precision", prec));
+    // Whole layers as CUDA graphs: Megatron-Core's own capture, whose modules default to the
+    // whole layer (d98e8a6 `transformer_config.py`, `cuda_graph_impl = "local"`,
+    // `cuda_graph_modules = "full"`).
+    if train.cuda_graphs == plait_spec::CudaGraphs::Layers {
+        groups.push(("cuda graphs", vec![("--cuda-graph-impl", "local".into())]));
+    }
     // Activation offloading: the count alone turns it on (Megatron-LM d98e8a6
     // `training/arguments.py:1950-1951` sets `cpu_offloading` when it is above 0).
     if train.cpu_offload_layers > 0 {
