@@ -100,6 +100,10 @@ ESTIMATES = [
         ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "64", "--zero", "1", "--dtype", "fp8", "--no-fp8-param-gather"],
     ),
     (
+        dict(model="qwen3-30b-a3b", cluster="dgx-b200", gpus=8, gbs=64, seq=4096, dtype="mxfp8", ep=8, cuda_graphs="layers"),
+        ["--model", "qwen3-30b-a3b", "--cluster", "dgx-b200", "--gpus", "8", "--gbs", "64", "--seq", "4096", "--dtype", "mxfp8", "--ep", "8", "--cuda-graphs", "layers"],
+    ),
+    (
         dict(model="llama3-8b", cluster="dgx-h100", gpus=8, gbs=64, zero=1, optimizer_offload=0.5),
         ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "64", "--zero", "1", "--optimizer-offload", "0.5"],
     ),
