@@ -136,8 +136,10 @@ pub struct WorkloadArgs {
     pub no_fp8_param_gather: bool,
     /// Which layers replay as CUDA graphs: none (every kernel launched from the host, the
     /// default) or layers (whole layers captured forward and backward, Megatron-Core's
-    /// --cuda-graph-impl local or full_iteration, so no layer waits on its kernels' launches)
-    /// (allowed with --engine megatron)
+    /// --cuda-graph-impl local or full_iteration, so no layer waits on its kernels' launches;
+    /// the embedding and the loss still launch from the host) (allowed with --engine
+    /// megatron, without full recompute or activation offloading, which Megatron-Core's layer
+    /// graphs refuse)
     #[arg(long, default_value = "none", value_parser = parse_keyword::<plait_spec::CudaGraphs>)]
     pub cuda_graphs: plait_spec::CudaGraphs,
     /// Blocks at the start of the model whose linears run in bf16 in an fp8, mxfp8 or nvfp4
@@ -596,6 +598,7 @@ impl WorkloadArgs {
         if let Err(e) = plait_spec::ParallelConfig::check_bf16_layers(&model, &train)
             .and_then(|()| plait_spec::ParallelConfig::check_cpu_offload_train(&model, &train))
             .and_then(|()| plait_spec::ParallelConfig::check_optimizer_offload_train(&train))
+            .and_then(|()| plait_spec::ParallelConfig::check_cuda_graphs_train(&train))
         {
             bail!(
                 "{}: {} (allowed: {})",
@@ -630,14 +633,6 @@ impl WorkloadArgs {
                 "--no-fp8-param-gather: only Megatron-Core keeps quantised weights to turn off (allowed with --engine megatron --dtype fp8 or mxfp8; got --engine {} --dtype {})",
                 train.engine.keyword(),
                 train.dtype
-            );
-        }
-        if train.cuda_graphs != plait_spec::CudaGraphs::None
-            && train.engine != plait_spec::Engine::Megatron
-        {
-            bail!(
-                "--cuda-graphs: engine {} replays no CUDA graphs in training (allowed: none; layers with --engine megatron)",
-                train.engine.keyword()
             );
         }
         if train.async_tp && !train.compile {

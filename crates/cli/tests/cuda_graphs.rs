@@ -7,11 +7,44 @@ mod common;
 fn whole_layer_graphs_are_megatrons_and_spare_a_host_bound_run_its_launches() {
     common::check(
         &["estimate", "--engine", "fsdp", "--cluster", "dgx-h100", "--cuda-graphs", "layers"],
-        "--cuda-graphs: engine fsdp replays no CUDA graphs in training (allowed: none; layers with --engine megatron)",
+        "--cuda-graphs: engine fsdp replays no CUDA graphs in training (allowed: none; layers with engine megatron)",
     );
     common::check(
         &["estimate", "--cuda-graphs", "full"],
         "`full` is not one of none|layers",
+    );
+    // Megatron-Core's layer graphs refuse full recompute and activation offloading.
+    common::check(
+        &[
+            "estimate",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            "dgx-h100",
+            "--gpus",
+            "8",
+            "--recompute",
+            "full",
+            "--cuda-graphs",
+            "layers",
+        ],
+        "--recompute: `recompute`: recompute = full with whole layers as CUDA graphs",
+    );
+    common::check(
+        &[
+            "estimate",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            "dgx-h100",
+            "--gpus",
+            "8",
+            "--cpu-offload-layers",
+            "2",
+            "--cuda-graphs",
+            "layers",
+        ],
+        "activation offloading with whole layers as CUDA graphs",
     );
     // Qwen3-30B-A3B on one DGX B200 in MXFP8, one 4K sequence per micro-batch: its small
     // expert layers wait on their kernels' launches unless they replay as graphs.

@@ -803,8 +803,9 @@ fn screen(
         let (n, s) = screen(req, scenario, index, plain);
         return (n + 1, s);
     }
-    // Activation offloading runs without recomputed blocks: what does not fit stays so.
-    if req.train.cpu_offload_layers > 0 {
+    // Activation offloading and whole-layer CUDA graphs run without recomputed blocks
+    // (`ParallelConfig::check_cpu_offload`, `check_cuda_graphs`): what does not fit stays so.
+    if req.train.cpu_offload_layers > 0 || req.train.cuda_graphs != plait_spec::CudaGraphs::None {
         return (1, Some(summary(&e, None)));
     }
     // Does not fit: the fewest fully recomputed blocks per stage that would.

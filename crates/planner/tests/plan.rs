@@ -493,3 +493,28 @@ fn zb_v_is_planned_where_the_engine_runs_it() {
         }
     }
 }
+
+/// Megatron-Core's layer graphs refuse full recomputation: Llama 3 70B at 16K tokens on
+/// two DGX H100 nodes fits only with fully recomputed blocks, so with whole layers as CUDA
+/// graphs the search offers none and says what would fit instead.
+#[test]
+fn whole_layer_graphs_plan_without_full_recompute() {
+    let cluster = cluster_preset("dgx-h100").unwrap();
+    let m = model_preset("llama3-70b").unwrap();
+    let d = device_for(&cluster, plait_spec::Dtype::Bf16).unwrap();
+    let run = |t: &TrainSpec| plan(&Request::new(&m, &cluster, t, &d, 16), &|_, _| {}).unwrap();
+    let recomputes_fully = |p: &plait_planner::Plan| {
+        p.config.recompute == plait_spec::Recompute::Full
+            || p.stage_map.recompute_blocks.iter().any(|&b| b > 0)
+    };
+    let eager = TrainSpec::new(64, 16384);
+    let graphed = TrainSpec {
+        cuda_graphs: plait_spec::CudaGraphs::Layers,
+        ..eager.clone()
+    };
+    let eager_plans = run(&eager).plans;
+    assert!(!eager_plans.is_empty() && eager_plans.iter().all(recomputes_fully));
+    let out = run(&graphed);
+    assert!(out.plans.iter().all(|p| !recomputes_fully(p)));
+    assert!(out.plans.is_empty() && out.infeasible.is_some());
+}

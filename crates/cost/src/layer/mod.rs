@@ -175,9 +175,10 @@ pub struct Workload {
     /// Blocks at the start and at the end whose linears run in bf16
     /// (`TrainSpec::bf16_layers`; none unless the run is low-precision).
     pub bf16_layers: (u64, u64),
-    /// Host time per kernel the layers wait on: [`KERNEL_DISPATCH_S`] where each kernel is
-    /// launched from the host, none where whole layers replay as CUDA graphs
-    /// (`TrainSpec::cuda_graphs`; a graph's replay issues its kernels from the device).
+    /// Host time per kernel the transformer and Mamba layers wait on: [`KERNEL_DISPATCH_S`]
+    /// where each kernel is launched from the host, none where whole layers replay as CUDA
+    /// graphs (`TrainSpec::cuda_graphs`; a graph's replay issues its kernels from the
+    /// device). The ends (`ends`) launch from the host either way.
     pub kernel_issue_s: f64,
 }
 

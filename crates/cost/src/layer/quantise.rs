@@ -4,7 +4,7 @@
 //! The one place in this crate that knows how each fp8 recipe (`plait_spec::Float8Recipe`)
 //! and block format quantises; it knows nothing of which tensors a layer has.
 
-use plait_spec::Float8Recipe;
+use plait_spec::{Engine, Float8Recipe};
 
 use super::Workload;
 use crate::device::Generation;
@@ -161,25 +161,33 @@ impl Workload {
     }
 
     /// Quantisation kernels of one pass over an MoE block's `experts` local experts under
-    /// Transformer Engine, beyond [`Workload::cast_kernels`]'s for the linears: its
-    /// `GroupedLinear` splits each expert linear's input by expert and quantises every split
-    /// on its own (`tex.split_quantize` → `multi_tensor_quantize_impl`, TE v2.6 to v2.14
-    /// `pytorch/csrc/extensions/cast.cpp`: only fp8 delayed scaling has a fused multi-tensor
-    /// kernel, `nvte_multi_cast_transpose`; every other quantiser runs "individually"), so
-    /// the forward quantises the fc1 and fc2 inputs and the backward their output gradients
-    /// (`grouped_linear.py`, `split_quantize(grad_output_view, ctx.m_splits, …)`) split by
-    /// split, each with its cast and, under current scaling, its amax and scale kernels. An
-    /// engine whose expert linears are torchao's quantises the grouped operands whole.
-    pub fn expert_split_cast_kernels(&self, experts: f64) -> f64 {
-        let per_split = match (self.linear_format, self.te_float8()) {
-            _ if self.engine.engine.runs_torchao_float8() => return 0.0,
-            (plait_spec::Dtype::Fp8, Some(Float8Recipe::Delayed) | None) => return 0.0,
-            _ => 1.0 + self.extra_cast_kernels(),
-        };
-        if !self.low_precision() || experts <= 1.0 {
+    /// Megatron-Core's Transformer Engine experts, beyond the one per linear
+    /// [`Workload::cast_kernels`] counts: its `GroupedLinear` splits each expert linear's
+    /// input by expert (`tex.split_quantize` → `multi_tensor_quantize_impl`, TE v2.6 to v2.14
+    /// `pytorch/csrc/extensions/cast.cpp`) and quantises every split with kernels of its own,
+    /// but for two fused cases: fp8 delayed scaling with column-wise copies
+    /// (`nvte_multi_cast_transpose`, which needs a transpose for every output; on a GPU whose
+    /// fp8 GEMMs take every layout the quantiser writes none, `per_tensor_cast_bytes`, so
+    /// Blackwell casts split by split), and NVFP4 from TE v2.11 (`split_quantize_nvfp4_impl`:
+    /// grouped amax and Hadamard-cast kernels for all splits at once). The forward quantises
+    /// the fc1 and fc2 inputs, the backward their output gradients (`grouped_linear.py`,
+    /// `split_quantize(grad_output_view, ctx.m_splits, …)`), each split with its cast and,
+    /// under current scaling, its amax and scale kernels.
+    pub fn expert_split_cast_kernels(&self, experts: f64, generation: Generation) -> f64 {
+        if !self.low_precision() || experts <= 1.0 || self.engine.engine != Engine::Megatron {
             return 0.0;
         }
-        2.0 * experts * per_split
+        let fused = match (self.linear_format, self.te_float8()) {
+            (plait_spec::Dtype::Nvfp4, _) => true,
+            (plait_spec::Dtype::Fp8, Some(Float8Recipe::Delayed) | None) => {
+                !generation.fp8_gemms_take_every_layout()
+            }
+            _ => false,
+        };
+        if fused {
+            return 0.0;
+        }
+        2.0 * (experts - 1.0) * (1.0 + self.extra_cast_kernels())
     }
 
     /// Kernels each fp8 quantisation adds over delayed scaling's one: current scaling's

@@ -309,8 +309,9 @@ pub(super) fn transformer_block_cost(
         bwd.stream(d, cast * output_grads);
         bwd.count += w.cast_kernels(false, quantised);
         if m.moe.is_some() && has_mlp {
-            fwd.count += w.expert_split_cast_kernels(experts_local);
-            bwd.count += w.expert_split_cast_kernels(experts_local);
+            let splits = w.expert_split_cast_kernels(experts_local, d.generation);
+            fwd.count += splits;
+            bwd.count += splits;
         }
         // torchao's row-wise recipe scales every GEMM operand along the axis its GEMM
         // keeps, so the backward quantises each linear module's input, weight and output

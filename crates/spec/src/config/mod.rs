@@ -519,6 +519,7 @@ impl ParallelConfig {
         self.check_moe_dispatcher(train)?;
         Self::check_bf16_layers(model, train)?;
         self.check_offloads(model, train)?;
+        self.check_cuda_graphs(train)?;
         if let Some(shard) = self.dp_shard {
             if shard == 0 || !self.dp.is_multiple_of(shard) {
                 return err(
