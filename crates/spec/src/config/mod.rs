@@ -752,6 +752,7 @@ impl fmt::Display for ParallelConfig {
     }
 }
 
+mod graphs;
 mod offload;
 
 #[cfg(test)]
