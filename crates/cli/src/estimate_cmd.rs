@@ -112,14 +112,17 @@ pub(crate) fn parameters_line(m: &plait_spec::ModelSpec) -> String {
     }
 }
 
-/// The node: its GPU count and link, and the network share of each GPU.
+/// The node: its GPU count and link, the network share of each GPU, and its host CPU with
+/// the time that takes to issue one eager kernel.
 pub(crate) fn node_line(c: &plait_spec::ClusterSpec) -> String {
     format!(
         "{} GPUs per node (one intra-node link domain: {:.0} GB/s per GPU per direction; \
-         {:.1} GB/s network per GPU across nodes)",
+         {:.1} GB/s network per GPU across nodes; {} host, {:.0} µs to issue an eager kernel)",
         c.gpus_per_node,
         c.intra_node.bandwidth_bytes_per_s / 1e9,
-        c.inter_node.bandwidth_bytes_per_s / 1e9
+        c.inter_node.bandwidth_bytes_per_s / 1e9,
+        c.host_cpu.keyword(),
+        plait_cost::device::kernel_issue_s(c.host_cpu) * 1e6
     )
 }
 

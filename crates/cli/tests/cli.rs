@@ -499,7 +499,8 @@ fn validate_prints_every_table_with_its_error() {
     for table in [
         "SC'21 Table 1",
         "SC'21 Table 2",
-        "PyTorch FSDP, A100",
+        "PyTorch FSDP, A100)",
+        "PyTorch FSDP, A100 40GB",
         "PyTorch FSDP, H100",
         "NeMo (Megatron-Core",
         "NeMo dense on Blackwell",
@@ -512,7 +513,7 @@ fn validate_prints_every_table_with_its_error() {
     }
     let v = common::json(&["validate", "--json"]);
     let tables = v.as_array().unwrap();
-    assert_eq!(tables.len(), 10);
+    assert_eq!(tables.len(), 11);
     for t in tables {
         let rows = t["rows"].as_array().unwrap();
         assert!(!rows.is_empty());

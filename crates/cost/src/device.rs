@@ -30,10 +30,26 @@ const SPLIT_K_MIN_K: f64 = 256.0;
 /// Bytes per element of an fp32 accumulator that a GEMM epilogue reads and writes back.
 const FP32_ACCUMULATOR_BYTES: f64 = 8.0;
 
-/// CPU-side cost of issuing one kernel from eager PyTorch (dispatch + launch), fitted as the
-/// fixed term of the same H200 GEMM sample (12 µs). A stream of kernels cannot run faster
-/// than the host issues them; layers with small kernels hit this floor.
+/// CPU-side cost of issuing one kernel from eager PyTorch (dispatch + launch) on an x86 host,
+/// fitted as the fixed term of the same H200 GEMM sample (12 µs). A stream of kernels cannot
+/// run faster than the host issues them; layers with small kernels hit this floor.
 pub const KERNEL_DISPATCH_S: f64 = 12e-6;
+
+/// The same cost on a Grace host: [`KERNEL_DISPATCH_S`] times the ratio of the host time of
+/// one `torch.nn.Linear` forward (one GEMM launch, bf16, 8,192 × 2,048) measured by the same
+/// script on a GB200 (Grace) and on a DGX H100 (Xeon Platinum 8480C): 37.08 µs against
+/// 13.48 µs (NVIDIA/TransformerEngine#2053, August 2025; a GH200 took 33.17 µs). The PyTorch
+/// dispatcher, the Python interpreter and the CUDA launch path run 2.75× slower per call
+/// there, so eager layers on GB200 and GB300 racks hit the host floor sooner.
+pub const GRACE_KERNEL_DISPATCH_S: f64 = KERNEL_DISPATCH_S * 37.08 / 13.48;
+
+/// The host time to issue one eager kernel from a process on `host`.
+pub fn kernel_issue_s(host: plait_spec::HostCpu) -> f64 {
+    match host {
+        plait_spec::HostCpu::X86 => KERNEL_DISPATCH_S,
+        plait_spec::HostCpu::Grace => GRACE_KERNEL_DISPATCH_S,
+    }
+}
 
 /// Fraction of the peak HBM bandwidth that streaming kernels reach: the H200 device copy
 /// measured 4.24 TB/s (read+write) of 4.8 TB/s peak = 88.3 %
@@ -366,6 +382,9 @@ pub struct DeviceModel {
     /// Whole-layer measurements of the profile (empty without one).
     pub layer_samples: Vec<LayerSample>,
     pub element_bytes: f64,
+    /// Host time to issue one eager kernel to this GPU ([`kernel_issue_s`] of the node's
+    /// host CPU; [`KERNEL_DISPATCH_S`] for a GPU alone).
+    pub kernel_issue_s: f64,
 }
 
 impl DeviceModel {
@@ -391,7 +410,16 @@ impl DeviceModel {
             gemm_corrections: vec![],
             layer_samples: vec![],
             element_bytes: dtype.gemm_element_bytes() + dtype.scale_bytes_per_element(),
+            kernel_issue_s: KERNEL_DISPATCH_S,
         })
+    }
+
+    /// The same GPU driven by processes on `host` (the kernel issue cost of its node).
+    pub fn hosted_by(self, host: plait_spec::HostCpu) -> DeviceModel {
+        DeviceModel {
+            kernel_issue_s: kernel_issue_s(host),
+            ..self
+        }
     }
 
     /// The same GPU running its GEMMs in 16-bit: the layers a low-precision run keeps in

@@ -47,7 +47,10 @@ fn check(results: &[TableResult], name_part: &str, mean_abs: f64, mean_signed: f
 fn published_tables_within_their_bounds() {
     let r = results();
     check(&r, "SC'21", 0.03, 0.02);
-    check(&r, "PyTorch FSDP, A100", 0.065, 0.05);
+    check(&r, "PyTorch FSDP, A100)", 0.065, 0.05);
+    // The A100 40GB section, never used to set a constant: 5.0 %, signed −3.5 %, 78 runs; the
+    // 13B runs on one node with 16 micro-batches −10 … −12 %, the 125M runs at 2K −7 … −15 %.
+    check(&r, "PyTorch FSDP, A100 40GB", 0.055, 0.04);
     // llm-foundry's H100 sections: 5.7 % today, signed −5.2 %: the runs at 128–512 GPUs
     // without recomputation 7–18 % too fast (a shortfall that grows with the GPU count),
     // the runs at 16K–64K tokens, where attention is most of the step, −4 … +2 %.

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use candle_core::{Device, Tensor, Var};
 use plait_cost::profile::{GemmSample, LayerSample};
 use plait_cost::{DeviceModel, Profile};
-use plait_spec::{ClusterSpec, Dtype, Family, GpuSpec, LinkSpec, ModelSpec, ParallelConfig, Shard};
+use plait_spec::{
+    ClusterSpec, Dtype, Family, GpuSpec, HostCpu, LinkSpec, ModelSpec, ParallelConfig, Shard,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::comm::{Communicator, ReduceOp, World};
@@ -225,6 +227,8 @@ impl CpuProfile {
             memory_reserve_bytes: 0.0,
             host_link_bytes_per_s: None,
             host_memory: None,
+            // The default issue cost per operation, as before host CPUs were told apart.
+            host_cpu: HostCpu::default(),
         };
         let device = plait_cost::device_for(&cluster, Dtype::Bf16)
             .map_err(RuntimeError::Spec)?

@@ -18,7 +18,7 @@ pub mod stage_map;
 pub mod train;
 
 pub use cluster::{
-    cluster_from_toml, cluster_preset, ClusterSpec, GpuSpec, HostMemorySpec, LinkSpec,
+    cluster_from_toml, cluster_preset, ClusterSpec, GpuSpec, HostCpu, HostMemorySpec, LinkSpec,
     CLUSTER_PRESETS, GIB,
 };
 pub use config::{

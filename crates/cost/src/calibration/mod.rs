@@ -463,6 +463,17 @@ pub fn llmfoundry_fsdp(text: &str) -> Result<Table, SpecError> {
     )
 }
 
+/// llm-foundry's A100 40GB section, costed on DGX A100 40GB nodes: the same MPT models and
+/// engine as the 80 GB table on a GPU of half the memory, at the micro-batches that fit it.
+pub fn llmfoundry_fsdp_a100_40gb(text: &str) -> Result<Table, SpecError> {
+    llmfoundry_table(
+        text,
+        "llmfoundry_fsdp_a100_40gb.csv",
+        "dgx-a100-40g",
+        "llm-foundry MPT (PyTorch FSDP, A100 40GB)",
+    )
+}
+
 /// llm-foundry's H100 80GB sections (BF16 at 8–512 GPUs, and FP8), costed on DGX H100s.
 pub fn llmfoundry_fsdp_h100(text: &str) -> Result<Table, SpecError> {
     llmfoundry_table(
@@ -849,6 +860,7 @@ pub fn builtin_tables() -> Result<Vec<Table>, SpecError> {
         sc21_table1(include_str!("../../data/megatron_sc21_table1.csv"))?,
         sc21_table2(include_str!("../../data/megatron_sc21_table2.csv"))?,
         llmfoundry_fsdp(include_str!("../../data/llmfoundry_fsdp_a100_80gb.csv"))?,
+        llmfoundry_fsdp_a100_40gb(include_str!("../../data/llmfoundry_fsdp_a100_40gb.csv"))?,
         llmfoundry_fsdp_h100(include_str!("../../data/llmfoundry_fsdp_h100_80gb.csv"))?,
         nemo(include_str!("../../data/nemo_performance.csv"))?,
         nemo_blackwell_dense(include_str!("../../data/nemo_blackwell_dense.csv"))?,

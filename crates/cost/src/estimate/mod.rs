@@ -7,7 +7,7 @@ use plait_spec::{
 };
 
 use crate::comm::{Group, Groups};
-use crate::device::{DeviceModel, KERNEL_DISPATCH_S};
+use crate::device::DeviceModel;
 use crate::engine::{contention_per_overlap_s, nccl_channels};
 use crate::layer::{padded_vocab, LayerCost, Workload};
 use crate::pipeline::{
@@ -295,18 +295,20 @@ pub fn estimate_from_costs(
 
 /// The device model for a cluster's GPU in `dtype`, or an error naming `--dtype`.
 pub fn device_for(cluster: &ClusterSpec, dtype: Dtype) -> Result<DeviceModel, SpecError> {
-    DeviceModel::new(&cluster.gpu, dtype).ok_or_else(|| {
-        let allowed: Vec<&str> = Dtype::ALL
-            .iter()
-            .filter(|d| cluster.gpu.peak_flops_per_s(**d).is_some())
-            .map(|d| d.keyword())
-            .collect();
-        SpecError::for_field(
-            "dtype",
-            format!("{} has no {} tensor cores", cluster.gpu.name, dtype),
-            format!("{} on this GPU", allowed.join("|")),
-        )
-    })
+    DeviceModel::new(&cluster.gpu, dtype)
+        .map(|d| d.hosted_by(cluster.host_cpu))
+        .ok_or_else(|| {
+            let allowed: Vec<&str> = Dtype::ALL
+                .iter()
+                .filter(|d| cluster.gpu.peak_flops_per_s(**d).is_some())
+                .map(|d| d.keyword())
+                .collect();
+            SpecError::for_field(
+                "dtype",
+                format!("{} has no {} tensor cores", cluster.gpu.name, dtype),
+                format!("{} on this GPU", allowed.join("|")),
+            )
+        })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -671,7 +673,7 @@ fn assemble(
                 };
                 (gathers + scatters)
                     * (dense_shards * engine.sharded.host_ops_per_rank)
-                    * KERNEL_DISPATCH_S
+                    * d.kernel_issue_s
             } else {
                 0.0
             };

@@ -9,7 +9,7 @@ use plait_spec::{
 };
 
 use crate::comm::Groups;
-use crate::device::{DeviceModel, KERNEL_DISPATCH_S};
+use crate::device::DeviceModel;
 use crate::engine::{contention_per_overlap_s, nccl_channels, EngineProfile};
 
 mod attention;
@@ -175,11 +175,11 @@ pub struct Workload {
     /// Blocks at the start and at the end whose linears run in bf16
     /// (`TrainSpec::bf16_layers`; none unless the run is low-precision).
     pub bf16_layers: (u64, u64),
-    /// Host time per kernel the transformer and Mamba layers wait on: [`KERNEL_DISPATCH_S`]
-    /// where each kernel is launched from the host, none where whole layers replay as CUDA
-    /// graphs (`TrainSpec::cuda_graphs`; a graph's replay issues its kernels from the
+    /// Whether the transformer and Mamba layers' kernels are each launched from the host
+    /// (and wait on [`DeviceModel::kernel_issue_s`] each): yes unless whole layers replay as
+    /// CUDA graphs (`TrainSpec::cuda_graphs`; a graph's replay issues its kernels from the
     /// device). The ends (`ends`) launch from the host either way.
-    pub kernel_issue_s: f64,
+    pub layers_host_launched: bool,
 }
 
 impl Workload {
@@ -213,10 +213,17 @@ impl Workload {
             lora: t.lora_adapters(),
             moe_dispatcher: c.moe_dispatcher,
             bf16_layers: t.bf16_layers(),
-            kernel_issue_s: match t.cuda_graphs {
-                plait_spec::CudaGraphs::None => KERNEL_DISPATCH_S,
-                plait_spec::CudaGraphs::Layers => 0.0,
-            },
+            layers_host_launched: t.cuda_graphs == plait_spec::CudaGraphs::None,
+        }
+    }
+
+    /// Host time per kernel that the transformer and Mamba layers wait on, on `d`: its
+    /// host's issue cost where the layers launch their kernels, none under layer graphs.
+    pub fn layer_issue_s(&self, d: &DeviceModel) -> f64 {
+        if self.layers_host_launched {
+            d.kernel_issue_s
+        } else {
+            0.0
         }
     }
 
@@ -355,7 +362,7 @@ impl Kernels {
         }
     }
     /// A stream of kernels takes the longer of its device time and the time the host takes
-    /// to issue them (`issue_s` each: [`Workload::kernel_issue_s`]).
+    /// to issue them (`issue_s` each: [`Workload::layer_issue_s`]).
     fn time_s(&self, issue_s: f64) -> f64 {
         self.gpu_s.max(self.count * issue_s)
     }

@@ -603,8 +603,8 @@ pub(super) fn transformer_block_cost(
         fwd_phase.ep_comm_s = 2.0 * a2a + etp;
         bwd_phase.ep_comm_s = 2.0 * a2a + etp;
     }
-    fwd_phase.compute_s = fwd.time_s(w.kernel_issue_s) * w.kernel_scale();
-    bwd_phase.compute_s = bwd.time_s(w.kernel_issue_s) * w.kernel_scale();
+    fwd_phase.compute_s = fwd.time_s(w.layer_issue_s(d)) * w.kernel_scale();
+    bwd_phase.compute_s = bwd.time_s(w.layer_issue_s(d)) * w.kernel_scale();
 
     // --- activation memory (per micro-batch) ---
     // Bytes per element of each linear's saved input: its quantised copy where the engine
@@ -754,7 +754,7 @@ pub(super) fn transformer_block_cost(
             (
                 kept.min(all_saved),
                 Phase {
-                    compute_s: rerun.time_s(w.kernel_issue_s) * w.kernel_scale(),
+                    compute_s: rerun.time_s(w.layer_issue_s(d)) * w.kernel_scale(),
                     tp_comm_s: tp_rerun,
                     ep_comm_s: fwd_phase.ep_comm_s,
                     ..Phase::default()
@@ -795,7 +795,7 @@ pub(super) fn transformer_block_cost(
             (
                 all_saved - dropped,
                 Phase {
-                    compute_s: r.rerun.time_s(w.kernel_issue_s) * w.kernel_scale(),
+                    compute_s: r.rerun.time_s(w.layer_issue_s(d)) * w.kernel_scale(),
                     tp_comm_s: r.tp_comm_s,
                     ep_comm_s: r.ep_comm_s,
                     ..Phase::default()

@@ -7,7 +7,8 @@
 //! * latency: GEMM-like ops by [`DeviceModel::gemm_s`] (Conv as an implicit GEMM),
 //!   bandwidth-bound ops by [`DeviceModel::memory_s`] of the bytes read and written, views
 //!   (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout, Shape, Constant) free; every
-//!   kernel costs at least [`KERNEL_DISPATCH_S`], the host's issue time of one kernel.
+//!   kernel costs at least [`DeviceModel::kernel_issue_s`], the host's issue time of one
+//!   kernel.
 //! * parameters: floating-point initializers, each owned by its first consumer in graph
 //!   order (integer initializers are shapes and indices, not weights).
 //! * memory of a node: its parameters plus its outputs (held until consumers run).
@@ -26,7 +27,6 @@ use std::collections::HashMap;
 use prost::Message;
 
 use plait_cost::comm::Group;
-use plait_cost::device::KERNEL_DISPATCH_S;
 use plait_cost::DeviceModel;
 use plait_spec::ClusterSpec;
 
@@ -300,8 +300,8 @@ pub fn import(bytes: &[u8], source: &str, costs: &Costs) -> Result<Graph> {
         let d = costs.device;
         let latency = match inferred.kernel {
             Kernel::None => 0.0,
-            Kernel::Gemm { m, n, k, count } => d.gemm_s(m, n, k, count).max(KERNEL_DISPATCH_S),
-            Kernel::Memory { bytes } => d.memory_s(bytes).max(KERNEL_DISPATCH_S),
+            Kernel::Gemm { m, n, k, count } => d.gemm_s(m, n, k, count).max(d.kernel_issue_s),
+            Kernel::Memory { bytes } => d.memory_s(bytes).max(d.kernel_issue_s),
         };
         for (out_name, t) in n.output.iter().zip(inferred.outputs) {
             if !out_name.is_empty() {

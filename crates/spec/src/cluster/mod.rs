@@ -114,6 +114,9 @@ pub struct ClusterSpec {
     /// it (optimizer offloading is then refused).
     #[serde(default)]
     pub host_memory: Option<HostMemorySpec>,
+    /// The CPU that hosts the GPUs' processes (x86 unless the system says otherwise).
+    #[serde(default)]
+    pub host_cpu: HostCpu,
 }
 
 /// One node's host memory, shared by its GPUs' processes.
@@ -124,6 +127,41 @@ pub struct HostMemorySpec {
     /// Peak DRAM bandwidth per node: memory channels × transfer rate × 8 bytes, summed over
     /// the sockets (a datasheet figure; sustained streams reach less).
     pub bandwidth_bytes_per_s: f64,
+}
+
+/// The CPU that runs the GPUs' training processes and issues their eager kernels (its
+/// per-kernel cost is the cost model's: `plait_cost::device::kernel_issue_s`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HostCpu {
+    /// An x86-64 server CPU: the DGX/HGX systems' Intel Xeon or AMD EPYC hosts.
+    #[default]
+    X86,
+    /// NVIDIA Grace (Arm Neoverse V2) on NVLink-C2C to its GPUs: GH200, GB200 and GB300
+    /// superchips.
+    Grace,
+}
+
+impl HostCpu {
+    pub const ALL: &'static [HostCpu] = &[HostCpu::X86, HostCpu::Grace];
+    pub fn keyword(self) -> &'static str {
+        match self {
+            HostCpu::X86 => "x86",
+            HostCpu::Grace => "grace",
+        }
+    }
+    pub fn allowed() -> String {
+        HostCpu::ALL
+            .iter()
+            .map(|h| h.keyword())
+            .collect::<Vec<_>>()
+            .join("|")
+    }
+    /// The CPU named by `keyword` (case-insensitive), `None` if it names none.
+    pub fn from_keyword(keyword: &str) -> Option<HostCpu> {
+        let k = keyword.to_ascii_lowercase();
+        HostCpu::ALL.iter().copied().find(|h| h.keyword() == k)
+    }
 }
 
 impl ClusterSpec {
@@ -496,11 +534,13 @@ fn dgx(
         memory_reserve_bytes: DEFAULT_RESERVE_BYTES,
         host_link_bytes_per_s: Some(host_link_gb_per_s * GB),
         host_memory,
+        host_cpu: HostCpu::X86,
     }
 }
 
 /// An NVL72 rack as one NVLink domain: 72 GPUs on one NVLink5 switch fabric at 1.8 TB/s
-/// bidirectional each, one NIC of `nic_gbit` per GPU, each GPU on NVLink-C2C to its Grace.
+/// bidirectional each, one NIC of `nic_gbit` per GPU, each GPU on NVLink-C2C to its Grace
+/// (36 Grace CPUs host the rack's processes).
 fn nvl72(
     name: &str,
     gpu: GpuSpec,
@@ -517,6 +557,7 @@ fn nvl72(
         memory_reserve_bytes: DEFAULT_RESERVE_BYTES,
         host_link_bytes_per_s: Some(NVLINK_C2C_PER_GPU_GB_PER_S * GB),
         host_memory,
+        host_cpu: HostCpu::Grace,
     }
 }
 
@@ -717,6 +758,8 @@ pub fn cluster_preset(name: &str) -> Result<ClusterSpec> {
             // L40S datasheet: PCIe Gen4 x16, 64 GB/s bidirectional.
             host_link_bytes_per_s: Some(PCIE_GEN4_X16_GB_PER_S * GB),
             host_memory: None,
+            // EC2 g6e instances: AMD EPYC (3rd generation) hosts.
+            host_cpu: HostCpu::X86,
         },
         // 8 × MI300X on Infinity Fabric (a full xGMI mesh, see `xgmi_mi300x`). Network: Azure
         // ND MI300X v5 (8 × MI300X, one 400 Gb/s Quantum-2 ConnectX-7 InfiniBand per GPU,
@@ -732,6 +775,8 @@ pub fn cluster_preset(name: &str) -> Result<ClusterSpec> {
             // AMD Instinct MI300X datasheet: PCIe Gen5 x16, 128 GB/s bidirectional.
             host_link_bytes_per_s: Some(PCIE_GEN5_X16_GB_PER_S * GB),
             host_memory: None,
+            // Azure ND MI300X v5: Intel Xeon (Sapphire Rapids) hosts.
+            host_cpu: HostCpu::X86,
         },
         // No 8 × RTX 4090 preset: the GPU and PCIe numbers are public (Ada whitepaper: 165.2
         // TFLOP/s dense bf16 with FP32 accumulation, 330.3 fp8, 24 GB at 1,008 GB/s, 128 SMs;
@@ -758,116 +803,4 @@ pub fn cluster_preset(name: &str) -> Result<ClusterSpec> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn presets_resolve_and_aliases_agree() {
-        for name in CLUSTER_PRESETS {
-            let c = cluster_preset(name).unwrap();
-            assert_eq!(c.name, name);
-            assert!(c.inter_node.bandwidth_bytes_per_s < c.intra_node.bandwidth_bytes_per_s);
-        }
-        assert_eq!(
-            cluster_preset("H200").unwrap(),
-            cluster_preset("dgx-h200").unwrap()
-        );
-    }
-
-    #[test]
-    fn h800_is_h100_compute_on_a_narrower_nvlink() {
-        let (h800, h100) = (
-            cluster_preset("hgx-h800").unwrap(),
-            cluster_preset("dgx-h100").unwrap(),
-        );
-        assert_eq!(
-            h800.gpu.peak_bf16_flops_per_s,
-            h100.gpu.peak_bf16_flops_per_s
-        );
-        // DeepSeek-V3's report: NVLink 160 GB/s achieved per direction, IB 50 GB/s.
-        let nvlink = h800.intra_node.bandwidth_bytes_per_s * h800.intra_node.collective_efficiency;
-        assert!((nvlink / 1e9 - 160.0).abs() < 5.0, "{nvlink}");
-        assert_eq!(h800.inter_node.bandwidth_bytes_per_s, 50e9);
-        let a100_40 = cluster_preset("dgx-a100-40g").unwrap();
-        assert_eq!(a100_40.gpu.memory_bytes, 40.0 * GIB);
-    }
-
-    #[test]
-    fn grand_teton_is_an_h100_between_sxm_and_nvl_on_hbm2e() {
-        let gt = cluster_preset("grand-teton-h100").unwrap();
-        let sxm = cluster_preset("dgx-h100").unwrap();
-        // torchtitan's benchmark documents: "between SXM and NVL" (H100 NVL: 835.5 dense bf16).
-        let peak = gt.gpu.peak_bf16_flops_per_s / TERA;
-        assert!(835.5 < peak && peak < 989.4, "{peak}");
-        assert_eq!(gt.gpu.memory_bandwidth_bytes_per_s, 2400.0 * GB);
-        assert_eq!(gt.gpu.memory_bytes, 96.0 * GIB);
-        assert_eq!(gt.gpu.sms, sxm.gpu.sms);
-        assert_eq!(gt.intra_node, sxm.intra_node);
-        assert_eq!(gt.inter_node.bandwidth_bytes_per_s, 50e9);
-    }
-
-    #[test]
-    fn selene_gives_each_gpu_one_hdr_nic() {
-        let c = cluster_preset("dgx-a100-80g").unwrap();
-        assert_eq!(c.inter_node.bandwidth_bytes_per_s, 25e9);
-        assert_eq!(c.intra_node.bandwidth_bytes_per_s, 300e9);
-    }
-
-    #[test]
-    fn toml_overrides_a_base_preset() {
-        let c = cluster_from_toml(
-            "name = \"roce\"\nbase = \"dgx-h100\"\nnic_gbit_per_s = 200\n[gpu]\nmemory_gib = 94\n",
-            "roce.toml",
-        )
-        .unwrap();
-        assert_eq!(c.name, "roce");
-        assert_eq!(c.inter_node.bandwidth_bytes_per_s, 25e9);
-        assert_eq!(c.gpu.memory_bytes, 94.0 * GIB);
-        assert_eq!(c.gpu.peak_bf16_flops_per_s, h100().peak_bf16_flops_per_s);
-    }
-
-    #[test]
-    fn toml_without_base_needs_the_hardware_numbers() {
-        let err = cluster_from_toml("gpus_per_node = 4\n", "c.toml").unwrap_err();
-        assert_eq!(err.field, "gpu.peak_bf16_tflops");
-        let full = "gpus_per_node = 4\nnvlink_bidirectional_gb_per_s = 400\nnics_per_node = 4\n\
-                    nic_gbit_per_s = 100\n[gpu]\npeak_bf16_tflops = 100\nmemory_gb = 48\nmemory_bandwidth_gb_per_s = 900\n";
-        let c = cluster_from_toml(full, "c.toml").unwrap();
-        assert_eq!(c.gpus_per_node, 4);
-        assert_eq!(c.inter_node.bandwidth_bytes_per_s, 12.5e9);
-    }
-
-    #[test]
-    fn toml_errors_name_file_and_key() {
-        let err =
-            cluster_from_toml("base = \"dgx-h100\"\ngpus_per_nod = 8\n", "x.toml").unwrap_err();
-        let line = err.to_string();
-        assert!(line.starts_with("x.toml: `gpus_per_nod`"), "{line}");
-        assert!(line.contains("gpus_per_node"), "{line}");
-        let err =
-            cluster_from_toml("base = \"dgx-h100\"\ngpus_per_node = 0\n", "x.toml").unwrap_err();
-        assert_eq!(err.field, "gpus_per_node");
-        let err = cluster_from_toml("base = \"tpu\"\n", "x.toml").unwrap_err();
-        assert_eq!(err.field, "base");
-        let err = cluster_from_toml("base = \"dgx-h100\"\n[gpu]\nmemory_gib = -3\n", "x.toml")
-            .unwrap_err();
-        assert_eq!(err.field, "gpu.memory_gib");
-    }
-
-    #[test]
-    fn toml_sets_the_fp8_matmul_fraction() {
-        let c = cluster_from_toml(
-            "base = \"dgx-h100\"\n[gpu]\nfp8_matmul_efficiency = 0.75\n",
-            "f.toml",
-        )
-        .unwrap();
-        assert_eq!(c.gpu.matmul_efficiency_for(Dtype::Fp8), 0.75);
-        assert_eq!(c.gpu.matmul_efficiency_for(Dtype::Bf16), 0.801);
-        let err = cluster_from_toml(
-            "base = \"dgx-h100\"\n[gpu]\nfp8_matmul_efficiency = 2\n",
-            "f.toml",
-        )
-        .unwrap_err();
-        assert_eq!(err.field, "gpu.fp8_matmul_efficiency");
-    }
-}
+mod tests;

@@ -36,6 +36,7 @@ struct ClusterToml {
     host_link_gb_per_s: Option<f64>,
     host_memory_gb: Option<f64>,
     host_memory_bandwidth_gb_per_s: Option<f64>,
+    host_cpu: Option<String>,
     gpu: Option<GpuToml>,
 }
 
@@ -58,7 +59,7 @@ struct GpuToml {
 
 const CLUSTER_TOML_KEYS: &str = "name, base, gpus_per_node, nvlink_bidirectional_gb_per_s, \
 nvlink_latency_us, nics_per_node, nic_gbit_per_s, inter_node_latency_us, memory_reserve_gib, \
-host_link_gb_per_s, host_memory_gb, host_memory_bandwidth_gb_per_s, [gpu] name, peak_bf16_tflops, peak_fp16_tflops, peak_fp8_tflops, peak_fp4_tflops, matmul_efficiency, \
+host_link_gb_per_s, host_memory_gb, host_memory_bandwidth_gb_per_s, host_cpu, [gpu] name, peak_bf16_tflops, peak_fp16_tflops, peak_fp8_tflops, peak_fp4_tflops, matmul_efficiency, \
 fp8_matmul_efficiency, sustained_clock_ratio, memory_gib, memory_gb, memory_bandwidth_gb_per_s, sms";
 
 /// The largest value of each positive cluster TOML number, in the key's own unit: far
@@ -272,6 +273,7 @@ pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
                 memory_reserve_bytes: DEFAULT_RESERVE_BYTES,
                 host_link_bytes_per_s: None,
                 host_memory: None,
+                host_cpu: HostCpu::X86,
             }
         }
     };
@@ -318,6 +320,16 @@ pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
             ));
         }
         c.memory_reserve_bytes = v * GIB;
+    }
+    if let Some(v) = doc.host_cpu {
+        c.host_cpu = HostCpu::from_keyword(&v).ok_or_else(|| {
+            SpecError::new(
+                source,
+                "host_cpu",
+                format!("`{v}` is not a host CPU plait knows"),
+                HostCpu::allowed(),
+            )
+        })?;
     }
     if let Some(v) = doc.host_link_gb_per_s {
         // GPU↔host bandwidth per direction (activation offloading's copies).
