@@ -121,9 +121,37 @@ pub(crate) fn node_line(c: &plait_spec::ClusterSpec) -> String {
         c.gpus_per_node,
         c.intra_node.bandwidth_bytes_per_s / 1e9,
         c.inter_node.bandwidth_bytes_per_s / 1e9,
-        c.host_cpu.keyword(),
+        c.host_cpu.label(),
         plait_cost::device::kernel_issue_s(c.host_cpu) * 1e6
     )
+}
+
+/// Share of the step from which waiting on kernel launches is worth a line of its own.
+const LAUNCH_BOUND_SHARE: f64 = 0.05;
+
+/// A line saying how long the GPUs wait on their host to launch kernels, where that is a
+/// notable share of the step, and what removes the wait in this engine.
+fn launch_bound_line(
+    e: &Estimate,
+    cluster: &plait_spec::ClusterSpec,
+    t: &plait_spec::TrainSpec,
+) -> Option<String> {
+    let share = e.breakdown.launch_wait_s / e.iteration_time_s;
+    (share >= LAUNCH_BOUND_SHARE).then(|| {
+        let graphs = if t.engine == plait_spec::Engine::Megatron
+            && t.cuda_graphs == plait_spec::CudaGraphs::None
+        {
+            "; `--cuda-graphs layers` replays whole layers without them"
+        } else {
+            ""
+        };
+        format!(
+            "launch-bound: of the compute, {} ({:.1} % of the step) is the GPUs waiting on their {} host to launch kernels one by one; larger micro-batches spread the launches over more work{graphs}\n",
+            seconds(e.breakdown.launch_wait_s),
+            100.0 * share,
+            cluster.host_cpu.label(),
+        )
+    })
 }
 
 /// Where each parallel group of `c` runs: inside one node (at the intra-node link's rate)
@@ -240,6 +268,9 @@ fn render(r: &crate::inputs::Resolved, e: &Estimate, map: &StageMap, simulated: 
         seconds(e.iteration_time_low_s),
         seconds(e.iteration_time_high_s)
     );
+    if let Some(line) = launch_bound_line(e, &r.cluster, &r.train) {
+        out += &line;
+    }
     out += &format!(
         "throughput: {:.0} tokens/s · {:.1} model TFLOP/s per GPU · MFU {:.1} %\n\n",
         e.tokens_per_s,

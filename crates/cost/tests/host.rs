@@ -2,7 +2,7 @@
 //! x86 one, which only host-bound layers feel.
 
 use plait_cost::device::{kernel_issue_s, GRACE_KERNEL_DISPATCH_S, KERNEL_DISPATCH_S};
-use plait_cost::{device_for, estimate};
+use plait_cost::{device_for, estimate, Estimate};
 use plait_spec::{
     cluster_preset, model_preset, ClusterSpec, CudaGraphs, Dtype, HostCpu, ParallelConfig,
     TrainSpec,
@@ -18,11 +18,16 @@ fn racks() -> (ClusterSpec, ClusterSpec) {
     (grace, x86)
 }
 
-/// Iteration time of `model` under `t` and `c` on `cluster`.
-fn time_s(model: &str, cluster: &ClusterSpec, t: &TrainSpec, c: &ParallelConfig) -> f64 {
+/// The estimate of `model` under `t` and `c` on `cluster`.
+fn run(model: &str, cluster: &ClusterSpec, t: &TrainSpec, c: &ParallelConfig) -> Estimate {
     let m = model_preset(model).unwrap();
     let d = device_for(cluster, t.dtype).unwrap();
-    estimate(&m, cluster, t, c, &d).unwrap().iteration_time_s
+    estimate(&m, cluster, t, c, &d).unwrap()
+}
+
+/// Iteration time of `model` under `t` and `c` on `cluster`.
+fn time_s(model: &str, cluster: &ClusterSpec, t: &TrainSpec, c: &ParallelConfig) -> f64 {
+    run(model, cluster, t, c).iteration_time_s
 }
 
 #[test]
@@ -77,6 +82,25 @@ fn small_expert_layers_wait_on_a_grace_host_unless_graphed() {
     );
     assert!(g >= x && g < 1.01 * x, "graphed: grace {g} s, x86 {x} s");
     assert!(g < 0.5 * on_grace, "graphed {g} s, eager {on_grace} s");
+    // The estimate says where the time goes: most of the eager step is the GPUs waiting on
+    // launches, and without that wait it is about the graphed step, whose own wait is the
+    // embedding's and the loss's alone.
+    let wait = run("qwen3-30b-a3b", &grace, &eager, &c)
+        .breakdown
+        .launch_wait_s;
+    let graphed_wait = run("qwen3-30b-a3b", &grace, &graphed, &c)
+        .breakdown
+        .launch_wait_s;
+    assert!(wait > 0.5 * on_grace, "wait {wait} s of {on_grace} s");
+    assert!(
+        graphed_wait < 0.01 * g,
+        "graphed wait {graphed_wait} s of {g} s"
+    );
+    let unwaited = on_grace - wait;
+    assert!(
+        (unwaited / g - 1.0).abs() < 0.1,
+        "eager less its wait {unwaited} s, graphed {g} s"
+    );
 }
 
 #[test]

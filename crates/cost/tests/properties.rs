@@ -204,6 +204,15 @@ fn check_sane(case: &Case, e: &Estimate) -> Result<(), TestCaseError> {
     }
     let sum: f64 = e.breakdown.components().iter().map(|(_, v)| v).sum();
     prop_assert!(close(sum, t, 1e-9), "components add to {sum}, total {t}");
+    // The wait on kernel launches is part of the compute, never more than it.
+    let (wait, compute) = (
+        e.breakdown.launch_wait_s,
+        e.breakdown.compute_s + e.breakdown.recompute_s,
+    );
+    prop_assert!(
+        wait >= 0.0 && wait <= compute * (1.0 + 1e-12),
+        "launch wait {wait} s of {compute} s of compute"
+    );
     let tokens = (case.train.gbs * case.train.seq) as f64;
     prop_assert!(
         close(e.tokens_per_s * t, tokens, 1e-9),

@@ -95,8 +95,11 @@ pub fn layer_costs(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> 
         let mut block = block_cost(v, d, g, w);
         if let Some((ff, fb)) = layer_sample_factors(v, d, w) {
             block.forward.compute_s *= ff;
+            block.forward.launch_wait_s *= ff;
             block.recompute.compute_s *= ff;
+            block.recompute.launch_wait_s *= ff;
             block.backward.compute_s *= fb;
+            block.backward.launch_wait_s *= fb;
             block.weight_grad_s *= fb;
         }
         *slot = block;

@@ -752,6 +752,9 @@ fn assemble(
     let mut breakdown = Breakdown {
         compute_s: sum(&|l| l.forward.compute_s + l.backward.compute_s) + mbf * a2a.contention_s,
         recompute_s: sum(&|l| l.recompute.compute_s),
+        launch_wait_s: sum(&|l| {
+            l.forward.launch_wait_s + l.backward.launch_wait_s + l.recompute.launch_wait_s
+        }),
         tp_comm_s: sum(&|l| l.forward.tp_comm_s + l.backward.tp_comm_s + l.recompute.tp_comm_s),
         cp_comm_s: sum(&|l| l.forward.cp_comm_s + l.backward.cp_comm_s + l.recompute.cp_comm_s),
         ep_comm_s: sum(&|l| l.forward.ep_comm_s + l.backward.ep_comm_s + l.recompute.ep_comm_s)

@@ -13,6 +13,11 @@ use plait_spec::{ParallelConfig, GIB};
 pub struct Breakdown {
     pub compute_s: f64,
     pub recompute_s: f64,
+    /// Of `compute_s` and `recompute_s`, the time the GPUs wait on their host to launch
+    /// kernels (`Phase::launch_wait_s` over the slowest stage's passes): small kernels
+    /// issued one by one from eager PyTorch. Not a component of its own (it is inside the
+    /// compute); CUDA graphs or larger micro-batches remove it.
+    pub launch_wait_s: f64,
     pub tp_comm_s: f64,
     pub cp_comm_s: f64,
     pub ep_comm_s: f64,

@@ -38,8 +38,8 @@ pub fn mtp_projection_cost(m: &ModelSpec, d: &DeviceModel, w: &Workload) -> Laye
     bwd.fixed(wg_s, 1.0);
     let params = 2.0 * h * h / w.tp as f64 + 2.0 * h;
     LayerCost {
-        forward: Phase::compute_and_tp(fwd.time_s(d.kernel_issue_s) * w.kernel_scale(), 0.0),
-        backward: Phase::compute_and_tp(bwd.time_s(d.kernel_issue_s) * w.kernel_scale(), 0.0),
+        forward: Phase::compute_and_tp(fwd.timed(d.kernel_issue_s, w.kernel_scale()), 0.0),
+        backward: Phase::compute_and_tp(bwd.timed(d.kernel_issue_s, w.kernel_scale()), 0.0),
         recompute: Phase::default(),
         // The concatenated input of the projection.
         activation_bytes: 2.0 * tokens * h * e,
@@ -81,8 +81,8 @@ pub fn embedding_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) 
     };
     let tp_bwd = if w.sp { g.tp.all_gather_s(full) } else { 0.0 };
     LayerCost {
-        forward: Phase::compute_and_tp(fwd.time_s(d.kernel_issue_s) * w.kernel_scale(), tp_fwd),
-        backward: Phase::compute_and_tp(bwd.time_s(d.kernel_issue_s) * w.kernel_scale(), tp_bwd),
+        forward: Phase::compute_and_tp(fwd.timed(d.kernel_issue_s, w.kernel_scale()), tp_fwd),
+        backward: Phase::compute_and_tp(bwd.timed(d.kernel_issue_s, w.kernel_scale()), tp_bwd),
         recompute: Phase::default(),
         activation_bytes: if w.dropout { rep } else { 0.0 },
         transient_bytes: 0.0,
@@ -166,8 +166,8 @@ pub fn head_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload) -> La
         (0.0, 0.0)
     };
     LayerCost {
-        forward: Phase::compute_and_tp(fwd.time_s(d.kernel_issue_s) * w.kernel_scale(), tp_fwd),
-        backward: Phase::compute_and_tp(bwd.time_s(d.kernel_issue_s) * w.kernel_scale(), tp_bwd),
+        forward: Phase::compute_and_tp(fwd.timed(d.kernel_issue_s, w.kernel_scale()), tp_fwd),
+        backward: Phase::compute_and_tp(bwd.timed(d.kernel_issue_s, w.kernel_scale()), tp_bwd),
         recompute: Phase::default(),
         // Norm input, projection input and what the loss keeps (softmax or logits).
         activation_bytes: 2.0 * rep * e + logits * ce.saved_bytes,

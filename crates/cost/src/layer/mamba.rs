@@ -265,8 +265,10 @@ pub fn mamba_block_cost(m: &ModelSpec, d: &DeviceModel, g: &Groups, w: &Workload
             bwd_phase.tp_comm_s = if w.sp { ag } else { 0.0 } + column_parallel_exposed;
         }
     }
-    fwd_phase.compute_s = fwd.time_s(w.layer_issue_s(d)) * w.kernel_scale();
-    bwd_phase.compute_s = bwd.time_s(w.layer_issue_s(d)) * w.kernel_scale();
+    (fwd_phase.compute_s, fwd_phase.launch_wait_s) =
+        fwd.timed(w.layer_issue_s(d), w.kernel_scale());
+    (bwd_phase.compute_s, bwd_phase.launch_wait_s) =
+        bwd.timed(w.layer_issue_s(d), w.kernel_scale());
 
     // --- activation memory (per micro-batch) ---
     // What `mamba_split_conv1d_scan_combined` saves (mamba_ssm `ssd_combined.py`,

@@ -35,16 +35,22 @@ const FP32: f64 = 4.0;
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
 pub struct Phase {
     pub compute_s: f64,
+    /// Of `compute_s`, the time the GPU waits on the host to launch the pass's kernels: what
+    /// the launches take beyond the kernels' own run time (zero where the kernels outlast
+    /// their launches).
+    pub launch_wait_s: f64,
     pub tp_comm_s: f64,
     pub cp_comm_s: f64,
     pub ep_comm_s: f64,
 }
 
 impl Phase {
-    /// Compute plus tensor-parallel communication only (embedding, head).
-    fn compute_and_tp(compute_s: f64, tp_comm_s: f64) -> Phase {
+    /// Compute (its time and launch wait, [`Kernels::timed`]) plus tensor-parallel
+    /// communication only (embedding, head).
+    fn compute_and_tp((compute_s, launch_wait_s): (f64, f64), tp_comm_s: f64) -> Phase {
         Phase {
             compute_s,
+            launch_wait_s,
             tp_comm_s,
             ..Phase::default()
         }
@@ -58,6 +64,7 @@ impl Phase {
     }
     pub fn add(&mut self, o: &Phase, times: f64) {
         self.compute_s += o.compute_s * times;
+        self.launch_wait_s += o.launch_wait_s * times;
         self.tp_comm_s += o.tp_comm_s * times;
         self.cp_comm_s += o.cp_comm_s * times;
         self.ep_comm_s += o.ep_comm_s * times;
@@ -362,9 +369,15 @@ impl Kernels {
         }
     }
     /// A stream of kernels takes the longer of its device time and the time the host takes
-    /// to issue them (`issue_s` each: [`Workload::layer_issue_s`]).
-    fn time_s(&self, issue_s: f64) -> f64 {
-        self.gpu_s.max(self.count * issue_s)
+    /// to issue them (`issue_s` each: [`Workload::layer_issue_s`]); each scaled by `scale`
+    /// ([`Workload::kernel_scale`]). Returns that time and the part of it the device waits
+    /// on the launches.
+    fn timed(&self, issue_s: f64, scale: f64) -> (f64, f64) {
+        let host_s = self.count * issue_s;
+        (
+            self.gpu_s.max(host_s) * scale,
+            (host_s - self.gpu_s).max(0.0) * scale,
+        )
     }
 }
 

@@ -603,8 +603,10 @@ pub(super) fn transformer_block_cost(
         fwd_phase.ep_comm_s = 2.0 * a2a + etp;
         bwd_phase.ep_comm_s = 2.0 * a2a + etp;
     }
-    fwd_phase.compute_s = fwd.time_s(w.layer_issue_s(d)) * w.kernel_scale();
-    bwd_phase.compute_s = bwd.time_s(w.layer_issue_s(d)) * w.kernel_scale();
+    (fwd_phase.compute_s, fwd_phase.launch_wait_s) =
+        fwd.timed(w.layer_issue_s(d), w.kernel_scale());
+    (bwd_phase.compute_s, bwd_phase.launch_wait_s) =
+        bwd.timed(w.layer_issue_s(d), w.kernel_scale());
 
     // --- activation memory (per micro-batch) ---
     // Bytes per element of each linear's saved input: its quantised copy where the engine
@@ -751,10 +753,12 @@ pub(super) fn transformer_block_cost(
                 // Pipelined as in the forward (async TP), or all-reduces without sp.
                 fwd_phase.tp_comm_s
             };
+            let (compute_s, launch_wait_s) = rerun.timed(w.layer_issue_s(d), w.kernel_scale());
             (
                 kept.min(all_saved),
                 Phase {
-                    compute_s: rerun.time_s(w.layer_issue_s(d)) * w.kernel_scale(),
+                    compute_s,
+                    launch_wait_s,
                     tp_comm_s: tp_rerun,
                     ep_comm_s: fwd_phase.ep_comm_s,
                     ..Phase::default()
@@ -792,10 +796,12 @@ pub(super) fn transformer_block_cost(
                 attention_inputs: (q_local + 2.0 * kv_local) * tokens * e,
             });
             let dropped = r.dropped.min(all_saved - rep * e).max(0.0);
+            let (compute_s, launch_wait_s) = r.rerun.timed(w.layer_issue_s(d), w.kernel_scale());
             (
                 all_saved - dropped,
                 Phase {
-                    compute_s: r.rerun.time_s(w.layer_issue_s(d)) * w.kernel_scale(),
+                    compute_s,
+                    launch_wait_s,
                     tp_comm_s: r.tp_comm_s,
                     ep_comm_s: r.ep_comm_s,
                     ..Phase::default()

@@ -69,6 +69,9 @@ fn order_group<T: std::borrow::Borrow<Plan>>(plans: &mut [(usize, T)]) {
     }
 }
 
+/// Share of the step from which a plan's wait on kernel launches is noted.
+const LAUNCH_WAIT_NOTE_SHARE: f64 = 0.05;
+
 /// Notes on each plan: what limits it, and how the first compares with the others.
 pub(super) fn annotate(plans: &mut [Plan]) {
     let best = plans.first().map(|p| {
@@ -91,8 +94,15 @@ pub(super) fn annotate(plans: &mut [Plan]) {
             .max_by(|a, b| a.1.total_cmp(&b.1))
             .unwrap_or(("", 0.0));
         let compute = e.breakdown.compute_s / e.iteration_time_s;
+        // Inside the compute, the GPUs' wait on kernel launches where it is notable.
+        let wait = e.breakdown.launch_wait_s / e.iteration_time_s;
+        let waiting = if wait >= LAUNCH_WAIT_NOTE_SHARE {
+            format!(" ({:.0} % waiting on kernel launches)", wait * 100.0)
+        } else {
+            String::new()
+        };
         p.notes.push(format!(
-            "compute {:.0} % of the step; the largest overhead is {name} ({:.0} %)",
+            "compute {:.0} % of the step{waiting}; the largest overhead is {name} ({:.0} %)",
             compute * 100.0,
             share * 100.0
         ));

@@ -157,6 +157,13 @@ impl HostCpu {
             .collect::<Vec<_>>()
             .join("|")
     }
+    /// The CPU's name as a sentence writes it.
+    pub fn label(self) -> &'static str {
+        match self {
+            HostCpu::X86 => "x86",
+            HostCpu::Grace => "Grace",
+        }
+    }
     /// The CPU named by `keyword` (case-insensitive), `None` if it names none.
     pub fn from_keyword(keyword: &str) -> Option<HostCpu> {
         let k = keyword.to_ascii_lowercase();
