@@ -10,17 +10,17 @@ use serde::{Deserialize, Serialize};
 macro_rules! keyword_enum {
     ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $var:ident => $kw:literal),+ $(,)? }) => {
         $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ::serde::Serialize, ::serde::Deserialize)]
         pub enum $name { $($(#[$vm])* #[serde(rename = $kw)] $var),+ }
         impl $name {
             pub const ALL: &'static [$name] = &[$($name::$var),+];
             pub fn keyword(self) -> &'static str { match self { $($name::$var => $kw),+ } }
             pub fn allowed() -> String { [$($kw),+].join("|") }
         }
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { f.write_str(self.keyword()) }
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result { f.write_str(self.keyword()) }
         }
-        impl FromStr for $name {
+        impl ::std::str::FromStr for $name {
             type Err = String;
             fn from_str(s: &str) -> std::result::Result<Self, String> {
                 match s.to_ascii_lowercase().as_str() {
@@ -31,6 +31,8 @@ macro_rules! keyword_enum {
         }
     };
 }
+/// The keyword enums of other modules (the cluster's host CPU) share the macro.
+pub(crate) use keyword_enum;
 
 keyword_enum!(
     /// Numeric format of weights and GEMM inputs (mixed precision with fp32 master weights).

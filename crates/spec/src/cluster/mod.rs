@@ -129,45 +129,32 @@ pub struct HostMemorySpec {
     pub bandwidth_bytes_per_s: f64,
 }
 
-/// The CPU that runs the GPUs' training processes and issues their eager kernels (its
-/// per-kernel cost is the cost model's: `plait_cost::device::kernel_issue_s`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum HostCpu {
-    /// An x86-64 server CPU: the DGX/HGX systems' Intel Xeon or AMD EPYC hosts.
-    #[default]
-    X86,
-    /// NVIDIA Grace (Arm Neoverse V2) on NVLink-C2C to its GPUs: GH200, GB200 and GB300
-    /// superchips.
-    Grace,
+crate::train::keyword_enum!(
+    /// The CPU that runs the GPUs' training processes and issues their eager kernels (its
+    /// per-kernel cost is the cost model's: `plait_cost::device::kernel_issue_s`).
+    HostCpu {
+        /// An x86-64 server CPU: the DGX/HGX systems' Intel Xeon or AMD EPYC hosts.
+        X86 => "x86",
+        /// NVIDIA Grace (Arm Neoverse V2) on NVLink-C2C to its GPUs: GH200, GB200 and GB300
+        /// superchips.
+        Grace => "grace",
+    }
+);
+
+impl Default for HostCpu {
+    /// x86, the host of every system that does not say otherwise.
+    fn default() -> HostCpu {
+        HostCpu::X86
+    }
 }
 
 impl HostCpu {
-    pub const ALL: &'static [HostCpu] = &[HostCpu::X86, HostCpu::Grace];
-    pub fn keyword(self) -> &'static str {
-        match self {
-            HostCpu::X86 => "x86",
-            HostCpu::Grace => "grace",
-        }
-    }
-    pub fn allowed() -> String {
-        HostCpu::ALL
-            .iter()
-            .map(|h| h.keyword())
-            .collect::<Vec<_>>()
-            .join("|")
-    }
     /// The CPU's name as a sentence writes it.
     pub fn label(self) -> &'static str {
         match self {
             HostCpu::X86 => "x86",
             HostCpu::Grace => "Grace",
         }
-    }
-    /// The CPU named by `keyword` (case-insensitive), `None` if it names none.
-    pub fn from_keyword(keyword: &str) -> Option<HostCpu> {
-        let k = keyword.to_ascii_lowercase();
-        HostCpu::ALL.iter().copied().find(|h| h.keyword() == k)
     }
 }
 

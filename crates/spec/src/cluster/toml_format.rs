@@ -322,7 +322,7 @@ pub fn cluster_from_toml(text: &str, source: &str) -> Result<ClusterSpec> {
         c.memory_reserve_bytes = v * GIB;
     }
     if let Some(v) = doc.host_cpu {
-        c.host_cpu = HostCpu::from_keyword(&v).ok_or_else(|| {
+        c.host_cpu = v.parse::<HostCpu>().map_err(|_| {
             SpecError::new(
                 source,
                 "host_cpu",
