@@ -4,6 +4,8 @@
 //! Parsers here take text, not paths: this crate does no I/O. It knows nothing about time
 //! or memory costs (that is `plait-cost`).
 
+#[macro_use]
+mod keyword;
 pub mod cluster;
 pub mod config;
 pub mod error;

@@ -7,33 +7,6 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-macro_rules! keyword_enum {
-    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $var:ident => $kw:literal),+ $(,)? }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ::serde::Serialize, ::serde::Deserialize)]
-        pub enum $name { $($(#[$vm])* #[serde(rename = $kw)] $var),+ }
-        impl $name {
-            pub const ALL: &'static [$name] = &[$($name::$var),+];
-            pub fn keyword(self) -> &'static str { match self { $($name::$var => $kw),+ } }
-            pub fn allowed() -> String { [$($kw),+].join("|") }
-        }
-        impl ::std::fmt::Display for $name {
-            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result { f.write_str(self.keyword()) }
-        }
-        impl ::std::str::FromStr for $name {
-            type Err = String;
-            fn from_str(s: &str) -> std::result::Result<Self, String> {
-                match s.to_ascii_lowercase().as_str() {
-                    $($kw => Ok($name::$var),)+
-                    _ => Err(format!("`{s}` is not one of {}", $name::allowed())),
-                }
-            }
-        }
-    };
-}
-/// The keyword enums of other modules (the cluster's host CPU) share the macro.
-pub(crate) use keyword_enum;
-
 keyword_enum!(
     /// Numeric format of weights and GEMM inputs (mixed precision with fp32 master weights).
     /// `fp8` is per-tensor scaled FP8 (Hopper and later); `mxfp8` (32-element blocks with

@@ -129,7 +129,7 @@ pub struct HostMemorySpec {
     pub bandwidth_bytes_per_s: f64,
 }
 
-crate::train::keyword_enum!(
+keyword_enum!(
     /// The CPU that runs the GPUs' training processes and issues their eager kernels (its
     /// per-kernel cost is the cost model's: `plait_cost::device::kernel_issue_s`).
     HostCpu {
