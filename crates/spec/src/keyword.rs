@@ -17,7 +17,7 @@ macro_rules! keyword_enum {
         }
         impl ::std::str::FromStr for $name {
             type Err = String;
-            fn from_str(s: &str) -> std::result::Result<Self, String> {
+            fn from_str(s: &str) -> ::std::result::Result<Self, String> {
                 match s.to_ascii_lowercase().as_str() {
                     $($kw => Ok($name::$var),)+
                     _ => Err(format!("`{s}` is not one of {}", $name::allowed())),
